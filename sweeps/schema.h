@@ -1,0 +1,104 @@
+// The results file's columns: the one contract between the worker that measures and the
+// reports that read. Header-only and free of LibTorch so that `reports` can include it
+// without linking the training side. Names are stable; others script against them.
+// Bump kSchemaVersion when a column changes meaning or goes away (adding one does not).
+#pragma once
+
+#include <array>
+#include <string_view>
+
+namespace sweep::schema {
+
+inline constexpr int kSchemaVersion = 1;
+
+// Every row of results.csv, in this order. Units are in the names. Empty cell = not
+// applicable (e.g. `audio_s` for GPT-2) or not measured (e.g. `mfu` on an unknown GPU).
+inline constexpr std::array kColumns = std::to_array<std::string_view>({
+    // identity and axes
+    "schema_version",     // 1
+    "suite_version",      // "0.1.0"
+    "point_id",           // 16 hex digits: hash of the axes and the suite version
+    "model",              // "gpt2-medium"
+    "family",             // "gpt2" | "t5" | "whisper"
+    "mode",               // "train" | "eval"
+    "batch",              // micro-batch size
+    "seq",                // tokens per sample (GPT-2; T5 encoder); empty for Whisper
+    "target_seq",         // T5 decoder tokens; empty otherwise
+    "audio_s",            // Whisper seconds of audio; empty otherwise
+    "precision",          // "fp32" | "fp16-amp" | "bf16-amp" | "bf16"
+    "checkpointing",      // "none" | "block"
+    "accumulation",       // micro-batches per optimizer step
+    "optimizer",          // "adamw" | "adamw-fused" | "sgd" | "adafactor"
+    "alloc_conf",         // PYTORCH_CUDA_ALLOC_CONF of the worker, "" for the default
+    "steps",              // timed optimizer steps per repetition
+    "warmup_steps",       // untimed steps before them
+    "repetitions",        // timed repetitions
+    // outcome
+    "status",             // "ok" | "oom" | "crash" | "timeout" | "skipped"
+    "reason",             // why skipped ("implied-oom"), signal name of a crash, ...
+    "phase",              // where an oom/crash happened: build|forward|backward|optimizer
+    "message",            // first line of the error, empty when ok
+    "exit_code",          // worker exit code, empty if killed by a signal
+    "signal",             // signal number that ended the worker, empty otherwise
+    // memory, bytes
+    "budget_bytes",       // memory the point was allowed (0 = the whole device)
+    "budget_emulated",    // 1 when the budget emulates a smaller card than the one measuring
+    "weights_bytes",      // parameters (and buffers) after the model is built
+    "grads_bytes",        // .grad tensors after the first backward
+    "optimizer_bytes",    // optimizer state after the first step
+    "activations_bytes",  // peak during forward/backward above what persists
+    "peak_allocated_bytes",
+    "peak_reserved_bytes",  // caching allocator's reserved peak (= allocated on the CPU)
+    "device_used_bytes",    // whole-device use at peak (CUDA context included); CPU: peak RSS
+    "peak_phase",           // phase in which peak_allocated_bytes was reached
+    "leak_bytes_per_step",  // growth of allocated memory per step after the second; empty if none
+    "oom_retries",          // allocator retries (CUDA) at failure
+    "oom_gap_bytes",        // reserved minus allocated at failure
+    // time
+    "step_ms",           // median over repetitions of the mean optimizer-step time
+    "step_ms_mean",
+    "step_ms_stddev",
+    "step_ms_cv",        // stddev / mean
+    "step_ms_samples",   // per-repetition step times, ';'-separated, for statistics later
+    "tokens_per_s",      // tokens (all micro-batches) per second at the median step
+    "samples_per_s",
+    "tflops",            // achieved, from the model's FLOP count (recompute included)
+    "mfu",               // tflops / device peak for the precision; empty if unknown
+    "wall_s",            // worker wall time, start to exit
+    // environment
+    "device",            // "cuda" | "cpu"
+    "gpu_index",         // which local GPU measured (CUDA_VISIBLE_DEVICES), empty on cpu
+    "device_name",       // "NVIDIA H100 80GB HBM3" | CPU model
+    "device_memory_bytes",
+    "driver_version",
+    "torch_version",
+    "cuda_version",
+    "host",
+    "git_commit",
+    "timestamp",         // RFC 3339, UTC
+});
+
+inline constexpr std::size_t kColumnCount = kColumns.size();
+
+// Index of a column by name at compile time; fails the build for a misspelled name.
+consteval std::size_t column(std::string_view name) {
+  for (std::size_t i = 0; i < kColumns.size(); ++i)
+    if (kColumns[i] == name) return i;
+  throw "unknown results column";
+}
+
+// Statuses, as written in the `status` column.
+inline constexpr std::string_view kOk = "ok";
+inline constexpr std::string_view kOom = "oom";
+inline constexpr std::string_view kCrash = "crash";
+inline constexpr std::string_view kTimeout = "timeout";
+inline constexpr std::string_view kSkipped = "skipped";
+
+// The axes that make up a point's identity, in the order they are hashed.
+inline constexpr std::array kIdentityColumns = std::to_array<std::string_view>({
+    "model", "mode", "batch", "seq", "target_seq", "audio_s", "precision", "checkpointing",
+    "accumulation", "optimizer", "alloc_conf", "steps", "warmup_steps", "repetitions",
+    "budget_bytes", "suite_version",
+});
+
+}  // namespace sweep::schema
