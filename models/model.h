@@ -1,0 +1,65 @@
+// What every model in the zoo offers the training burst: a loss on a synthetic batch, its
+// repeated blocks run through a pluggable BlockRunner (so the burst can checkpoint them
+// block by block without the model knowing), and a FLOP count for MFU.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace sweep::models {
+
+// The sequence axes a point can set; a model reads only those it takes.
+struct BatchShape {
+  int64_t batch = 1;
+  int64_t seq = 0;         // GPT-2 tokens, T5 encoder tokens
+  int64_t target_seq = 0;  // T5 decoder tokens
+  double audio_s = 0;      // Whisper seconds of audio (100 frames per second)
+};
+
+// One synthetic micro-batch, already on the device.
+struct Batch {
+  std::vector<torch::Tensor> tensors;  // model-specific: ids, labels, features...
+  int64_t tokens = 0;                  // tokens (or audio frames after the conv stem) processed
+  int64_t samples = 0;
+};
+
+// One repeated block as a function of its tensor inputs.
+using BlockFn = std::function<std::vector<torch::Tensor>(const std::vector<torch::Tensor>&)>;
+// How a model runs a block: directly, or through activation checkpointing.
+using BlockRunner =
+    std::function<std::vector<torch::Tensor>(const BlockFn&, const std::vector<torch::Tensor>&)>;
+
+class ModelImpl : public torch::nn::Module {
+ public:
+  // Training loss as Hugging Face computes it (logits upcast to fp32), a scalar.
+  virtual torch::Tensor loss(const Batch& batch) = 0;
+  // Logits (for reference checks against transformers), in eval or train mode.
+  virtual torch::Tensor logits(const Batch& batch) = 0;
+  virtual Batch synthetic_batch(const BatchShape& shape, torch::Device device,
+                                torch::Generator& gen) const = 0;
+  // Forward FLOPs for one sample: all of it, and the part inside repeated blocks (what
+  // checkpointing computes twice). Training costs 3x forward (+ blocks again if checkpointed).
+  struct Flops {
+    double forward = 0;
+    double blocks_forward = 0;
+  };
+  virtual Flops forward_flops(const BatchShape& shape) const = 0;
+
+  void set_block_runner(BlockRunner runner) { runner_ = std::move(runner); }
+
+ protected:
+  std::vector<torch::Tensor> run_block(const BlockFn& fn, const std::vector<torch::Tensor>& in) {
+    return runner_ ? runner_(fn, in) : fn(in);
+  }
+
+ private:
+  BlockRunner runner_;
+};
+
+// FLOPs of a (rows x inner) @ (inner x cols) matmul: one multiply and one add each.
+inline double matmul_flops(double rows, double inner, double cols) { return 2 * rows * inner * cols; }
+
+}  // namespace sweep::models

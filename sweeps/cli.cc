@@ -1,0 +1,69 @@
+// The sweep binary's subcommands; see cli.h.
+#include "sweeps/cli.h"
+
+#include <cstdio>
+#include <iostream>
+
+#include "models/zoo.h"
+#include "sweeps/config.h"
+#include "sweeps/sweep.h"
+#include "sweeps/worker.h"
+
+namespace sweep {
+namespace {
+
+void print_models() {
+  std::printf("%-16s %-8s %15s %6s %6s %5s  %-22s %s\n", "model", "family", "parameters", "layers",
+              "hidden", "heads", "axes", "hugging face");
+  for (const auto& s : models::zoo()) {
+    std::string axes;
+    for (const auto& a : s.axes) axes += (axes.empty() ? "" : ",") + a;
+    std::string params = std::to_string(s.parameters);
+    for (int i = static_cast<int>(params.size()) - 3; i > 0; i -= 3) params.insert(i, ",");
+    std::printf("%-16s %-8s %15s %6lld %6lld %5lld  %-22s %s\n", s.name.c_str(), s.family.c_str(),
+                params.c_str(), static_cast<long long>(s.layers), static_cast<long long>(s.hidden),
+                static_cast<long long>(s.heads), axes.c_str(),
+                s.test_only ? "(test model)" : s.hf_id.c_str());
+  }
+}
+
+// Runs `fn`, turning user errors into "file:line: key: message" + hint and exit code 2.
+template <class F>
+int guarded(F&& fn) {
+  try {
+    return fn();
+  } catch (const ConfigError& e) {
+    std::cerr << "error: " << e.located() << "\n";
+    if (!e.hint().empty()) std::cerr << "hint: " << e.hint() << "\n";
+    return 2;
+  }
+}
+
+}  // namespace
+
+void register_commands(CLI::App& app, int& exit_code) {
+  auto opts = std::make_shared<RunOptions>();
+  auto* run = app.add_subcommand("run", "Run a sweep: every grid point in its own worker process");
+  run->add_option("config", opts->config, "Sweep config (YAML)")->required()->check(CLI::ExistingFile);
+  run->add_option("--out", opts->out, "Output directory (default: the config's `out`)");
+  run->add_option("--device", opts->device, "Where to train")
+      ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
+      ->each([opts](const std::string&) { opts->device_given = true; });
+  run->add_flag("--dry-run", opts->dry_run, "List the points and exit");
+  run->add_flag("--force", opts->force, "Re-run points already in results.csv");
+  run->add_flag("--quiet,-q", opts->quiet, "No progress output");
+  run->callback([opts, &exit_code] { exit_code = guarded([&] { return run_sweep(*opts); }); });
+
+  auto* models = app.add_subcommand("models", "List the model zoo");
+  models->callback([] { print_models(); });
+
+  auto point = std::make_shared<std::string>();
+  auto fd = std::make_shared<int>(1);
+  auto* worker = app.add_subcommand("worker", "Run one point (internal)");
+  worker->group("");  // hidden from --help
+  worker->add_option("--point", *point)->required();
+  worker->add_option("--result-fd", *fd)->required();
+  worker->callback([point, fd, &exit_code] { exit_code = worker_main(*point, *fd); });
+}
+
+}  // namespace sweep

@@ -1,0 +1,104 @@
+// CPU trackers: a steady-clock timer and the tracking allocator (see trackers.h). Each block carries a 64-byte header holding
+// its size, so frees are exact without a lookup table; data and context are the same
+// pointer so that raw_allocate()/raw_deleter() keep working for code that uses them.
+#include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
+#include <c10/util/Exception.h>
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <mutex>
+#include <unistd.h>
+
+#include "sweeps/trackers.h"
+
+namespace sweep {
+namespace {
+
+constexpr std::size_t kHeader = 64;  // keeps c10's 64-byte alignment for the data
+
+class TrackingCpuAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t n) override {
+    if (n == 0) return {nullptr, nullptr, &free_block, c10::Device(c10::kCPU)};
+    const auto need = static_cast<int64_t>(n);
+    const int64_t now = current_.fetch_add(need) + need;
+    const int64_t budget = budget_.load();
+    if (budget > 0 && now > budget) {
+      current_.fetch_sub(need);
+      gap_at_oom_.store(0);  // no cache on the CPU: reserved == allocated
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "CPU budget exceeded: tried to allocate ", n,
+                       " bytes with ", now - need, " bytes allocated and a budget of ", budget,
+                       " bytes");
+    }
+    int64_t peak = peak_.load();
+    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
+    }
+    auto* base = static_cast<char*>(c10::alloc_cpu(n + kHeader));
+    *reinterpret_cast<std::size_t*>(base) = n;
+    void* data = base + kHeader;
+    return {data, data, &free_block, c10::Device(c10::kCPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &free_block; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+
+  static void free_block(void* data) {
+    if (!data) return;
+    char* base = static_cast<char*>(data) - kHeader;
+    instance().current_.fetch_sub(static_cast<int64_t>(*reinterpret_cast<std::size_t*>(base)));
+    c10::free_cpu(base);
+  }
+  static TrackingCpuAllocator& instance() {
+    static TrackingCpuAllocator a;
+    return a;
+  }
+
+  std::atomic<int64_t> current_{0}, peak_{0}, budget_{0}, gap_at_oom_{0};
+};
+
+class CpuTracker final : public MemoryTracker {
+ public:
+  int64_t allocated() override { return a().current_.load(); }
+  int64_t reserved() override { return allocated(); }
+  int64_t peak_allocated() override { return a().peak_.load(); }
+  int64_t peak_reserved() override { return peak_allocated(); }
+  void reset_peaks() override { a().peak_.store(a().current_.load()); }
+  int64_t device_used() override {
+    long pages = 0, resident = 0;
+    std::ifstream("/proc/self/statm") >> pages >> resident;
+    return static_cast<int64_t>(resident) * sysconf(_SC_PAGESIZE);
+  }
+  void set_budget(int64_t bytes) override { a().budget_.store(bytes); }
+
+ private:
+  static TrackingCpuAllocator& a() { return TrackingCpuAllocator::instance(); }
+};
+
+}  // namespace
+
+std::unique_ptr<MemoryTracker> make_cpu_tracker() {
+  static std::once_flag once;
+  // Priority above c10's default (0) so that every CPU tensor from now on is tracked.
+  std::call_once(once, [] { c10::SetCPUAllocator(&TrackingCpuAllocator::instance(), 100); });
+  return std::make_unique<CpuTracker>();
+}
+
+std::unique_ptr<StepTimer> make_cpu_timer() {
+  class CpuTimer final : public StepTimer {
+   public:
+    void start() override { t0_ = std::chrono::steady_clock::now(); }
+    double stop_seconds() override {
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    }
+
+   private:
+    std::chrono::steady_clock::time_point t0_;
+  };
+  return std::make_unique<CpuTimer>();
+}
+
+}  // namespace sweep

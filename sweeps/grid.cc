@@ -1,0 +1,116 @@
+// Grid expansion; see grid.h.
+#include "sweeps/grid.h"
+
+#include <algorithm>
+#include <functional>
+#include <set>
+#include <sstream>
+
+#include "models/zoo.h"
+
+namespace sweep {
+namespace {
+
+// Values used for an axis the config leaves out.
+const std::map<std::string, std::string> kDefaults = {
+    {"mode", "train"},      {"seq", "128"},       {"target_seq", "128"}, {"audio_s", "30"},
+    {"precision", "fp32"},  {"checkpointing", "none"}, {"optimizer", "adamw"},
+    {"accumulation", "1"},  {"alloc_conf", ""},   {"batch", "1"},
+};
+
+std::string axis_value(const Point& p, const std::string& axis) {
+  std::ostringstream s;
+  if (axis == "model") return p.model;
+  if (axis == "mode") return p.mode;
+  if (axis == "seq") s << p.seq;
+  else if (axis == "target_seq") s << p.target_seq;
+  else if (axis == "audio_s") s << p.audio_s;
+  else if (axis == "precision") return p.precision;
+  else if (axis == "checkpointing") return p.checkpointing;
+  else if (axis == "optimizer") return p.optimizer;
+  else if (axis == "accumulation") s << p.accumulation;
+  else if (axis == "alloc_conf") return p.alloc_conf;
+  else if (axis == "batch") s << p.batch;
+  return s.str();
+}
+
+void set_axis(Point& p, const std::string& axis, const std::string& v) {
+  if (axis == "mode") p.mode = v;
+  else if (axis == "seq") p.seq = std::stoll(v);
+  else if (axis == "target_seq") p.target_seq = std::stoll(v);
+  else if (axis == "audio_s") p.audio_s = std::stod(v);
+  else if (axis == "precision") p.precision = v;
+  else if (axis == "checkpointing") p.checkpointing = v;
+  else if (axis == "optimizer") p.optimizer = v;
+  else if (axis == "accumulation") p.accumulation = std::stoll(v);
+  else if (axis == "alloc_conf") p.alloc_conf = v;
+  else if (axis == "batch") p.batch = std::stoll(v);
+}
+
+}  // namespace
+
+bool matches(const ExcludeRule& rule, const Point& p) {
+  for (const auto& [axis, value] : rule.match)
+    if (axis_value(p, axis) != value) return false;
+  return !rule.match.empty();
+}
+
+std::vector<Point> expand_grid(const Config& cfg, const RunSettings& run) {
+  std::vector<Point> out;
+  std::set<std::string> seen;
+  for (const auto& group : cfg.sweeps) {
+    GridSpec grid = cfg.grid;
+    for (const auto& [axis, values] : group.grid) grid[axis] = values;
+    std::vector<ExcludeRule> rules = cfg.exclude;
+    rules.insert(rules.end(), group.exclude.begin(), group.exclude.end());
+
+    for (const auto& name : group.models) {
+      const auto* spec = models::find_model(name);
+      auto takes = [&](const std::string& axis) {
+        if (axis != "seq" && axis != "target_seq" && axis != "audio_s") return true;
+        return std::find(spec->axes.begin(), spec->axes.end(), axis) != spec->axes.end();
+      };
+      Point base;
+      base.model = name;
+      base.family = spec->family;
+      base.steps = cfg.steps;
+      base.warmup_steps = cfg.warmup_steps;
+      base.repetitions = cfg.repetitions;
+      base.timeout_s = cfg.timeout_s;
+      base.device = run.device;
+      base.budget_bytes = run.budget_bytes;
+      base.budget_emulated = run.budget_emulated;
+      base.lr = cfg.lr;
+      base.weight_decay = cfg.weight_decay;
+      base.seed = cfg.seed;
+
+      std::function<void(std::size_t, Point)> rec = [&](std::size_t i, Point p) {
+        if (i == kAxes.size()) {
+          if (p.mode == "eval") {
+            p.checkpointing = "none";
+            p.accumulation = 1;
+            p.optimizer = "none";
+          }
+          for (const auto& r : rules)
+            if (matches(r, p)) return;
+          if (seen.insert(p.id()).second) out.push_back(p);
+          return;
+        }
+        const auto& axis = kAxes[i];
+        if (!takes(axis)) return rec(i + 1, p);
+        auto it = grid.find(axis);
+        std::vector<std::string> values =
+            it != grid.end() ? it->second.values : std::vector<std::string>{kDefaults.at(axis)};
+        for (const auto& v : values) {
+          Point q = p;
+          set_axis(q, axis, v);
+          rec(i + 1, q);
+        }
+      };
+      rec(0, base);
+    }
+  }
+  return out;
+}
+
+}  // namespace sweep

@@ -1,0 +1,27 @@
+// Grid expansion: config -> ordered points. A pure function (no I/O, no devices), so its
+// order is pinned by a test.
+#pragma once
+
+#include <vector>
+
+#include "sweeps/config.h"
+#include "sweeps/point.h"
+
+namespace sweep {
+
+// How every point of a run is executed; filled by the runner from the config and host.
+struct RunSettings {
+  std::string device = "cpu";  // cpu | cuda (resolved, never auto)
+  int64_t budget_bytes = 0;
+  bool budget_emulated = false;
+};
+
+// Points in order: sweep groups, then models, then kAxes nesting (batch innermost).
+// Axes a model does not take are left at 0; eval points ignore training-only axes
+// (checkpointing none, accumulation 1, optimizer "none"). Duplicates are dropped.
+std::vector<Point> expand_grid(const Config& cfg, const RunSettings& run);
+
+// Whether `p` matches every key of `rule`.
+bool matches(const ExcludeRule& rule, const Point& p);
+
+}  // namespace sweep

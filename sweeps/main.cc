@@ -1,0 +1,24 @@
+// The `sweep` command: a thin CLI11 front over the libraries; it only dispatches.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+#include "sweep_version.h"
+#include "sweeps/cli.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"sweep: measured answers to \"what fits on my GPU, and which configuration is fastest?\""};
+  app.set_version_flag("--version", std::string("sweep ") + SWEEP_VERSION + " (" + SWEEP_GIT_COMMIT + ")");
+  app.require_subcommand(1);
+  int exit_code = 0;
+  sweep::register_commands(app, exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::cerr << "error: " << e.what() << "\nhint: run `" << app.get_name() << " --help`\n";
+    return 2;
+  }
+  return exit_code;
+}

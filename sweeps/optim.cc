@@ -1,0 +1,221 @@
+// Optimizer algorithms transcribed from torch/optim (adam.py with decoupled weight decay,
+// sgd.py, _adafactor.py), keeping their order of operations and temporaries, because the
+// optimizer step's temporaries can be the peak of a small-batch point.
+#include "sweeps/optim.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace sweep {
+namespace {
+
+int64_t bytes_of(const std::vector<torch::Tensor>& ts) {
+  int64_t n = 0;
+  for (const auto& t : ts)
+    if (t.defined()) n += t.nbytes();
+  return n;
+}
+
+class AdamW final : public Optimizer {
+ public:
+  AdamW(std::vector<torch::Tensor> params, double lr, double wd, bool fused)
+      : Optimizer(std::move(params)), lr_(lr), wd_(wd), fused_(fused) {}
+  bool takes_amp_scaling() const override { return fused_; }
+  int64_t state_bytes() const override { return bytes_of(exp_avg_) + bytes_of(exp_avg_sq_); }
+
+  void step(const torch::Tensor& grad_scale, const torch::Tensor& found_inf) override {
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> p, g, m, v, s;
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      if (!params_[i].grad().defined()) continue;
+      if (exp_avg_.size() < params_.size()) init_state();
+      p.push_back(params_[i]);
+      g.push_back(params_[i].grad());
+      m.push_back(exp_avg_[i]);
+      v.push_back(exp_avg_sq_[i]);
+      s.push_back(steps_[i]);
+    }
+    if (p.empty()) return;
+    if (fused_) {
+      at::_fused_adamw_(p, g, m, v, /*max_exp_avg_sqs=*/{}, s, lr_, kBeta1, kBeta2, wd_, kEps,
+                        /*amsgrad=*/false, /*maximize=*/false,
+                        grad_scale.defined() ? std::optional<at::Tensor>(grad_scale) : std::nullopt,
+                        found_inf.defined() ? std::optional<at::Tensor>(found_inf) : std::nullopt);
+    } else if (p[0].is_cuda()) {
+      multi_tensor(p, g, m, v, s);
+    } else {
+      single_tensor(p, g, m, v, s);
+    }
+  }
+
+ private:
+  static constexpr double kBeta1 = 0.9, kBeta2 = 0.999, kEps = 1e-8;
+
+  void init_state() {
+    exp_avg_.clear();
+    exp_avg_sq_.clear();
+    steps_.clear();
+    for (const auto& q : params_) {
+      exp_avg_.push_back(torch::zeros_like(q, at::MemoryFormat::Preserve));
+      exp_avg_sq_.push_back(torch::zeros_like(q, at::MemoryFormat::Preserve));
+      // Step counters: CPU float scalars, except fused, which keeps them on the device.
+      steps_.push_back(torch::zeros({}, torch::dtype(torch::kFloat)
+                                            .device(fused_ ? q.device() : torch::kCPU)));
+    }
+  }
+
+  // torch.optim.adam._single_tensor_adam with decoupled weight decay.
+  void single_tensor(std::vector<torch::Tensor>& p, std::vector<torch::Tensor>& g,
+                     std::vector<torch::Tensor>& m, std::vector<torch::Tensor>& v,
+                     std::vector<torch::Tensor>& s) {
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      s[i].add_(1);
+      if (wd_ != 0) p[i].mul_(1 - lr_ * wd_);
+      m[i].lerp_(g[i], 1 - kBeta1);
+      v[i].mul_(kBeta2).addcmul_(g[i], g[i], 1 - kBeta2);
+      const double step = s[i].item<double>();
+      const double bc1 = 1 - std::pow(kBeta1, step), bc2 = 1 - std::pow(kBeta2, step);
+      auto denom = (v[i].sqrt() / std::sqrt(bc2)).add_(kEps);
+      p[i].addcdiv_(m[i], denom, -lr_ / bc1);
+    }
+  }
+
+  // torch.optim.adam._multi_tensor_adam (foreach), not capturable, decoupled weight decay.
+  void multi_tensor(std::vector<torch::Tensor>& p, std::vector<torch::Tensor>& g,
+                    std::vector<torch::Tensor>& m, std::vector<torch::Tensor>& v,
+                    std::vector<torch::Tensor>& s) {
+    at::_foreach_add_(s, 1);
+    if (wd_ != 0) at::_foreach_mul_(p, 1 - lr_ * wd_);
+    at::_foreach_lerp_(m, g, 1 - kBeta1);
+    at::_foreach_mul_(v, kBeta2);
+    at::_foreach_addcmul_(v, g, g, 1 - kBeta2);
+    std::vector<at::Scalar> step_size, bc2_sqrt;
+    for (const auto& t : s) {
+      const double step = t.item<double>();
+      step_size.emplace_back(-lr_ / (1 - std::pow(kBeta1, step)));
+      bc2_sqrt.emplace_back(std::sqrt(1 - std::pow(kBeta2, step)));
+    }
+    auto denom = at::_foreach_sqrt(v);  // a temporary the size of all parameters
+    at::_foreach_div_(denom, bc2_sqrt);
+    at::_foreach_add_(denom, kEps);
+    at::_foreach_addcdiv_(p, m, denom, step_size);
+  }
+
+  double lr_, wd_;
+  bool fused_;
+  std::vector<torch::Tensor> exp_avg_, exp_avg_sq_, steps_;
+};
+
+// torch.optim.SGD(momentum=0.9): weight decay is L2 added to the gradient.
+class Sgd final : public Optimizer {
+ public:
+  Sgd(std::vector<torch::Tensor> params, double lr, double wd)
+      : Optimizer(std::move(params)), lr_(lr), wd_(wd), buf_(params_.size()) {}
+  int64_t state_bytes() const override { return bytes_of(buf_); }
+  void step(const torch::Tensor&, const torch::Tensor&) override {
+    torch::NoGradGuard no_grad;
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      auto g = params_[i].grad();
+      if (!g.defined()) continue;
+      if (wd_ != 0) g = g.add(params_[i], wd_);
+      if (!buf_[i].defined()) buf_[i] = g.clone().detach();
+      else buf_[i].mul_(kMomentum).add_(g);
+      params_[i].add_(buf_[i], -lr_);
+    }
+  }
+
+ private:
+  static constexpr double kMomentum = 0.9;
+  double lr_, wd_;
+  std::vector<torch::Tensor> buf_;
+};
+
+// torch.optim.Adafactor (_single_tensor_adafactor): beta2_decay -0.8, eps (dtype eps, 1e-3), d 1.
+class Adafactor final : public Optimizer {
+ public:
+  Adafactor(std::vector<torch::Tensor> params, double lr, double wd)
+      : Optimizer(std::move(params)), lr_(lr), wd_(wd), row_(params_.size()), col_(params_.size()),
+        var_(params_.size()), steps_(params_.size(), 0) {}
+  int64_t state_bytes() const override {
+    return bytes_of(row_) + bytes_of(col_) + bytes_of(var_);
+  }
+  void step(const torch::Tensor&, const torch::Tensor&) override {
+    torch::NoGradGuard no_grad;
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      auto& p = params_[i];
+      auto g = p.grad();
+      if (!g.defined()) continue;
+      if (!row_[i].defined() && !var_[i].defined()) {
+        if (g.dim() > 1) {
+          auto rs = g.sizes().vec(), cs = g.sizes().vec();
+          rs.back() = 1;
+          cs[cs.size() - 2] = 1;
+          row_[i] = g.new_zeros(rs);
+          col_[i] = g.new_zeros(cs);
+        } else {
+          var_[i] = torch::zeros_like(g, at::MemoryFormat::Preserve);
+        }
+      }
+      const double step = static_cast<double>(++steps_[i]);
+      // eps1 defaults to torch.finfo(grad.dtype).eps.
+      const double eps1 = g.scalar_type() == torch::kBFloat16 ? 0.0078125
+                          : g.scalar_type() == torch::kHalf   ? 0.0009765625
+                                                              : std::numeric_limits<float>::epsilon();
+      const double one_minus_beta2 = std::pow(step, kBeta2Decay);
+      const double rho = std::min(lr_, 1.0 / std::sqrt(step));
+      const double alpha =
+          std::max(kEps2, p.norm().item<double>() / std::sqrt(double(p.numel()))) * rho;
+      if (wd_ != 0) p.mul_(1 - lr_ * wd_);
+      torch::Tensor var_estimate;
+      if (g.dim() > 1) {
+        auto row_mean = torch::norm(g, 2, {-1}, true).square_().div_(g.size(-1));
+        row_[i].lerp_(row_mean, one_minus_beta2);
+        auto col_mean = torch::norm(g, 2, {-2}, true).square_().div_(g.size(-2));
+        col_[i].lerp_(col_mean, one_minus_beta2);
+        var_estimate = row_[i].matmul(col_[i]);
+        var_estimate.div_(row_[i].mean({-2}, true).clamp_(eps1));
+      } else {
+        var_[i].lerp_(g.square(), one_minus_beta2);
+        var_estimate = var_[i].clone();
+      }
+      auto update = var_estimate.clamp_(eps1 * eps1).rsqrt_();
+      update.mul_(g);
+      const double denom =
+          std::max(1.0, update.norm().item<double>() / std::sqrt(double(update.numel())));
+      p.add_(update, -alpha / denom);
+    }
+  }
+
+ private:
+  static constexpr double kBeta2Decay = -0.8, kEps2 = 1e-3;
+  double lr_, wd_;
+  std::vector<torch::Tensor> row_, col_, var_;
+  std::vector<int64_t> steps_;
+};
+
+}  // namespace
+
+void Optimizer::zero_grad() {
+  for (auto& p : params_) p.mutable_grad() = torch::Tensor();
+}
+
+std::vector<torch::Tensor> Optimizer::grads() const {
+  std::vector<torch::Tensor> g;
+  for (const auto& p : params_)
+    if (p.grad().defined()) g.push_back(p.grad());
+  return g;
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& o,
+                                          std::vector<torch::Tensor> params) {
+  if (o.name == "adamw") return std::make_unique<AdamW>(std::move(params), o.lr, o.weight_decay, false);
+  if (o.name == "adamw-fused")
+    return std::make_unique<AdamW>(std::move(params), o.lr, o.weight_decay, true);
+  if (o.name == "sgd") return std::make_unique<Sgd>(std::move(params), o.lr, o.weight_decay);
+  if (o.name == "adafactor")
+    return std::make_unique<Adafactor>(std::move(params), o.lr, o.weight_decay);
+  TORCH_CHECK(false, "unknown optimizer '", o.name, "'");
+}
+
+}  // namespace sweep

@@ -1,0 +1,61 @@
+// Point identity and (de)serialisation.
+#include "sweeps/point.h"
+
+#include <cstdio>
+#include <sstream>
+
+#include "sweep_version.h"
+
+namespace sweep {
+
+std::string Point::id() const {
+  // The identity axes in schema::kIdentityColumns order, written as key=value; pairs.
+  std::ostringstream s;
+  s << "model=" << model << ";mode=" << mode << ";batch=" << batch << ";seq=" << seq
+    << ";target_seq=" << target_seq << ";audio_s=" << audio_s << ";precision=" << precision
+    << ";checkpointing=" << checkpointing << ";accumulation=" << accumulation
+    << ";optimizer=" << optimizer << ";alloc_conf=" << alloc_conf << ";steps=" << steps
+    << ";warmup_steps=" << warmup_steps << ";repetitions=" << repetitions
+    << ";budget_bytes=" << budget_bytes << ";suite_version=" << SWEEP_VERSION;
+  uint64_t h = 1469598103934665603ull;  // FNV-1a 64
+  for (unsigned char c : s.str()) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+std::string Point::label() const {
+  std::ostringstream s;
+  s << model << " b=" << batch;
+  if (seq) s << " seq=" << seq;
+  if (target_seq) s << " tgt=" << target_seq;
+  if (audio_s) s << " audio=" << audio_s << "s";
+  s << " " << precision << " ckpt=" << checkpointing << " acc=" << accumulation << " "
+    << optimizer;
+  if (mode != "train") s << " " << mode;
+  if (!alloc_conf.empty()) s << " [" << alloc_conf << "]";
+  return s.str();
+}
+
+#define SWEEP_POINT_FIELDS(X)                                                              \
+  X(model) X(family) X(mode) X(batch) X(seq) X(target_seq) X(audio_s) X(precision)         \
+  X(checkpointing) X(accumulation) X(optimizer) X(alloc_conf) X(steps) X(warmup_steps)     \
+  X(repetitions) X(budget_bytes) X(budget_emulated) X(timeout_s) X(device) X(lr)           \
+  X(weight_decay) X(seed)
+
+void to_json(nlohmann::json& j, const Point& p) {
+#define X(f) j[#f] = p.f;
+  SWEEP_POINT_FIELDS(X)
+#undef X
+}
+
+void from_json(const nlohmann::json& j, Point& p) {
+#define X(f) if (j.contains(#f)) j.at(#f).get_to(p.f);
+  SWEEP_POINT_FIELDS(X)
+#undef X
+}
+
+}  // namespace sweep

@@ -1,0 +1,47 @@
+// One grid point: everything a worker needs to run a training burst, and its identity.
+// Serialised as JSON to hand it to the worker process.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace sweep {
+
+struct Point {
+  // axes
+  std::string model;
+  std::string family;
+  std::string mode = "train";  // train | eval
+  int64_t batch = 1;
+  int64_t seq = 0;         // 0 = not applicable to this model
+  int64_t target_seq = 0;  // 0 = not applicable
+  double audio_s = 0;      // 0 = not applicable
+  std::string precision = "fp32";
+  std::string checkpointing = "none";
+  int64_t accumulation = 1;
+  std::string optimizer = "adamw";
+  std::string alloc_conf;
+  // how it runs
+  int steps = 3;
+  int warmup_steps = 1;
+  int repetitions = 3;
+  int64_t budget_bytes = 0;  // 0 = no cap beyond the device
+  bool budget_emulated = false;
+  double timeout_s = 600;
+  std::string device = "cpu";  // cpu | cuda
+  double lr = 1e-3;            // optimizer settings (not part of the identity's axes list)
+  double weight_decay = 0.01;
+  uint64_t seed = 0;
+
+  // 16 hex digits: FNV-1a over the identity axes and the suite version. Stable across runs.
+  std::string id() const;
+  // "gpt2 b=4 seq=128 fp32 ckpt=none acc=1 adamw" for progress lines and messages.
+  std::string label() const;
+};
+
+void to_json(nlohmann::json& j, const Point& p);
+void from_json(const nlohmann::json& j, Point& p);
+
+}  // namespace sweep

@@ -1,0 +1,39 @@
+// The results file: results.csv, append-only. Each finished point is one line, written,
+// flushed and fsync'ed at once; the file is never rewritten, so a killed run loses at most
+// the point in flight and never corrupts what is there.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <set>
+#include <string>
+
+namespace sweep {
+
+class ResultsStore {
+ public:
+  // Opens (creating if needed) DIR/results.csv. An existing file must have this schema's
+  // header and parse cleanly; otherwise ConfigError (file, line) and nothing is touched.
+  explicit ResultsStore(const std::string& dir);
+  ~ResultsStore();
+  ResultsStore(const ResultsStore&) = delete;
+  ResultsStore& operator=(const ResultsStore&) = delete;
+
+  // Appends one row: keys are schema columns; missing keys are empty cells.
+  void append(const nlohmann::json& row);
+  // point_ids already recorded (for resume).
+  const std::set<std::string>& recorded() const { return recorded_; }
+  const std::string& path() const { return path_; }
+
+  // One CSV line (no newline) in schema column order, quoted where needed.
+  static std::string format_row(const nlohmann::json& row);
+  static std::string header();
+
+ private:
+  std::string path_;
+  std::FILE* f_ = nullptr;
+  std::set<std::string> recorded_;
+};
+
+}  // namespace sweep

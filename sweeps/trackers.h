@@ -1,0 +1,53 @@
+// Trackers: what the training burst measures with, knowing nothing of models. Memory:
+// allocated/reserved bytes and peaks; time: one step's duration.
+// CUDA: the caching allocator's own statistics. CPU: a tracking allocator installed in
+// place of c10's default CPU allocator, which counts every byte and throws
+// c10::OutOfMemoryError past the point's budget, so OOM behaves on the CPU as on a GPU.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace sweep {
+
+class MemoryTracker {
+ public:
+  virtual ~MemoryTracker() = default;
+  virtual int64_t allocated() = 0;  // bytes held by live tensors now
+  virtual int64_t reserved() = 0;   // bytes the allocator holds now (>= allocated)
+  // Peaks since the last reset_peaks().
+  virtual int64_t peak_allocated() = 0;
+  virtual int64_t peak_reserved() = 0;
+  virtual void reset_peaks() = 0;
+  // Whole-device use now (CUDA: total - free, context included; CPU: resident set size).
+  virtual int64_t device_used() = 0;
+  // Caps what the allocator may hold (0 = no cap).
+  virtual void set_budget(int64_t bytes) = 0;
+  // Allocator retries so far (CUDA: cudaMalloc retried after freeing cached blocks).
+  virtual int64_t alloc_retries() { return 0; }
+  // Reserved minus allocated bytes at the moment of the last out-of-memory failure, taken
+  // before the exception unwinds and frees the step's tensors.
+  virtual int64_t gap_at_oom() { return 0; }
+  // Frees cached, unused blocks (CUDA); no-op on the CPU.
+  virtual void empty_cache() {}
+};
+
+// Installs the tracking allocator as c10's CPU allocator (once per process) and returns a
+// tracker reading it. Later calls return trackers over the same counters.
+std::unique_ptr<MemoryTracker> make_cpu_tracker();
+// Tracker over the CUDA caching allocator of the current device. Compiled on every build
+// (the torch wheel is a CUDA build); only called when a GPU is present.
+std::unique_ptr<MemoryTracker> make_cuda_tracker();
+
+// Times one step: CUDA events on the current stream on a GPU, a steady clock on the CPU.
+class StepTimer {
+ public:
+  virtual ~StepTimer() = default;
+  virtual void start() = 0;
+  virtual double stop_seconds() = 0;  // waits for the device to finish the step
+};
+std::unique_ptr<StepTimer> make_cpu_timer();
+std::unique_ptr<StepTimer> make_cuda_timer();
+
+}  // namespace sweep

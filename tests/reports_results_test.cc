@@ -1,0 +1,71 @@
+// results.csv reader: columns by name, quoted fields, errors with file and line.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "reports/results.h"
+
+namespace sweep::reports {
+namespace {
+
+std::string write_tmp(const std::string& name, const std::string& text) {
+  auto dir = std::filesystem::temp_directory_path() / "sweep_results_test";
+  std::filesystem::create_directories(dir);
+  auto path = (dir / name).string();
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(ResultsReader, ReadsColumnsByNameInAnyOrder) {
+  auto path = write_tmp("a.csv",
+                        "status,model,point_id,peak_allocated_bytes,message\n"
+                        "ok,gpt2,00aa,1048576,\n"
+                        "crash,gpt2,00bb,,\"killed, by \"\"signal\"\" 11\"\n");
+  auto r = read_results(path);
+  ASSERT_EQ(r.rows.size(), 2u);
+  EXPECT_EQ(r.rows[0].at(schema::column("model")), "gpt2");
+  EXPECT_EQ(r.rows[0].number(schema::column("peak_allocated_bytes")), 1048576.0);
+  EXPECT_FALSE(r.rows[1].number(schema::column("peak_allocated_bytes")).has_value());
+  EXPECT_EQ(r.rows[1].at(schema::column("message")), "killed, by \"signal\" 11");
+  EXPECT_TRUE(r.has_column(schema::column("status")));
+  EXPECT_FALSE(r.has_column(schema::column("tflops")));
+  EXPECT_EQ(r.rows[1].line, 3u);
+}
+
+TEST(ResultsReader, DirectoryMeansItsResultsCsv) {
+  auto path = write_tmp("results.csv", "point_id,model,status\n01,gpt2,ok\n");
+  auto r = read_results(std::filesystem::path(path).parent_path().string());
+  EXPECT_EQ(r.rows.size(), 1u);
+}
+
+TEST(ResultsReader, TooFewColumnsNamesTheLine) {
+  auto path = write_tmp("short.csv", "point_id,model,status\n01,gpt2,ok\n02,gpt2\n");
+  try {
+    read_results(path);
+    FAIL() << "expected ResultsError";
+  } catch (const ResultsError& e) {
+    EXPECT_EQ(e.line(), 3u) << e.located();
+    EXPECT_NE(e.located().find("short.csv:3:"), std::string::npos) << e.located();
+  }
+}
+
+TEST(ResultsReader, MissingRequiredColumnIsAnError) {
+  auto path = write_tmp("nostatus.csv", "point_id,model\n01,gpt2\n");
+  EXPECT_THROW(read_results(path), ResultsError);
+}
+
+TEST(ResultsReader, NonNumberInNumericColumnNamesColumnAndLine) {
+  auto path = write_tmp("nan.csv", "point_id,model,status,step_ms\n01,gpt2,ok,fast\n");
+  auto r = read_results(path);
+  try {
+    r.rows[0].number(schema::column("step_ms"));
+    FAIL();
+  } catch (const ResultsError& e) {
+    EXPECT_EQ(e.line(), 2u);
+    EXPECT_NE(std::string(e.what()).find("step_ms"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace sweep::reports
