@@ -1,0 +1,425 @@
+// write_report and the `report` subcommand: parse every row into a Point first (bad input
+// throws before a file is touched), then build one Document (header, failures, a section
+// per model and shape) and print it twice, as Markdown and as HTML.
+#include "reports/report.h"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <numeric>
+
+#include "reports/report_sections.h"
+
+namespace sweep::reports {
+namespace report {
+namespace {
+
+namespace fs = std::filesystem;
+using schema::column;
+
+constexpr const char* kNoGnuplot =
+    "Plots not drawn: gnuplot was not found (apt-get install gnuplot-nox); the tables are "
+    "complete and each plot's data is in its .dat file.";
+
+// Median and coefficient of variation of the per-repetition step times ("12.1;12.4;12.0").
+bool step_statistics(const std::string& cell, Point& p) {
+  std::vector<double> v;
+  for (std::size_t at = 0; at < cell.size();) {
+    std::size_t end = std::min(cell.find(';', at), cell.size());
+    double x = 0;
+    auto [ptr, ec] = std::from_chars(cell.data() + at, cell.data() + end, x);
+    if (ec != std::errc() || ptr != cell.data() + end) return false;
+    v.push_back(x);
+    at = end + 1;
+  }
+  if (v.empty()) return true;
+  std::vector<double> sorted = v;
+  std::sort(sorted.begin(), sorted.end());
+  std::size_t n = sorted.size();
+  p.step_ms = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+  if (n >= 2) {
+    double mean = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(n);
+    double ss = 0;
+    for (double x : v) ss += (x - mean) * (x - mean);
+    if (mean > 0) p.step_ms_cv = std::sqrt(ss / static_cast<double>(n - 1)) / mean;
+  }
+  return true;
+}
+
+Point parse_point(const Row& r) {
+  auto fail = [&](const std::string& msg) { throw ResultsError(r.source, r.line, msg); };
+  auto whole = [&](std::size_t col, std::optional<int> fallback) {
+    std::optional<double> v = r.number(col);
+    if (!v && fallback) return *fallback;
+    if (!v || *v < 1 || *v != std::floor(*v) || *v > 1e9)
+      fail("column '" + std::string(schema::kColumns[col]) + "': '" + r.at(col) +
+           "' is not a positive whole number");
+    return static_cast<int>(*v);
+  };
+  if (auto v = r.number(column("schema_version")); v && *v > schema::kSchemaVersion)
+    fail("schema_version " + r.at(column("schema_version")) + " is newer than this sweep reads (" +
+         std::to_string(schema::kSchemaVersion) + ")");
+  Point p;
+  p.line = r.line;
+  p.model = r.at(column("model"));
+  if (p.model.empty()) fail("column 'model' is empty");
+  p.status = r.at(column("status"));
+  if (p.status != schema::kOk && p.status != schema::kOom && p.status != schema::kCrash &&
+      p.status != schema::kTimeout && p.status != schema::kSkipped)
+    fail("column 'status': '" + p.status + "' is not one of ok, oom, crash, timeout, skipped");
+  p.batch = whole(column("batch"), std::nullopt);
+  p.accumulation = whole(column("accumulation"), 1);
+  // The input size: tokens for GPT-2 and T5 (encoder, decoder), seconds for Whisper.
+  auto axis = [&](std::size_t col) {
+    r.number(col);  // numeric when present
+    return r.at(col) == "0" ? std::string() : r.at(col);
+  };
+  std::string seq = axis(column("seq")), target = axis(column("target_seq"));
+  std::string audio = axis(column("audio_s"));
+  if (!audio.empty()) p.shape = "audio " + audio + " s";
+  if (!seq.empty()) p.shape = "seq " + seq + (target.empty() ? "" : ", target " + target);
+  const std::pair<std::string*, std::size_t> text[] = {
+      {&p.mode, column("mode")},
+      {&p.precision, column("precision")},
+      {&p.checkpointing, column("checkpointing")},
+      {&p.optimizer, column("optimizer")},
+      {&p.alloc_conf, column("alloc_conf")},
+      {&p.reason, column("reason")},
+      {&p.phase, column("phase")},
+      {&p.message, column("message")},
+      {&p.signal, column("signal")},
+      {&p.exit_code, column("exit_code")},
+      {&p.device_name, column("device_name")},
+      {&p.torch_version, column("torch_version")},
+      {&p.cuda_version, column("cuda_version")},
+      {&p.suite_version, column("suite_version")},
+      {&p.git_commit, column("git_commit")},
+      {&p.host, column("host")},
+      {&p.timestamp, column("timestamp")},
+  };
+  for (auto [field, col] : text) *field = r.at(col);
+  p.budget_bytes = r.number(column("budget_bytes")).value_or(0);
+  p.budget_emulated = r.number(column("budget_emulated")).value_or(0) == 1;
+  p.device_memory_bytes = r.number(column("device_memory_bytes"));
+  p.weights = r.number(column("weights_bytes"));
+  p.grads = r.number(column("grads_bytes"));
+  p.optimizer_state = r.number(column("optimizer_bytes"));
+  p.activations = r.number(column("activations_bytes"));
+  p.peak_allocated = r.number(column("peak_allocated_bytes"));
+  p.peak_reserved = r.number(column("peak_reserved_bytes"));
+  p.tokens_per_s = r.number(column("tokens_per_s"));
+  p.samples_per_s = r.number(column("samples_per_s"));
+  if (!step_statistics(r.at(column("step_ms_samples")), p))
+    fail("column 'step_ms_samples': '" + r.at(column("step_ms_samples")) +
+         "' is not a ';'-separated list of numbers");
+  if (!p.step_ms) p.step_ms = r.number(column("step_ms"));
+  if (!p.step_ms_cv) p.step_ms_cv = r.number(column("step_ms_cv"));
+  return p;
+}
+
+// "gpt2-medium-seq-1024": a file-name prefix from the model and shape.
+std::string slug(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    bool keep = std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_';
+    if (keep)
+      out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    else if (!out.empty() && out.back() != '-')
+      out += '-';
+  }
+  while (!out.empty() && out.back() == '-') out.pop_back();
+  return out.empty() ? "model" : out;
+}
+
+// Distinct non-empty values in order of appearance, joined with ", ".
+template <class Get>
+std::string distinct(const std::vector<Point>& pts, Get get) {
+  std::vector<std::string> seen;
+  for (const Point& p : pts) {
+    std::string v = get(p);
+    if (!v.empty() && std::find(seen.begin(), seen.end(), v) == seen.end()) seen.push_back(v);
+  }
+  std::string out;
+  for (const auto& v : seen) out += (out.empty() ? "" : ", ") + v;
+  return out.empty() ? "unknown" : out;
+}
+
+std::string budget_text(const Point& p) {
+  if (p.budget_bytes <= 0) return "whole device";
+  return gib(p.budget_bytes) + " GiB" + (p.budget_emulated ? " (emulated)" : "");
+}
+
+void header(Document& doc, const Results& res, const std::vector<Point>& pts) {
+  doc.heading(1, "Sweep report");
+  std::map<std::string, int> count;
+  for (const Point& p : pts) ++count[p.status];
+  std::string statuses;
+  for (std::string_view s :
+       {schema::kOk, schema::kOom, schema::kCrash, schema::kTimeout, schema::kSkipped})
+    statuses += (statuses.empty() ? "" : ", ") + std::to_string(count[std::string(s)]) + " " +
+                std::string(s);
+  std::string first, last;
+  for (const Point& p : pts) {
+    if (p.timestamp.empty()) continue;
+    if (first.empty() || p.timestamp < first) first = p.timestamp;
+    if (last.empty() || p.timestamp > last) last = p.timestamp;
+  }
+  doc.list({
+      "Results: " + res.path + " (" + std::to_string(res.rows.size()) + " rows, " +
+          std::to_string(pts.size()) + " points)",
+      "Points: " + statuses,
+      "Device: " + distinct(pts,
+                            [](const Point& p) {
+                              return p.device_name.empty()
+                                         ? std::string()
+                                         : p.device_name +
+                                               (p.device_memory_bytes
+                                                    ? " (" + gib(p.device_memory_bytes) + " GiB)"
+                                                    : "");
+                            }),
+      "Memory budget: " + distinct(pts, budget_text),
+      "torch " + distinct(pts, [](const Point& p) { return p.torch_version; }) + ", CUDA " +
+          distinct(pts, [](const Point& p) { return p.cuda_version; }),
+      "Suite " + distinct(pts, [](const Point& p) { return p.suite_version; }) + ", commit " +
+          distinct(pts, [](const Point& p) { return p.git_commit; }),
+      "Host: " + distinct(pts, [](const Point& p) { return p.host; }),
+      "Measured: " + (first.empty()   ? std::string("unknown")
+                      : first == last ? first
+                                      : first + " to " + last),
+  });
+  if (std::any_of(pts.begin(), pts.end(), [](const Point& p) { return p.budget_emulated; }))
+    doc.paragraph(
+        "Budget emulation was in effect: allocations beyond the budget were refused on a larger "
+        "device, so what fits matches the smaller card, but times are the larger device's.");
+  if (pts.empty()) doc.paragraph("The results file has no rows yet.");
+}
+
+void failures(Document& doc, const std::vector<Point>& pts) {
+  std::vector<Point> failed;
+  for (const Point& p : pts)
+    if (p.status == schema::kCrash || p.status == schema::kTimeout) failed.push_back(p);
+  if (failed.empty()) return;
+  doc.heading(2, "Crashes and timeouts");
+  auto fields = technique_fields();
+  fields.insert(fields.begin(),
+                {.header = "model", .cell = [](const Point& p) { return p.model; }, .keep = true});
+  fields.insert(fields.begin() + 1,
+                {.header = "input", .cell = [](const Point& p) { return p.shape; }});
+  fields.push_back({.header = "phase", .cell = [](const Point& p) { return p.phase; }});
+  fields.push_back({.header = "exit", .cell = [](const Point& p) {
+                      return p.signal.empty() ? p.exit_code : "signal " + p.signal;
+                    }});
+  fields.push_back(
+      {.header = "message", .cell = [](const Point& p) { return p.message; }, .keep = true});
+  fields.push_back({.header = "line",
+                    .cell = [](const Point& p) { return std::to_string(p.line); },
+                    .align = Align::kRight,
+                    .keep = true});
+  doc.table(make_table(fields, failed));
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  if (!out) throw ResultsError(path.string(), 0, "cannot write");
+}
+
+}  // namespace
+
+std::string Point::technique() const {
+  return precision + " / " + checkpointing + " / acc " + std::to_string(accumulation) + " / " +
+         optimizer;
+}
+
+std::vector<Point> parse_points(const Results& results) {
+  std::vector<Point> out;
+  std::map<std::string, std::size_t> by_id;
+  for (const Row& r : results.rows) {
+    Point p = parse_point(r);
+    const std::string& id = r.at(column("point_id"));
+    if (auto [it, fresh] = by_id.emplace(id, out.size()); !fresh && !id.empty()) {
+      out[it->second] = p;  // measured again: the later row replaces it in place
+      continue;
+    }
+    out.push_back(p);
+  }
+  return out;
+}
+
+std::vector<Group> make_groups(const std::vector<Point>& points) {
+  std::vector<Group> groups;
+  for (const Point& p : points) {
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) {
+      return g.model == p.model && g.shape == p.shape;
+    });
+    if (it == groups.end()) {
+      it = groups.insert(groups.end(), Group{.model = p.model, .shape = p.shape});
+      it->stem = slug(p.shape.empty() ? p.model : p.model + "-" + p.shape);
+    }
+    it->points.push_back(p);
+  }
+  for (Group& g : groups) {
+    std::vector<std::string> modes, allocs, budgets, memories;
+    for (const Point& p : g.points) {
+      modes.push_back(p.mode);
+      allocs.push_back(p.alloc_conf);
+      budgets.push_back(fixed(p.budget_bytes, 0));
+    }
+    g.mode = most_common(modes);
+    g.alloc_conf = most_common(allocs);
+    std::string budget = most_common(budgets);
+    std::vector<Point> kept;
+    for (const Point& p : g.points)
+      if (p.mode == g.mode && p.alloc_conf == g.alloc_conf && fixed(p.budget_bytes, 0) == budget)
+        kept.push_back(p);
+    g.left_out = static_cast<int>(g.points.size() - kept.size());
+    g.points = std::move(kept);
+    const Point* emulated = nullptr;
+    for (const Point& p : g.points) {
+      if (p.device_memory_bytes) memories.push_back(fixed(*p.device_memory_bytes, 0));
+      if (p.budget_emulated) emulated = &p;
+    }
+    g.budget_bytes = std::stod(budget);
+    if (g.budget_bytes > 0) {
+      g.budget_title = "budget " + gib(g.budget_bytes) + " GiB" + (emulated ? " (emulated)" : "");
+    } else if (!memories.empty()) {
+      g.budget_bytes = std::stod(most_common(memories));
+      g.budget_title = "device memory " + gib(g.budget_bytes) + " GiB";
+    }
+  }
+  return groups;
+}
+
+std::string gib(std::optional<double> bytes) {
+  if (!bytes) return "";
+  return fixed(*bytes / (1024.0 * 1024.0 * 1024.0), 2);
+}
+
+std::string fixed(double v, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  std::string s = buf;
+  // "-0" reads as a change where there is none.
+  bool negative_zero = s[0] == '-' && s.find_first_not_of("0.", 1) == std::string::npos;
+  return negative_zero ? s.substr(1) : s;
+}
+
+std::string percent(double fraction) { return fixed(100 * fraction, 0) + "%"; }
+
+std::string signed_percent(double fraction) {
+  std::string s = percent(fraction);
+  return s[0] == '-' || s == "0%" ? s : "+" + s;
+}
+
+int precision_rank(const std::string& precision) {
+  static const std::vector<std::string> kOrder = {"fp32", "fp16-amp", "bf16-amp", "bf16"};
+  auto it = std::find(kOrder.begin(), kOrder.end(), precision);
+  return static_cast<int>(it - kOrder.begin());
+}
+
+int optimizer_rank(const std::string& optimizer) {
+  static const std::vector<std::string> kOrder = {"adamw", "adamw-fused", "sgd", "adafactor"};
+  auto it = std::find(kOrder.begin(), kOrder.end(), optimizer);
+  return static_cast<int>(it - kOrder.begin());
+}
+
+std::string most_common(const std::vector<std::string>& values) {
+  std::string best;
+  long best_count = 0;
+  for (const auto& v : values) {
+    long n = std::count(values.begin(), values.end(), v);
+    if (n > best_count) {
+      best = v;
+      best_count = n;
+    }
+  }
+  return best;
+}
+
+void add_plot(Document& doc, bool drawn, const std::string& stem, const std::string& alt) {
+  if (drawn)
+    doc.image({.stem = stem, .alt = alt});
+  else
+    doc.paragraph("Plot data: " + stem + ".dat (script: " + stem + ".gp).");
+}
+
+}  // namespace report
+
+int write_report(const std::string& results_dir, const std::string& out_dir_in) {
+  namespace fs = std::filesystem;
+  Results res = read_results(results_dir);
+  std::vector<report::Point> points = report::parse_points(res);  // throws before any write
+  fs::path out_dir = out_dir_in.empty() ? fs::path(res.path).parent_path() : fs::path(out_dir_in);
+  if (out_dir.empty()) out_dir = ".";
+  fs::create_directories(out_dir);
+
+  Plotter plotter(out_dir.string());
+  Document doc;
+  report::header(doc, res, points);
+  if (!plotter.available()) {
+    std::cerr << "sweep report: note: " << report::kNoGnuplot << "\n";
+    doc.paragraph(report::kNoGnuplot);
+  }
+  report::failures(doc, points);
+  for (const report::Group& g : report::make_groups(points)) {
+    doc.heading(2, g.title());
+    if (g.left_out > 0)
+      doc.paragraph(
+          std::to_string(g.left_out) +
+          " points with another mode, allocator setting or "
+          "budget are not shown; compared here: mode " +
+          g.mode + (g.alloc_conf.empty() ? ", default allocator" : ", alloc_conf " + g.alloc_conf) +
+          ".");
+    report::memory_section(doc, plotter, g);
+    report::technique_section(doc, plotter, g);
+    report::breakdown_section(doc, plotter, g);
+    report::throughput_section(doc, plotter, g);
+  }
+  if (!plotter.errors().empty()) {
+    doc.heading(2, "Plot errors");
+    doc.list(plotter.errors());
+    for (const auto& e : plotter.errors()) std::cerr << "sweep report: " << e << "\n";
+  }
+  report::write_text(out_dir / "report.md", doc.markdown());
+  report::write_text(out_dir / "report.html",
+                     doc.html("Sweep report: " + res.path, out_dir.string()));
+  return 0;
+}
+
+void register_report_command(CLI::App& app, int& exit_code) {
+  struct Options {
+    std::string results_dir, out_dir;
+  };
+  auto opts = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand(
+      "report", "Write report.md, report.html and plots (SVG, PNG) from a results directory");
+  cmd->add_option("RESULTS_DIR", opts->results_dir, "directory holding results.csv (or the file)")
+      ->required();
+  cmd->add_option("--out", opts->out_dir, "where to write the report (default: RESULTS_DIR)");
+  cmd->callback([opts, &exit_code] {
+    try {
+      exit_code = write_report(opts->results_dir, opts->out_dir);
+    } catch (const ResultsError& e) {
+      std::cerr
+          << e.located() << "\n"
+          << (e.line() == 0 && !std::filesystem::exists(e.file())
+                  ? "hint: pass the directory `sweep run` wrote (it holds results.csv), or "
+                    "the file itself\n"
+                  : "hint: results.csv holds one row per point with the columns of "
+                    "sweeps/schema.h; fix or delete that line, then run `sweep report` again\n");
+      exit_code = 2;
+    } catch (const std::filesystem::filesystem_error& e) {
+      std::cerr << e.path1().string() << ": " << e.code().message() << "\n"
+                << "hint: choose a directory you can write to with --out DIR\n";
+      exit_code = 2;
+    }
+  });
+}
+
+}  // namespace sweep::reports

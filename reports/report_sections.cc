@@ -1,0 +1,494 @@
+// The four per-group sections of the report. Each one builds a chart (plots.h) and a
+// table (markup.h) from the same points, so the picture and the numbers cannot disagree.
+#include "reports/report_sections.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <tuple>
+
+namespace sweep::reports::report {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double kSmallActivationShare = 0.25;  // below this, checkpointing barely helps
+constexpr double kNoisyCv = 0.10;
+
+double to_gib(double bytes) { return bytes / kGiB; }
+
+int checkpointing_rank(const std::string& c) { return c == "none" ? 0 : c == "block" ? 1 : 2; }
+
+// Order: precision, checkpointing, accumulation, optimizer, then batch.
+auto technique_key(const Point& p) {
+  return std::make_tuple(precision_rank(p.precision), p.precision,
+                         checkpointing_rank(p.checkpointing), p.checkpointing, p.accumulation,
+                         optimizer_rank(p.optimizer), p.optimizer);
+}
+bool by_technique(const Point& a, const Point& b) {
+  return std::tuple_cat(technique_key(a), std::make_tuple(a.batch)) <
+         std::tuple_cat(technique_key(b), std::make_tuple(b.batch));
+}
+
+// The points a line chart over batch size shows: accumulation 1 (or the most common) and
+// the most common optimizer, so each line varies only in batch. Sorted by technique.
+struct Selection {
+  std::vector<Point> points;
+  int accumulation = 1;
+  std::string optimizer;
+  std::string held;  // "mode train, accumulation 1, optimizer adamw"
+  std::vector<std::string> pairs;
+};
+
+Selection select_lines(const Group& g) {
+  Selection s;
+  std::vector<std::string> accs, optimizers;
+  bool has_one = false;
+  for (const Point& p : g.points) {
+    accs.push_back(std::to_string(p.accumulation));
+    has_one = has_one || p.accumulation == 1;
+  }
+  s.accumulation = has_one ? 1 : std::stoi(most_common(accs));
+  for (const Point& p : g.points)
+    if (p.accumulation == s.accumulation) optimizers.push_back(p.optimizer);
+  s.optimizer = most_common(optimizers);
+  // The last row of a (pair, batch) wins when a point was re-measured with other settings.
+  std::map<std::tuple<std::string, int>, Point> latest;
+  for (const Point& p : g.points)
+    if (p.accumulation == s.accumulation && p.optimizer == s.optimizer)
+      latest[{p.pair(), p.batch}] = p;
+  for (auto& [key, p] : latest) s.points.push_back(p);
+  std::sort(s.points.begin(), s.points.end(), by_technique);
+  for (const Point& p : s.points)
+    if (std::find(s.pairs.begin(), s.pairs.end(), p.pair()) == s.pairs.end())
+      s.pairs.push_back(p.pair());
+  s.held = "mode " + g.mode + ", accumulation " + std::to_string(s.accumulation) + ", optimizer " +
+           s.optimizer + (g.alloc_conf.empty() ? "" : ", alloc_conf " + g.alloc_conf);
+  return s;
+}
+
+Series pair_series(const Point& p) {
+  bool block = p.checkpointing != "none";
+  return {.title = p.pair(),
+          .color = palette(static_cast<std::size_t>(precision_rank(p.precision))),
+          .dash = block ? 2 : 1,
+          .point_type = block ? 5 : 7};
+}
+
+// "<model, shape>: <what> vs batch size", ticked at the batches measured; log2 when they
+// span a factor of four or more (they usually double).
+LineChart batch_chart(const Group& g, const Selection& sel, const std::string& suffix,
+                      const std::string& what, const std::string& ylabel) {
+  LineChart c{.stem = g.stem + suffix,
+              .title = g.title() + ": " + what + " vs batch size",
+              .xlabel = "batch size (samples per micro-batch)",
+              .ylabel = ylabel};
+  std::set<int> batches;
+  for (const Point& p : sel.points) batches.insert(p.batch);
+  for (int b : batches) c.xtics.push_back(b);
+  c.log2_x = !batches.empty() && *batches.rbegin() >= 4 * *batches.begin();
+  return c;
+}
+
+Series red_crosses(std::string title) {
+  return {
+      .title = std::move(title), .color = kRed, .point_type = 2, .point_size = 2.2, .lines = false};
+}
+
+std::string status_text(const Point& p) {
+  return p.reason.empty() || p.ok() ? p.status : p.status + " (" + p.reason + ")";
+}
+
+std::string tokens(std::optional<double> v) { return v ? fixed(*v, *v >= 100 ? 0 : 1) : ""; }
+
+template <class T>
+Field<T> right(std::string header, std::function<std::string(const T&)> cell, bool keep = false) {
+  return {
+      .header = std::move(header), .cell = std::move(cell), .align = Align::kRight, .keep = keep};
+}
+
+// "batch 4, fp16-amp / block", naming only the technique axes that vary across `points`.
+std::vector<std::string> short_labels(const std::vector<Point>& points) {
+  auto varies = [&](auto get) {
+    return std::any_of(points.begin(), points.end(),
+                       [&](const Point& p) { return get(p) != get(points.front()); });
+  };
+  bool prec = varies([](const Point& p) { return p.precision; });
+  bool ckpt = varies([](const Point& p) { return p.checkpointing; });
+  bool acc = varies([](const Point& p) { return p.accumulation; });
+  bool opt = varies([](const Point& p) { return p.optimizer; });
+  std::vector<std::string> out;
+  for (const Point& p : points) {
+    std::string s = "batch " + std::to_string(p.batch);
+    if (prec) s += ", " + p.precision;
+    if (ckpt) s += (prec ? " / " : ", ") + p.checkpointing;
+    if (acc) s += ", acc " + std::to_string(p.accumulation);
+    if (opt) s += ", " + p.optimizer;
+    out.push_back(s);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<Field<Point>> technique_fields() {
+  return {
+      right<Point>(
+          "batch", [](const Point& p) { return std::to_string(p.batch); }, true),
+      {.header = "precision", .cell = [](const Point& p) { return p.precision; }},
+      {.header = "checkpointing", .cell = [](const Point& p) { return p.checkpointing; }},
+      right<Point>("accumulation", [](const Point& p) { return std::to_string(p.accumulation); }),
+      {.header = "optimizer", .cell = [](const Point& p) { return p.optimizer; }},
+      {.header = "status", .cell = [](const Point& p) { return status_text(p); }},
+  };
+}
+
+void memory_section(Document& doc, Plotter& plotter, const Group& g) {
+  Selection sel = select_lines(g);
+  doc.heading(3, "Peak memory vs batch size");
+  LineChart chart =
+      batch_chart(g, sel, "-memory", "peak allocated memory", "peak allocated memory (GiB)");
+  Series oom = red_crosses("out of memory");
+  Series skipped{.title = "skipped: smaller batch already out of memory",
+                 .color = "#ff7f0e",
+                 .point_type = 6,
+                 .point_size = 2,
+                 .lines = false};
+  double budget = to_gib(g.budget_bytes);
+  for (const std::string& pair : sel.pairs) {
+    Series line;
+    for (const Point& p : sel.points) {
+      if (p.pair() != pair) continue;
+      if (line.title.empty()) line = pair_series(p);
+      if (p.ok() && p.peak_allocated) line.points.emplace_back(p.batch, to_gib(*p.peak_allocated));
+      // An OOM is drawn at the peak it reached before failing, when the worker knew it.
+      if (p.status == "oom")
+        oom.points.emplace_back(p.batch, p.peak_allocated && *p.peak_allocated > 0
+                                             ? to_gib(*p.peak_allocated)
+                                             : budget);
+      if (p.status == "skipped" && p.out_of_memory()) skipped.points.emplace_back(p.batch, budget);
+    }
+    chart.series.push_back(line);
+  }
+  chart.series.push_back(oom);
+  chart.series.push_back(skipped);
+  if (g.budget_bytes > 0) {
+    chart.hline = budget;
+    chart.hline_title = g.budget_title;
+  }
+  add_plot(doc, plotter.draw(chart), chart.stem, chart.title);
+  std::string caption =
+      "One line per precision / checkpointing (dashed: checkpointing). Held fixed: " + sel.held +
+      ".";
+  if (!oom.points.empty())
+    caption +=
+        " A red cross marks an out-of-memory point, at the peak it reached before failing when "
+        "known (that peak is in the table), else at the budget.";
+  if (!skipped.points.empty())
+    caption +=
+        " An open circle marks a point skipped because a smaller batch of the same configuration "
+        "ran out of memory.";
+  doc.paragraph(caption);
+
+  std::map<std::string, double> batch1;
+  for (const Point& p : sel.points)
+    if (p.batch == 1 && p.ok() && p.peak_allocated && *p.peak_allocated > 0)
+      batch1[p.pair()] = *p.peak_allocated;
+  auto fields = technique_fields();
+  fields.push_back(right<Point>(
+      "peak allocated (GiB)", [](const Point& p) { return gib(p.peak_allocated); }, true));
+  fields.push_back(
+      right<Point>("peak reserved (GiB)", [](const Point& p) { return gib(p.peak_reserved); }));
+  fields.push_back(right<Point>("vs batch 1", [&batch1](const Point& p) {
+    auto it = batch1.find(p.pair());
+    if (!p.ok() || !p.peak_allocated || it == batch1.end()) return std::string();
+    return fixed(*p.peak_allocated / it->second, 2) + "×";
+  }));
+  doc.table(make_table(fields, sel.points));
+}
+
+void technique_section(Document& doc, Plotter& plotter, const Group& g) {
+  doc.heading(3, "Techniques compared at the same batch size");
+  const std::string base_optimizer = select_lines(g).optimizer;
+  const std::string base_name = "fp32 / none / acc 1 / " + base_optimizer;
+  std::map<int, std::map<decltype(technique_key(g.points.front())), Point>> by_batch;
+  for (const Point& p : g.points) by_batch[p.batch][technique_key(p)] = p;  // last row wins
+  int shown = 0;
+  for (const auto& [batch, techniques] : by_batch) {
+    if (techniques.size() < 2) continue;
+    ++shown;
+    std::vector<Point> pts;
+    for (const auto& [key, p] : techniques) pts.push_back(p);
+    const Point* base = nullptr;
+    for (const Point& p : pts)
+      if (p.ok() && p.precision == "fp32" && p.checkpointing == "none" && p.accumulation == 1 &&
+          p.optimizer == base_optimizer && p.peak_allocated && p.tokens_per_s)
+        base = &p;
+    auto saving = [&](const Point& p) -> std::optional<double> {
+      if (!base || !p.ok() || !p.peak_allocated) return std::nullopt;
+      return 1 - *p.peak_allocated / *base->peak_allocated;
+    };
+    auto speed = [&](const Point& p) -> std::optional<double> {
+      if (!base || !p.ok() || !p.tokens_per_s) return std::nullopt;
+      return *p.tokens_per_s / *base->tokens_per_s - 1;
+    };
+
+    BarChart chart{.stem = g.stem + "-techniques-b" + std::to_string(batch),
+                   .title = g.title() + ", batch " + std::to_string(batch) +
+                            ": memory and throughput by technique"};
+    Panel memory{.xlabel = "peak allocated memory (GiB)"};
+    Panel speed_panel{.xlabel = "throughput (tokens/s)"};
+    Segment mem{.title = "peak allocated", .color = palette(0)};
+    Segment tps{.title = "tokens/s", .color = palette(2)};
+    double max_mem = 0;
+    for (const Point& p : pts) {
+      chart.labels.push_back(p.technique());
+      bool has_mem = p.ok() && p.peak_allocated;
+      mem.values.push_back(has_mem ? to_gib(*p.peak_allocated) : kMissing);
+      if (has_mem) max_mem = std::max(max_mem, to_gib(*p.peak_allocated));
+      tps.values.push_back(p.ok() && p.tokens_per_s ? *p.tokens_per_s : kMissing);
+      std::string failed = p.ok() ? "" : p.out_of_memory() ? "out of memory" : p.status;
+      auto s = saving(p);
+      auto v = speed(p);
+      memory.notes.push_back(!failed.empty() ? failed
+                             : &p == base    ? "baseline"
+                             : s             ? signed_percent(-*s)
+                                             : "");
+      speed_panel.notes.push_back(!failed.empty()    ? failed
+                                  : &p == base || !v ? ""
+                                                     : signed_percent(*v));
+    }
+    memory.segments.push_back(mem);
+    speed_panel.segments.push_back(tps);
+    // The budget line helps when it is near the bars; far above, it would flatten them.
+    double budget = to_gib(g.budget_bytes);
+    if (g.budget_bytes > 0 && budget <= 2.5 * max_mem) {
+      memory.vline = budget;
+      memory.vline_title = g.budget_title;
+    }
+    chart.panels = {memory, speed_panel};
+    doc.heading(4, "Batch " + std::to_string(batch));
+    add_plot(doc, plotter.draw(chart), chart.stem, chart.title);
+    doc.paragraph(base ? "Labels: change against the baseline " + base_name +
+                             " (memory: negative is a saving; throughput: negative is the cost)."
+                       : "The baseline " + base_name + " has no successful measurement at batch " +
+                             std::to_string(batch) + ", so no savings are computed.");
+
+    auto fields = technique_fields();
+    fields.erase(fields.begin());  // the batch is in the heading
+    fields.push_back(right<Point>(
+        "peak allocated (GiB)", [](const Point& p) { return gib(p.peak_allocated); }, true));
+    fields.push_back(right<Point>(
+        "memory saved",
+        [&](const Point& p) {
+          auto s = saving(p);
+          return &p == base ? "baseline" : s ? percent(*s) : "";
+        },
+        base != nullptr));
+    fields.push_back(right<Point>(
+        "tokens/s", [](const Point& p) { return tokens(p.tokens_per_s); }, true));
+    fields.push_back(right<Point>("throughput change", [&](const Point& p) {
+      auto v = speed(p);
+      return &p == base ? "baseline" : v ? signed_percent(*v) : "";
+    }));
+    doc.table(make_table(fields, pts));
+  }
+  if (shown == 0)
+    doc.paragraph(
+        "Each batch size was measured with one technique combination only; nothing to compare.");
+}
+
+void breakdown_section(Document& doc, Plotter& plotter, const Group& g) {
+  doc.heading(3, "Where the memory goes");
+  std::vector<Point> pts;
+  for (const Point& p : g.points)
+    if (p.ok() && p.peak_allocated && *p.peak_allocated > 0 && (p.weights || p.activations))
+      pts.push_back(p);
+  if (pts.empty()) {
+    doc.paragraph("No successful point has a memory breakdown.");
+    return;
+  }
+  std::sort(pts.begin(), pts.end(), by_technique);
+  auto part = [](std::optional<double> v) { return v ? to_gib(std::max(0.0, *v)) : 0.0; };
+  auto other = [](const Point& p) {
+    double parts = p.weights.value_or(0) + p.grads.value_or(0) + p.optimizer_state.value_or(0) +
+                   p.activations.value_or(0);
+    return std::max(0.0, *p.peak_allocated - parts);
+  };
+  auto overhead = [](const Point& p) {
+    return p.peak_reserved ? std::max(0.0, *p.peak_reserved - *p.peak_allocated) : 0.0;
+  };
+  auto share = [](const Point& p) { return p.activations.value_or(0) / *p.peak_allocated; };
+  bool any_other = std::any_of(pts.begin(), pts.end(),
+                               [&](const Point& p) { return other(p) > 0.01 * *p.peak_allocated; });
+
+  BarChart chart{.stem = g.stem + "-breakdown", .title = g.title() + ": where the memory goes"};
+  chart.labels = short_labels(pts);
+  Panel panel{.xlabel = "memory at the peak (GiB)"};
+  Segment w{"weights", "#0072b2", {}}, gr{"gradients", "#56b4e9", {}},
+      o{"optimizer state", "#e69f00", {}}, a{"activations", "#009e73", {}},
+      ot{"other allocated", "#cc79a7", {}}, ov{"allocator overhead", "#bbbbbb", {}};
+  for (const Point& p : pts) {
+    w.values.push_back(part(p.weights));
+    gr.values.push_back(part(p.grads));
+    o.values.push_back(part(p.optimizer_state));
+    a.values.push_back(part(p.activations));
+    ot.values.push_back(to_gib(other(p)));
+    ov.values.push_back(to_gib(overhead(p)));
+    panel.notes.push_back("activations " + percent(share(p)));
+  }
+  panel.segments = {w, gr, o, a};
+  if (any_other) panel.segments.push_back(ot);
+  panel.segments.push_back(ov);
+  chart.panels = {panel};
+  add_plot(doc, plotter.draw(chart), chart.stem, chart.title);
+
+  // Where activations are a small share, name what does shrink the peak.
+  std::vector<const Point*> small;
+  for (const Point& p : pts)
+    if (share(p) < kSmallActivationShare) small.push_back(&p);
+  if (!small.empty()) {
+    double wsum = 0, gsum = 0, osum = 0, peak = 0;
+    const Point* example = small.front();
+    for (const Point* p : small) {
+      wsum += p->weights.value_or(0);
+      gsum += p->grads.value_or(0);
+      osum += p->optimizer_state.value_or(0);
+      peak += *p->peak_allocated;
+      if (share(*p) < share(*example)) example = p;
+    }
+    // What shrinks the persistent part, largest first; nothing the points already use.
+    auto all = [&](auto pred) { return std::all_of(small.begin(), small.end(), pred); };
+    struct Remedy {
+      double bytes;
+      const char* advice;
+    };
+    std::vector<Remedy> remedies;
+    if (!all([](const Point* p) { return p->optimizer == "sgd" || p->optimizer == "adafactor"; }))
+      remedies.push_back({osum, "a lighter optimizer state (adafactor or sgd)"});
+    if (!all([](const Point* p) { return p->precision == "bf16"; }))
+      remedies.push_back({wsum, "lower-precision weights (pure bf16)"});
+    remedies.push_back({gsum, "fewer trainable parameters (freeze layers or train adapters)"});
+    std::stable_sort(remedies.begin(), remedies.end(),
+                     [](const Remedy& x, const Remedy& y) { return x.bytes > y.bytes; });
+    std::string advice;
+    for (std::size_t i = 0; i < remedies.size(); ++i)
+      advice += std::string(i == 0                     ? ""
+                            : i + 1 == remedies.size() ? " or "
+                                                       : ", ") +
+                remedies[i].advice;
+    double largest = std::max({osum, wsum, gsum});
+    const char* largest_name = largest == osum   ? "optimizer state"
+                               : largest == wsum ? "the weights"
+                                                 : "the gradients";
+    doc.paragraph("Activations are under 25% of peak memory at " + std::to_string(small.size()) +
+                  " of " + std::to_string(pts.size()) + " points (e.g. batch " +
+                  std::to_string(example->batch) + ", " + example->technique() + ": " +
+                  percent(share(*example)) + "), where " + largest_name + " is the largest part (" +
+                  percent(largest / peak) +
+                  "), so gradient checkpointing and smaller batches will not help much there; " +
+                  advice + " will.");
+  }
+  doc.paragraph(
+      "Allocator overhead is peak reserved minus peak allocated: memory the caching "
+      "allocator holds that no tensor uses.");
+
+  auto fields = technique_fields();
+  fields.pop_back();  // all ok
+  fields.push_back(right<Point>("weights (GiB)", [](const Point& p) { return gib(p.weights); }));
+  fields.push_back(right<Point>("gradients (GiB)", [](const Point& p) { return gib(p.grads); }));
+  fields.push_back(
+      right<Point>("optimizer state (GiB)", [](const Point& p) { return gib(p.optimizer_state); }));
+  fields.push_back(right<Point>(
+      "activations (GiB)", [](const Point& p) { return gib(p.activations); }, true));
+  if (any_other)
+    fields.push_back(right<Point>("other (GiB)", [&](const Point& p) { return gib(other(p)); }));
+  fields.push_back(
+      right<Point>("overhead (GiB)", [&](const Point& p) { return gib(overhead(p)); }));
+  fields.push_back(right<Point>(
+      "peak allocated (GiB)", [](const Point& p) { return gib(p.peak_allocated); }, true));
+  fields.push_back(right<Point>(
+      "activations share", [&](const Point& p) { return percent(share(p)); }, true));
+  doc.table(make_table(fields, pts));
+}
+
+void throughput_section(Document& doc, Plotter& plotter, const Group& g) {
+  Selection sel = select_lines(g);
+  doc.heading(3, "Throughput vs batch size");
+  LineChart chart = batch_chart(g, sel, "-throughput", "throughput", "throughput (tokens/s)");
+  Series frontier = red_crosses("first batch that runs out of memory");
+  std::vector<std::string> frontier_text;
+  for (const std::string& pair : sel.pairs) {
+    Series line;
+    std::optional<int> first_oom;
+    int largest_ok = 0;
+    std::string failed;  // crashes and timeouts: not a frontier, but a reader must know
+    for (const Point& p : sel.points) {
+      if (p.pair() != pair) continue;
+      if (line.title.empty()) line = pair_series(p);
+      if (p.ok()) largest_ok = std::max(largest_ok, p.batch);
+      if (p.out_of_memory() && !first_oom) first_oom = p.batch;
+      if (p.status == "crash" || p.status == "timeout")
+        failed += "; batch " + std::to_string(p.batch) + ": " + p.status;
+      if (p.ok() && p.tokens_per_s && (!first_oom || p.batch < *first_oom))
+        line.points.emplace_back(p.batch, *p.tokens_per_s);
+    }
+    chart.series.push_back(line);
+    frontier_text.push_back(
+        pair + ": " +
+        (largest_ok ? "fits up to batch " + std::to_string(largest_ok) : "no batch fit") +
+        (first_oom ? ", out of memory from batch " + std::to_string(*first_oom)
+                   : ", no out-of-memory seen") +
+        failed);
+    if (!first_oom) continue;
+    // The cross stands at the last throughput reached, joined to it by a dotted line.
+    double y = line.points.empty() ? 0 : line.points.back().second;
+    frontier.points.emplace_back(*first_oom, y);
+    if (!line.points.empty()) {
+      Series link = line;
+      link.title.clear();
+      link.dash = 3;
+      link.point_size = 0;
+      link.points = {line.points.back(), {*first_oom, y}};
+      chart.series.push_back(link);
+    }
+  }
+  chart.series.push_back(frontier);
+  add_plot(doc, plotter.draw(chart), chart.stem, chart.title);
+  doc.paragraph("Tokens per second over all micro-batches. Held fixed: " + sel.held + "." +
+                (frontier.points.empty()
+                     ? ""
+                     : " A red cross marks the first batch that ran out of "
+                       "memory, at the throughput of the last batch that fit."));
+  doc.list(frontier_text);
+
+  int noisy = 0;
+  double worst = 0;
+  for (const Point& p : sel.points)
+    if (p.ok() && p.step_ms_cv && *p.step_ms_cv > kNoisyCv) {
+      ++noisy;
+      worst = std::max(worst, *p.step_ms_cv);
+    }
+  if (noisy > 0)
+    doc.paragraph("Warning: step times vary by more than 10% between repetitions at " +
+                  std::to_string(noisy) + (noisy == 1 ? " point" : " points") + " (up to " +
+                  percent(worst) + "); raise warmup_steps or repetitions and measure them again.");
+
+  std::vector<Point> ok;
+  for (const Point& p : sel.points)
+    if (p.ok()) ok.push_back(p);
+  auto fields = technique_fields();
+  fields.pop_back();
+  fields.push_back(right<Point>(
+      "tokens/s", [](const Point& p) { return tokens(p.tokens_per_s); }, true));
+  fields.push_back(
+      right<Point>("samples/s", [](const Point& p) { return tokens(p.samples_per_s); }));
+  fields.push_back(right<Point>(
+      "step (ms, median)", [](const Point& p) { return p.step_ms ? fixed(*p.step_ms, 1) : ""; }));
+  fields.push_back(right<Point>("step CV", [](const Point& p) {
+    return p.step_ms_cv ? fixed(100 * *p.step_ms_cv, 1) + "%" : "";
+  }));
+  doc.table(make_table(fields, ok));
+}
+
+}  // namespace sweep::reports::report

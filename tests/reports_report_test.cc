@@ -1,0 +1,366 @@
+// `sweep report` on tests/data/report_fixture.csv (fixture numbers, not measurements):
+// the tables' numbers against the fixture, the plots and the self-contained HTML, the
+// path without gnuplot, bad input, and the shared table builder.
+#include "reports/report.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "reports/markup.h"
+#include "reports/results.h"
+
+namespace sweep::reports {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kFixture = std::string(SWEEP_TEST_DATA) + "/report_fixture.csv";
+const std::string kMalformed = std::string(SWEEP_TEST_DATA) + "/report_malformed.csv";
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// A fresh directory per test, removed afterwards.
+class TempDir {
+ public:
+  TempDir() {
+    const auto* info = testing::UnitTest::GetInstance()->current_test_info();
+    path_ = fs::temp_directory_path() /
+            ("sweep_report_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
+    fs::remove_all(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const fs::path& path() const { return path_; }
+  std::string str() const { return path_.string(); }
+
+ private:
+  fs::path path_;
+};
+
+// Sets (or unsets, with nullptr) an environment variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    value ? ::setenv(name, value, 1) : ::unsetenv(name);
+  }
+  ~ScopedEnv() { old_ ? ::setenv(name_, old_->c_str(), 1) : ::unsetenv(name_); }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+// The report of the fixture, written without gnuplot (fast, and the same on every machine).
+std::string fixture_markdown(const TempDir& dir) {
+  ScopedEnv no_gnuplot("SWEEP_GNUPLOT", "/nonexistent");
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(write_report(kFixture, dir.str()), 0);
+  testing::internal::GetCapturedStderr();
+  return slurp(dir.path() / "report.md");
+}
+
+bool has_gnuplot() { return std::system("command -v gnuplot >/dev/null 2>&1") == 0; }
+
+TEST(Markup, HidesColumnsThatDoNotVaryAndNamesThemOnce) {
+  struct Item {
+    int batch;
+    std::string optimizer, status;
+  };
+  std::vector<Field<Item>> fields = {
+      {.header = "batch",
+       .cell = [](const Item& i) { return std::to_string(i.batch); },
+       .align = Align::kRight,
+       .keep = true},
+      {.header = "optimizer", .cell = [](const Item& i) { return i.optimizer; }},
+      {.header = "status", .cell = [](const Item& i) { return i.status; }},
+      {.header = "note", .cell = [](const Item&) { return std::string(); }},
+  };
+  Table t = make_table(fields, std::vector<Item>{{1, "adamw", "ok"}, {2, "adamw", "oom"}});
+  EXPECT_EQ(t.headers, (std::vector<std::string>{"batch", "status"}));
+  EXPECT_EQ(markdown_table(t),
+            "| batch | status |\n| ---: | --- |\n| 1 | ok |\n| 2 | oom |\n\n"
+            "Same in every row: optimizer adamw.\n");
+  EXPECT_EQ(
+      html_table(t),
+      "<table>\n<tr><th>batch</th><th>status</th></tr>\n"
+      "<tr><td class=\"r\">1</td><td>ok</td></tr>\n<tr><td class=\"r\">2</td><td>oom</td></tr>\n"
+      "</table>\n<p class=\"fixed\">Same in every row: optimizer adamw.</p>\n");
+  // A kept column stays even with one row; the others all become "same in every row".
+  Table one = make_table(fields, std::vector<Item>{{4, "sgd", "ok"}});
+  EXPECT_EQ(one.headers, (std::vector<std::string>{"batch"}));
+}
+
+TEST(Markup, EscapesMarkdownAndHtml) {
+  Document doc;
+  doc.paragraph("a|b <c> d_e");
+  doc.table(make_table({"x"}, {Align::kLeft}, {true}, {{"p|q"}, {"<r>"}}));
+  EXPECT_EQ(doc.markdown(), "a\\|b \\<c\\> d\\_e\n\n| x |\n| --- |\n| p\\|q |\n| \\<r\\> |\n\n");
+  EXPECT_NE(doc.html("t", ".").find("<p>a|b &lt;c&gt; d_e</p>"), std::string::npos);
+}
+
+TEST(Markup, Base64) {
+  EXPECT_EQ(base64(""), "");
+  EXPECT_EQ(base64("f"), "Zg==");
+  EXPECT_EQ(base64("fo"), "Zm8=");
+  EXPECT_EQ(base64("foo"), "Zm9v");
+  EXPECT_EQ(base64("foobar"), "Zm9vYmFy");
+  EXPECT_EQ(base64(std::string("\x89PNG", 4)), "iVBORw==");
+}
+
+// The fixture's gpt2-medium rows: W = 1419292672 bytes of fp32 weights, gradients W,
+// AdamW state 2W; fp32 activations 1946 MiB a sample (461 MiB with checkpointing).
+TEST(Report, MemoryTableMatchesFixture) {
+  TempDir dir;
+  std::string md = fixture_markdown(dir);
+  // Batch 1: 4W + 1946 MiB = 7717699584 B = 7.19 GiB; the earlier 7.5 GiB row of the same
+  // point_id is replaced by this one.
+  EXPECT_NE(md.find("| 1 | fp32 | none | ok | 7.19 | 7.47 | 1.00× |"), std::string::npos) << md;
+  // Batch 4: 4W + 4 * 1946 MiB = 13839286272 B = 12.89 GiB; / 7717699584 = 1.79×.
+  EXPECT_NE(md.find("| 4 | fp32 | none | ok | 12.89 | 13.40 | 1.79× |"), std::string::npos);
+  // fp16-amp with checkpointing, batch 32: 4W + (676 + 32 * 256) MiB = 13.95 GiB, 2.25× batch 1.
+  EXPECT_NE(md.find("| 32 | fp16-amp | block | ok | 13.95 | 14.50 | 2.25× |"), std::string::npos);
+  // The OOM keeps the peak it reached; the implied OOM has none.
+  EXPECT_NE(md.find("| 16 | fp32 | none | oom | 23.40 |  |  |"), std::string::npos);
+  EXPECT_NE(md.find("| 32 | fp32 | none | skipped (implied-oom) |  |  |  |"), std::string::npos);
+  EXPECT_NE(md.find("Held fixed: mode train, accumulation 1, optimizer adamw."), std::string::npos);
+}
+
+TEST(Report, TechniqueSavingsAgainstTheFp32Baseline) {
+  TempDir dir;
+  std::string md = fixture_markdown(dir);
+  std::string b4 = md.substr(md.find("#### Batch 4"));
+  b4 = b4.substr(0, b4.find("####", 4));
+  // fp32/block: 4W + 4 * 461 MiB = 7.09 GiB, 1 - 7610744832 / 13839286272 = 45% saved;
+  // 4900 / 6500 tokens/s = -25%.
+  EXPECT_NE(b4.find("| fp32 | none | 1 | adamw | 12.89 | baseline | 6500 | baseline |"),
+            std::string::npos)
+      << b4;
+  EXPECT_NE(b4.find("| fp32 | block | 1 | adamw | 7.09 | 45% | 4900 | -25% |"), std::string::npos);
+  // Accumulation 4 needs the same memory, 6% more throughput (fixture: 6890 vs 6500).
+  EXPECT_NE(b4.find("| fp32 | none | 4 | adamw | 12.89 | 0% | 6890 | +6% |"), std::string::npos);
+  // Adafactor (6 MiB of state) at batch 2: 5701197824 B = 5.31 GiB, 1 - 5701197824 /
+  // 9758228480 = 42% saved; 13485 / 5600 = +141%.
+  EXPECT_NE(md.find("| fp16-amp | none | 1 | adafactor | 5.31 | 42% | 13485 | +141% |"),
+            std::string::npos);
+  // Where the baseline ran out of memory there is nothing to compare against.
+  EXPECT_NE(md.find("has no successful measurement at batch 16, so no savings are computed"),
+            std::string::npos);
+}
+
+TEST(Report, BreakdownAndAdviceWhereActivationsAreSmall) {
+  TempDir dir;
+  std::string md = fixture_markdown(dir);
+  // t5-base fp32 with checkpointing, batch 4: W 0.83, grads 0.83, AdamW 1.66, activations
+  // 4 * 82 MiB = 0.32 GiB, 64 MiB other, peak 3.70 GiB; activations 9% of it.
+  EXPECT_NE(md.find("| 4 | fp32 | block | 0.83 | 0.83 | 1.66 | 0.32 | 3.70 | 9% |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("other (GiB) 0.06, overhead (GiB) 0.09."), std::string::npos);
+  // gpt2-medium: 8 of its 27 ok points have activations under 25% (e.g. batch 1 fp32/block:
+  // 461 MiB of 5.74 GiB = 8%); AdamW state (2W) is the largest part there.
+  std::regex advice(
+      "Activations are under 25% of peak memory at 8 of 27 points \\(e\\.g\\. batch 1, fp32 / "
+      "block / acc 1 / adamw: 8%\\), where optimizer state is the largest part \\(4[0-9]%\\), so "
+      "gradient checkpointing and smaller batches will not help much there; a lighter optimizer "
+      "state \\(adafactor or sgd\\)");
+  EXPECT_TRUE(std::regex_search(md, advice)) << md;
+}
+
+TEST(Report, HeaderCountsAndFailures) {
+  TempDir dir;
+  std::string md = fixture_markdown(dir);
+  EXPECT_NE(md.find("(47 rows, 46 points)"), std::string::npos) << md;
+  EXPECT_NE(md.find("- Points: 41 ok, 2 oom, 1 crash, 1 timeout, 1 skipped"), std::string::npos);
+  EXPECT_NE(md.find("- Device: Fixture GPU 80GB (not a measurement) (79.65 GiB)"),
+            std::string::npos);
+  EXPECT_NE(md.find("- Memory budget: 24.00 GiB (emulated), whole device"), std::string::npos);
+  EXPECT_NE(md.find("- torch 2.11.0, CUDA 13.0"), std::string::npos);
+  EXPECT_NE(md.find("- Suite 0.1.0, commit fixture00000"), std::string::npos);
+  EXPECT_NE(md.find("- Measured: 2025-11-20T10:01:34Z to 2025-11-21T"), std::string::npos);
+  EXPECT_NE(md.find("Budget emulation was in effect"), std::string::npos);
+  EXPECT_NE(md.find("| t5-base | 32 | none | crash (SIGSEGV) | backward | signal 11 | worker "
+                    "killed by signal 11 (SIGSEGV) in backward | 44 |"),
+            std::string::npos);
+  EXPECT_NE(md.find("| t5-base | 32 | block | timeout | forward | signal 9 |"), std::string::npos);
+}
+
+TEST(Report, ThroughputFrontierAndNoisyTimes) {
+  TempDir dir;
+  std::string md = fixture_markdown(dir);
+  EXPECT_NE(md.find("- fp32 / none: fits up to batch 8, out of memory from batch 16\n"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("- fp16-amp / none: fits up to batch 16, out of memory from batch 32\n"),
+            std::string::npos);
+  EXPECT_NE(md.find("- bf16 / none: fits up to batch 16, no out-of-memory seen; batch 32: crash\n"),
+            std::string::npos);
+  // The fixture's fp16-amp batch-1 samples spread by 14% (stddev / mean of 3 samples).
+  EXPECT_NE(md.find("at 1 point (up to 14%)"), std::string::npos);
+  EXPECT_NE(md.find("| 8 | fp32 | none | 6900 | 6.7 | 1187.2 | 1.0% |"), std::string::npos);
+}
+
+TEST(Report, DrawsSvgPngAndASelfContainedHtml) {
+  if (!has_gnuplot()) GTEST_SKIP() << "gnuplot not installed (apt-get install gnuplot-nox)";
+  ScopedEnv use_path("SWEEP_GNUPLOT", nullptr);
+  TempDir dir;
+  testing::internal::CaptureStderr();
+  ASSERT_EQ(write_report(kFixture, dir.str()), 0);
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err, "");
+  std::string md = slurp(dir.path() / "report.md");
+  std::regex image("!\\[[^\\]]*\\]\\(([^)]+)\\.svg\\)");
+  int images = 0;
+  for (std::sregex_iterator it(md.begin(), md.end(), image), end; it != end; ++it, ++images) {
+    std::string stem = (*it)[1];
+    std::string svg = slurp(dir.path() / (stem + ".svg"));
+    EXPECT_TRUE(svg.starts_with("<?xml") || svg.starts_with("<svg")) << stem;
+    EXPECT_NE(svg.find("</svg>"), std::string::npos) << stem;
+    EXPECT_TRUE(slurp(dir.path() / (stem + ".png")).starts_with("\x89PNG\r\n\x1a\n")) << stem;
+    EXPECT_TRUE(fs::exists(dir.path() / (stem + ".dat"))) << stem;
+  }
+  // Per model: memory, breakdown, throughput; techniques at 6 (gpt2) and 4 (t5) batches.
+  EXPECT_EQ(images, 16);
+  std::string html = slurp(dir.path() / "report.html");
+  EXPECT_EQ(html.find("http://"), std::string::npos);
+  EXPECT_EQ(html.find("https://"), std::string::npos);
+  std::size_t embedded = 0;
+  for (std::size_t at = 0;
+       (at = html.find("src=\"data:image/png;base64,iVBORw0KGgo", at)) != std::string::npos; ++at)
+    ++embedded;
+  EXPECT_EQ(embedded, 16u);
+  EXPECT_NE(html.find("<td class=\"r\">12.89</td>"), std::string::npos);
+}
+
+TEST(Report, WithoutGnuplotWritesTablesAndDataAndSaysHowToGetIt) {
+  ScopedEnv no_gnuplot("SWEEP_GNUPLOT", "/nonexistent");
+  TempDir dir;
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(write_report(kFixture, dir.str()), 0);
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("apt-get install gnuplot-nox"), std::string::npos) << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  std::string md = slurp(dir.path() / "report.md");
+  EXPECT_NE(md.find("apt-get install gnuplot-nox"), std::string::npos);
+  EXPECT_NE(md.find("| 4 | fp32 | none | ok | 12.89 |"), std::string::npos);
+  EXPECT_NE(md.find("Plot data: gpt2-medium-seq-1024-memory.dat"), std::string::npos);
+  EXPECT_EQ(md.find(".svg)"), std::string::npos);
+  std::string data = slurp(dir.path() / "gpt2-medium-seq-1024-memory.dat");
+  EXPECT_NE(data.find("# fp32 / none\n1\t7.18767\n2\t9.08806\n4\t12.8888\n8\t20.4904\n"),
+            std::string::npos)
+      << data;
+  for (const auto& entry : fs::directory_iterator(dir.path())) {
+    EXPECT_NE(entry.path().extension(), ".png") << entry.path();
+    EXPECT_NE(entry.path().extension(), ".svg") << entry.path();
+  }
+  EXPECT_EQ(slurp(dir.path() / "report.html").find("<img"), std::string::npos);
+}
+
+TEST(Report, DefaultOutputIsTheResultsDirectory) {
+  TempDir dir;
+  fs::create_directories(dir.path());
+  fs::copy_file(kFixture, dir.path() / "results.csv");
+  ScopedEnv no_gnuplot("SWEEP_GNUPLOT", "/nonexistent");
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(write_report(dir.str()), 0);
+  testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(fs::exists(dir.path() / "report.md"));
+  EXPECT_TRUE(fs::exists(dir.path() / "report.html"));
+}
+
+TEST(Report, MalformedRowThrowsWithItsLineAndWritesNothing) {
+  TempDir dir;
+  try {
+    write_report(kMalformed, dir.str());
+    FAIL() << "no ResultsError";
+  } catch (const ResultsError& e) {
+    EXPECT_EQ(e.line(), 4u);
+    EXPECT_NE(e.located().find("report_malformed.csv:4: column 'batch': 'four'"), std::string::npos)
+        << e.located();
+  }
+  EXPECT_FALSE(fs::exists(dir.path()));
+}
+
+TEST(Report, UnknownStatusIsAnError) {
+  TempDir dir;
+  fs::create_directories(dir.path());
+  std::string csv = slurp(kFixture);
+  // Line 3 is the second row; its status "ok" becomes "exploded".
+  std::size_t line3 = csv.find('\n', csv.find('\n') + 1) + 1;
+  std::size_t ok = csv.find(",ok,", line3);
+  csv.replace(ok, 4, ",exploded,");
+  std::ofstream(dir.path() / "results.csv") << csv;
+  try {
+    write_report(dir.str(), (dir.path() / "out").string());
+    FAIL() << "no ResultsError";
+  } catch (const ResultsError& e) {
+    EXPECT_EQ(e.line(), 3u);
+    EXPECT_NE(
+        std::string(e.what()).find("'exploded' is not one of ok, oom, crash, timeout, skipped"),
+        std::string::npos);
+  }
+  EXPECT_FALSE(fs::exists(dir.path() / "out"));
+}
+
+TEST(ReportCommand, BadInputExitsTwoWithLocationAndHint) {
+  TempDir dir;
+  CLI::App app;
+  int exit_code = -1;
+  register_report_command(app, exit_code);
+  testing::internal::CaptureStderr();
+  app.parse("report " + kMalformed + " --out " + dir.str());
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(exit_code, 2);
+  EXPECT_NE(err.find("report_malformed.csv:4: "), std::string::npos) << err;
+  EXPECT_NE(err.find("\nhint: "), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(dir.path()));
+}
+
+TEST(ReportCommand, MissingDirectoryExitsTwo) {
+  CLI::App app;
+  int exit_code = -1;
+  register_report_command(app, exit_code);
+  testing::internal::CaptureStderr();
+  app.parse("report /nonexistent/results");
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(exit_code, 2);
+  EXPECT_NE(err.find("hint: pass the directory `sweep run` wrote"), std::string::npos) << err;
+}
+
+TEST(ReportCommand, WritesTheReport) {
+  TempDir dir;
+  ScopedEnv no_gnuplot("SWEEP_GNUPLOT", "/nonexistent");
+  CLI::App app;
+  int exit_code = -1;
+  register_report_command(app, exit_code);
+  testing::internal::CaptureStderr();
+  app.parse("report " + kFixture + " --out " + dir.str());
+  testing::internal::GetCapturedStderr();
+  EXPECT_EQ(exit_code, 0);
+  EXPECT_TRUE(fs::exists(dir.path() / "report.md"));
+}
+
+TEST(Report, HeaderOnlyFileGivesAnEmptyReport) {
+  TempDir dir;
+  fs::create_directories(dir.path());
+  std::string csv = slurp(kFixture);
+  std::ofstream(dir.path() / "results.csv") << csv.substr(0, csv.find('\n') + 1);
+  EXPECT_EQ(write_report(dir.str()), 0);
+  std::string md = slurp(dir.path() / "report.md");
+  EXPECT_NE(md.find("The results file has no rows yet."), std::string::npos) << md;
+  EXPECT_NE(md.find("- Points: 0 ok, 0 oom, 0 crash, 0 timeout, 0 skipped"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sweep::reports
