@@ -1,0 +1,118 @@
+// The GPU table. Peaks are the vendors' dense figures (datasheets quote tensor-core rates
+// "with sparsity": those are halved here). GeForce cards run FP16/BF16 tensor math with
+// FP32 accumulation (what autocast uses) at half their FP16-accumulate rate; that half is
+// the figure given. Memory is the capacity as sold; CUDA reports a little less (ECC on a
+// T4 leaves 15 GiB of 16), which recommend's margin absorbs.
+#include "reports/gpus.h"
+
+#include <algorithm>
+#include <cctype>
+#include <string>
+
+namespace sweep::reports {
+namespace {
+
+// clang-format off
+const std::vector<GpuSpec> kGpus = {
+  // key        name             tokens             GiB   fp32   tf32    fp16    bf16
+  // GeForce RTX 3060 specifications (3584 CUDA cores = 28 SMs, 1.78 GHz boost) at the
+  // per-SM rates of the NVIDIA Ampere GA102 whitepaper (its RTX 3090 figures / 82 SMs).
+  {"rtx3060",    "RTX 3060",      "rtx 3060",        12,  12.7,  12.7,   25.5,   25.5},
+  // NVIDIA T4 datasheet: FP32 8.1, mixed FP16/FP32 65; Turing has no TF32 or BF16.
+  {"t4",         "T4",            "t4",              16,   8.1,     0,     65,      0},
+  // NVIDIA V100 datasheet (SXM2): FP32 15.7, tensor 125; Volta has no TF32 or BF16.
+  {"v100-16gb",  "V100 16GB",     "v100 sxm2 16gb",  16,  15.7,     0,    125,      0},
+  // NVIDIA Ampere GA102 whitepaper, table "GeForce RTX 3090".
+  {"rtx3090",    "RTX 3090",      "rtx 3090",        24,  35.6,  35.6,     71,     71},
+  // NVIDIA A10 datasheet.
+  {"a10",        "A10",           "a10",             24,  31.2,  62.5,    125,    125},
+  // NVIDIA L4 datasheet (TF32 120, FP16/BF16 242 with sparsity).
+  {"l4",         "L4",            "l4",              24,  30.3,    60,    121,    121},
+  // NVIDIA Ada Lovelace architecture whitepaper, table "GeForce RTX 4090".
+  {"rtx4090",    "RTX 4090",      "rtx 4090",        24,  82.6,  82.6,  165.2,  165.2},
+  {"v100-32gb",  "V100 32GB",     "v100 sxm2 32gb",  32,  15.7,     0,    125,      0},
+  // NVIDIA A100 datasheet (SXM and PCIe share the peaks).
+  {"a100-40gb",  "A100 40GB",     "a100 40gb",       40,  19.5,   156,    312,    312},
+  // NVIDIA L40S datasheet (TF32 366, FP16/BF16 733 with sparsity).
+  {"l40s",       "L40S",          "l40s",            48,  91.6,   183, 362.05, 362.05},
+  {"a100-80gb",  "A100 80GB",     "a100 80gb",       80,  19.5,   156,    312,    312},
+  // NVIDIA H100 datasheet and Hopper whitepaper: PCIe and SXM5 (the SXM part reports
+  // itself as "H100 80GB HBM3").
+  {"h100-pcie",  "H100 PCIe",     "h100 pcie",       80,    51,   378,    756,    756},
+  {"h100-80gb",  "H100 80GB SXM", "h100 hbm3",       80,  66.9, 494.7,  989.4,  989.4},
+  // NVIDIA H200 datasheet (SXM): the H100 SXM's compute with 141 GB of HBM3e.
+  {"h200",       "H200",          "h200",           141,  66.9, 494.7,  989.4,  989.4},
+};
+// clang-format on
+
+std::string squeeze(std::string_view s) {
+  std::string out;
+  for (char c : s)
+    if (std::isalnum(static_cast<unsigned char>(c)))
+      out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::vector<std::string> words(std::string_view s) {
+  std::vector<std::string> out(1);
+  for (char c : s) {
+    if (std::isalnum(static_cast<unsigned char>(c)))
+      out.back() += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    else if (!out.back().empty())
+      out.emplace_back();
+  }
+  if (out.back().empty()) out.pop_back();
+  return out;
+}
+
+// Words a device name may carry besides the model: vendor, form factor, memory size.
+// Anything else ("ti", "laptop", "nvl", "a10g") makes it another card.
+bool neutral(const std::string& w) {
+  if (w == "nvidia" || w == "geforce" || w == "tesla" || w == "gpu" || w == "pcie") return true;
+  if (w.starts_with("sxm")) return true;
+  return w.size() > 2 && w.ends_with("gb") &&
+         std::all_of(w.begin(), w.end() - 2, [](char c) { return std::isdigit(c) != 0; });
+}
+
+}  // namespace
+
+const std::vector<GpuSpec>& gpus() { return kGpus; }
+
+const GpuSpec* find_gpu(std::string_view name) {
+  const std::string flat = squeeze(name);
+  for (const auto& g : kGpus)
+    if (flat == squeeze(g.key) || flat == squeeze(g.name)) return &g;
+  const auto device = words(name);
+  const GpuSpec* best = nullptr;
+  std::size_t best_size = 0;
+  for (const auto& g : kGpus) {
+    const auto want = words(g.tokens);
+    bool all = std::all_of(want.begin(), want.end(), [&](const std::string& w) {
+      return std::find(device.begin(), device.end(), w) != device.end();
+    });
+    bool rest = std::all_of(device.begin(), device.end(), [&](const std::string& w) {
+      return neutral(w) || std::find(want.begin(), want.end(), w) != want.end();
+    });
+    if (all && rest && want.size() > best_size) {
+      best = &g;
+      best_size = want.size();
+    }
+  }
+  return best;
+}
+
+std::optional<double> peak_tflops(const GpuSpec& gpu, std::string_view precision) {
+  double v = 0;
+  if (precision == "fp32")
+    v = gpu.fp32_tflops;
+  else if (precision == "tf32")
+    v = gpu.tf32_tflops;
+  else if (precision == "fp16" || precision == "fp16-amp")
+    v = gpu.fp16_tflops;
+  else if (precision == "bf16" || precision == "bf16-amp")
+    v = gpu.bf16_tflops;
+  if (v <= 0) return std::nullopt;
+  return v;
+}
+
+}  // namespace sweep::reports

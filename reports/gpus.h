@@ -1,0 +1,37 @@
+// Known GPUs: memory and peak dense TFLOP/s from vendor datasheets. `recommend` uses the
+// memory to turn a card's name into a budget; the worker uses the peaks for MFU. A plain
+// data table (gpus.cc) with its sources; nothing here was measured.
+#pragma once
+
+#include <optional>
+#include <string_view>
+#include <vector>
+
+namespace sweep::reports {
+
+struct GpuSpec {
+  std::string_view key;     // "rtx3060": what configs and `--gpu` use
+  std::string_view name;    // "RTX 3060": what tables print
+  std::string_view tokens;  // "rtx 3060": words that identify it in a CUDA device name
+  double memory_gib = 0;    // as sold (the device reports a little less)
+  // Peak dense (no 2:4 sparsity) TFLOP/s, FP32 accumulation for the tensor-core rows;
+  // 0 = the card has no such path (T4 and V100 have no TF32 or BF16 tensor cores).
+  double fp32_tflops = 0;  // CUDA cores, no tensor cores
+  double tf32_tflops = 0;
+  double fp16_tflops = 0;
+  double bf16_tflops = 0;
+};
+
+// The table, in ascending memory.
+const std::vector<GpuSpec>& gpus();
+
+// A card by `key`, by `name` (case, spaces and dashes ignored: "RTX 3060", "rtx-3060"), or
+// by a CUDA device name ("NVIDIA GeForce RTX 3060"; the entry whose `tokens` all occur in
+// it, the most specific one winning). nullptr when none matches.
+const GpuSpec* find_gpu(std::string_view name);
+
+// Peak TFLOP/s for a results `precision` value (fp32 | fp16-amp | bf16-amp | bf16) or a
+// plain one (tf32 | fp16). nullopt when the card has no such path or the name is unknown.
+std::optional<double> peak_tflops(const GpuSpec& gpu, std::string_view precision);
+
+}  // namespace sweep::reports

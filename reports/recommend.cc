@@ -1,0 +1,477 @@
+// The recommendation analysis: rows -> per-model choices under one memory budget.
+// A row fits when its peak *reserved* bytes (not allocated: fragmentation is real) are at
+// most the usable memory. When nothing fits, the walk over changes follows the order the
+// Hugging Face single-GPU training guide and PyTorch's memory notes give: mixed precision,
+// activation checkpointing, smaller micro-batch with more accumulation, lighter optimizer.
+#include "reports/recommend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace sweep::reports {
+namespace {
+
+using schema::column;
+
+// A row read once.
+struct Measured {
+  std::string group;  // model, seq, target_seq, audio_s
+  Choice choice;
+  bool ok = false;  // status ok with a peak
+  bool cuda = false;
+  std::optional<double> device_memory, context;
+  bool emulated = false;
+  int64_t budget = 0;
+  const Row* row = nullptr;
+  bool train() const { return choice.mode == "train"; }
+};
+
+int64_t as_int(const Row& r, std::size_t col, int64_t fallback) {
+  auto v = r.number(col);
+  return v ? std::llround(*v) : fallback;
+}
+
+std::string or_default(const std::string& s, const char* fallback) {
+  return s.empty() ? fallback : s;
+}
+
+Measured measure(const Row& r) {
+  Measured m;
+  m.row = &r;
+  Choice& c = m.choice;
+  c.mode = or_default(r.at(column("mode")), "train");
+  c.precision = or_default(r.at(column("precision")), "fp32");
+  c.checkpointing = or_default(r.at(column("checkpointing")), "none");
+  c.optimizer = r.at(column("optimizer"));
+  c.alloc_conf = r.at(column("alloc_conf"));
+  c.batch = as_int(r, column("batch"), 0);
+  c.accumulation = as_int(r, column("accumulation"), 1);
+  c.tokens_per_s = r.number(column("tokens_per_s")).value_or(0);
+  c.status = r.at(column("status"));
+  c.measured_on = r.at(column("device_name"));
+  c.where = r.source + ":" + std::to_string(r.line);
+  auto peak = r.number(column("peak_reserved_bytes"));
+  c.peak_reserved_bytes = peak ? std::llround(*peak) : 0;
+  m.ok = c.status == schema::kOk && peak.has_value();
+  m.cuda = r.at(column("device")) == "cuda";
+  m.device_memory = r.number(column("device_memory_bytes"));
+  auto used = r.number(column("device_used_bytes"));
+  if (m.cuda && m.ok && used) m.context = std::max(0.0, *used - *peak);
+  m.emulated = r.number(column("budget_emulated")).value_or(0) == 1;
+  m.budget = as_int(r, column("budget_bytes"), 0);
+  for (auto col : {column("model"), column("seq"), column("target_seq"), column("audio_s")})
+    m.group += r.at(col) + '\x1f';
+  return m;
+}
+
+std::string gib(double bytes) {
+  std::ostringstream s;
+  s.precision(3);
+  s << bytes / kGiB;
+  return s.str();
+}
+
+// Ranking: rows measured on the target first (their throughput is the target's), then
+// throughput, measured before inferred, lower peak, fewer techniques, then a stable order.
+bool ranks_before(const Choice& a, const Choice& b) {
+  if (a.on_target != b.on_target) return a.on_target;
+  if (a.tokens_per_s != b.tokens_per_s) return a.tokens_per_s > b.tokens_per_s;
+  if (a.inferred != b.inferred) return !a.inferred;
+  if (a.peak_reserved_bytes != b.peak_reserved_bytes)
+    return a.peak_reserved_bytes < b.peak_reserved_bytes;
+  if (a.techniques() != b.techniques()) return a.techniques() < b.techniques();
+  if (a.label() != b.label()) return a.label() < b.label();
+  return a.where < b.where;
+}
+
+std::optional<Choice> best_of(const std::vector<Choice>& v) {
+  if (v.empty()) return std::nullopt;
+  return *std::min_element(v.begin(), v.end(), ranks_before);
+}
+
+// The largest batch; among equal batches the one that ranks first.
+std::optional<Choice> largest_batch(const std::vector<Choice>& v) {
+  if (v.empty()) return std::nullopt;
+  return *std::min_element(v.begin(), v.end(), [](const Choice& x, const Choice& y) {
+    return x.batch != y.batch ? x.batch > y.batch : ranks_before(x, y);
+  });
+}
+
+using OnTarget = std::function<bool(const Measured&)>;
+
+// What rows of one group look like under one budget.
+struct Budgeted {
+  std::vector<Measured> rows;  // the group's rows, on_target set
+  int64_t usable = 0;
+  bool fits(const Measured& m) const { return m.ok && m.choice.peak_reserved_bytes <= usable; }
+  std::vector<Choice> fitting(const std::function<bool(const Measured&)>& keep) const {
+    std::vector<Choice> out;
+    for (const auto& m : rows)
+      if (fits(m) && keep(m)) out.push_back(m.choice);
+    return out;
+  }
+  std::optional<Choice> fastest() const {
+    return best_of(
+        fitting([](const Measured& m) { return m.train() && m.choice.tokens_per_s > 0; }));
+  }
+};
+
+Budgeted budgeted(const std::vector<const Measured*>& rows, int64_t usable, const OnTarget& on) {
+  Budgeted b;
+  b.usable = usable;
+  for (const auto* m : rows) {
+    b.rows.push_back(*m);
+    b.rows.back().choice.on_target = on(*m);
+  }
+  return b;
+}
+
+Target resolve_target(const std::vector<Measured>& rows, const RecommendOptions& o,
+                      OnTarget& on_target) {
+  Target t;
+  t.margin = o.margin;
+  const bool any_cuda = std::any_of(rows.begin(), rows.end(), [](auto& m) { return m.cuda; });
+  if (!o.gpu.empty()) {
+    const GpuSpec* g = find_gpu(o.gpu);
+    if (!g) {
+      std::string known;
+      for (const auto& s : gpus()) known += (known.empty() ? "" : ", ") + std::string(s.key);
+      throw RecommendError("--gpu: unknown GPU '" + o.gpu + "'",
+                           "known GPUs: " + known + "; for another card give --memory-gib N");
+    }
+    t.name = g->name;
+    t.gpu = g;
+    t.memory_bytes = std::llround(g->memory_gib * kGiB);
+    on_target = [g](const Measured& m) { return find_gpu(m.choice.measured_on) == g; };
+  } else if (o.memory_gib) {
+    std::ostringstream s;
+    s << *o.memory_gib << " GiB";
+    t.name = s.str();
+    t.memory_bytes = std::llround(*o.memory_gib * kGiB);
+    t.cuda = any_cuda || rows.empty();
+    // The same card when the memory matches within what drivers and ECC reserve.
+    on_target = [mem = static_cast<double>(t.memory_bytes), cuda = t.cuda](const Measured& m) {
+      return m.cuda == cuda && m.device_memory && std::abs(*m.device_memory - mem) <= 0.02 * mem;
+    };
+  } else {
+    std::map<std::string, double> devices;
+    for (const auto& m : rows)
+      if (m.device_memory) devices[m.choice.measured_on] = *m.device_memory;
+    if (devices.empty())
+      throw RecommendError("the results do not record the device's memory",
+                           "say which card to recommend for: --gpu NAME or --memory-gib N");
+    std::set<double> sizes;
+    for (const auto& [name, mem] : devices) sizes.insert(mem);
+    if (sizes.size() > 1) {
+      std::string list;
+      for (const auto& [name, mem] : devices)
+        list += (list.empty() ? "" : ", ") + name + " (" + gib(mem) + " GiB)";
+      throw RecommendError("the results were measured on several devices: " + list,
+                           "say which card to recommend for: --gpu NAME or --memory-gib N");
+    }
+    t.name = devices.begin()->first;
+    t.gpu = find_gpu(t.name);
+    t.memory_bytes = std::llround(devices.begin()->second);
+    t.cuda = any_cuda;
+    on_target = [](const Measured&) { return true; };
+  }
+  if (o.context_gib) {
+    t.context_bytes = std::llround(*o.context_gib * kGiB);
+    t.context_source = "given with --context-gib";
+  } else if (t.cuda) {
+    std::vector<double> ctx;
+    for (const auto& m : rows)
+      if (m.context) ctx.push_back(*m.context);
+    if (ctx.empty()) {
+      t.context_bytes = kDefaultCudaContextBytes;
+      t.context_source = "default for CUDA; no row measured it";
+    } else {
+      std::sort(ctx.begin(), ctx.end());
+      std::size_t n = ctx.size();
+      t.context_bytes = std::llround(n % 2 ? ctx[n / 2] : (ctx[n / 2 - 1] + ctx[n / 2]) / 2);
+      t.context_source =
+          "measured: median of device_used - peak_reserved over " + std::to_string(n) + " ok rows";
+    }
+  } else {
+    t.context_source = "none on the CPU";
+  }
+  return t;
+}
+
+int64_t usable_bytes(int64_t memory, double margin, int64_t context) {
+  // The epsilon keeps 10 GiB x 0.8 from landing one byte under 8 GiB.
+  auto kept =
+      static_cast<int64_t>(std::floor(static_cast<long double>(memory) * (1 - margin) + 1e-6L));
+  return kept - context;
+}
+
+// The "nothing fits" walk: step k may use the first k changes; accumulation is free
+// throughout (it barely moves the peak).
+struct Change {
+  const char* name;
+  std::function<bool(const Choice&, int64_t ref_batch)> uses;
+};
+
+const std::vector<Change>& changes() {
+  static const std::vector<Change> c = {
+      {"+ mixed precision", [](const Choice& x, int64_t) { return x.precision != "fp32"; }},
+      {"+ activation checkpointing",
+       [](const Choice& x, int64_t) { return x.checkpointing != "none"; }},
+      {"+ smaller micro-batch, more accumulation",
+       [](const Choice& x, int64_t ref) { return x.batch < ref; }},
+      {"+ lighter optimizer",
+       [](const Choice& x, int64_t) { return x.optimizer == "sgd" || x.optimizer == "adafactor"; }},
+      {"+ allocator setting", [](const Choice& x, int64_t) { return !x.alloc_conf.empty(); }},
+  };
+  return c;
+}
+
+void walk_closest(const Budgeted& b, GroupRecommendation& g) {
+  int64_t ref = 0;
+  bool any_alloc = false;
+  for (const auto& m : b.rows)
+    if (m.ok && m.train()) {
+      ref = std::max(ref, m.choice.batch);
+      any_alloc |= !m.choice.alloc_conf.empty();
+    }
+  if (ref == 0) return;
+  const auto& ch = changes();
+  const std::size_t steps = ch.size() - (any_alloc ? 0 : 1);
+  int64_t closest = 0;
+  for (std::size_t k = 0; k <= steps; ++k) {
+    ClosestStep s{k == 0 ? "as measured" : ch[k - 1].name, std::nullopt};
+    for (const auto& m : b.rows) {
+      if (!m.ok || !m.train()) continue;
+      bool allowed = true;
+      for (std::size_t j = k; j < ch.size(); ++j) allowed &= !ch[j].uses(m.choice, ref);
+      if (!allowed) continue;
+      const Choice& c = m.choice;
+      if (!s.best || c.peak_reserved_bytes < s.best->peak_reserved_bytes ||
+          (c.peak_reserved_bytes == s.best->peak_reserved_bytes && ranks_before(c, *s.best)))
+        s.best = c;
+    }
+    if (s.best && (g.closest_step < 0 || s.best->peak_reserved_bytes < closest)) {
+      g.closest_step = static_cast<int>(g.steps.size());
+      closest = s.best->peak_reserved_bytes;
+    }
+    g.steps.push_back(s);
+  }
+}
+
+void effective_batch(const Budgeted& b, int64_t n, GroupRecommendation& g) {
+  std::vector<Choice> cand;
+  auto same_axes = [](const Choice& x, const Choice& y) {
+    return x.mode == y.mode && x.precision == y.precision && x.checkpointing == y.checkpointing &&
+           x.optimizer == y.optimizer && x.alloc_conf == y.alloc_conf && x.batch == y.batch;
+  };
+  for (const auto& m : b.rows) {
+    if (!b.fits(m) || !m.train() || m.choice.tokens_per_s <= 0) continue;
+    const Choice& c = m.choice;
+    if (c.batch * c.accumulation == n) cand.push_back(c);
+    if (c.accumulation != 1 || c.batch <= 0 || n % c.batch != 0 || n == c.batch) continue;
+    // A measured row at that accumulation (whatever its status) beats inferring it.
+    bool measured = std::any_of(b.rows.begin(), b.rows.end(), [&](const Measured& o) {
+      return same_axes(o.choice, c) && o.choice.accumulation == n / c.batch;
+    });
+    if (measured) continue;
+    Choice inferred = c;
+    inferred.accumulation = n / c.batch;
+    inferred.inferred = true;
+    cand.push_back(inferred);
+  }
+  g.effective = best_of(cand);
+}
+
+void eval_checks(const Budgeted& b, GroupRecommendation& g) {
+  auto is_eval = [](const Measured& m) { return m.choice.mode == "eval"; };
+  g.eval_max_batch = largest_batch(b.fitting(is_eval));
+  if (!g.fastest) return;
+  const Choice& f = *g.fastest;
+  const Measured* found = nullptr;
+  for (const auto& m : b.rows) {
+    const Choice& c = m.choice;
+    if (!is_eval(m) || c.precision != f.precision || c.batch != f.batch ||
+        c.alloc_conf != f.alloc_conf)
+      continue;
+    // Prefer the target's own row, then one that ran.
+    auto score = [](const Measured& x) { return x.choice.on_target * 2 + x.ok; };
+    if (!found || score(m) > score(*found)) found = &m;
+  }
+  if (!found) {
+    g.eval_check = "not measured";
+    return;
+  }
+  g.eval_counterpart = found->choice;
+  if (found->ok)
+    g.eval_check = b.fits(*found) ? "fits" : "does not fit";
+  else
+    g.eval_check = found->choice.status;
+}
+
+void max_batch_per_precision(const Budgeted& b, GroupRecommendation& g) {
+  std::vector<std::string> order = {"fp32", "fp16-amp", "bf16-amp", "bf16"};
+  for (const auto& m : b.rows)
+    if (std::find(order.begin(), order.end(), m.choice.precision) == order.end())
+      order.push_back(m.choice.precision);
+  for (const auto& p : order) {
+    auto c = largest_batch(
+        b.fitting([&](const Measured& m) { return m.train() && m.choice.precision == p; }));
+    if (c) g.max_batch.push_back(*c);
+  }
+}
+
+std::string join(const std::set<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+std::vector<std::string> notes_for(const Recommendation& r, const std::vector<Measured>& rows,
+                                   const OnTarget& on_target, bool default_target) {
+  std::vector<std::string> notes;
+  const std::string devices = join({r.measured_on.begin(), r.measured_on.end()});
+  std::set<std::string> elsewhere;
+  for (const auto& m : rows)
+    if (m.ok && m.train() && !on_target(m)) elsewhere.insert(m.choice.measured_on);
+  if (r.other_card)
+    notes.push_back("Recommending for " + r.target.name + " from rows measured on " +
+                    join(elsewhere) +
+                    ": memory transfers between GPUs, throughput does not. Configurations are "
+                    "ranked by the throughput measured there; run the sweep on " +
+                    r.target.name + " for its own numbers.");
+  if (r.measured_on.size() > 1)
+    notes.push_back("Rows from " + std::to_string(r.measured_on.size()) + " devices are pooled (" +
+                    devices + "); rows measured on the target rank first.");
+  int emulated = 0;
+  int64_t budget = 0;
+  for (const auto& m : rows) {
+    if (!m.emulated) continue;
+    ++emulated;
+    budget = m.budget;
+  }
+  if (emulated > 0)
+    notes.push_back(std::to_string(emulated) + " rows were measured under an emulated budget (" +
+                    gib(static_cast<double>(budget)) +
+                    " GiB): their peaks are used as measured, their throughput is the measuring "
+                    "card's." +
+                    (default_target ? " To recommend for the emulated card, pass --gpu NAME or "
+                                      "--memory-gib N."
+                                    : ""));
+  if (std::none_of(rows.begin(), rows.end(), [](auto& m) { return m.ok && m.train(); }))
+    notes.push_back(
+        "No train row ran ok: nothing to recommend. Check the results' status and "
+        "message columns.");
+  return notes;
+}
+
+}  // namespace
+
+int Choice::techniques() const {
+  return (precision != "fp32") + (checkpointing != "none") + (accumulation > 1) +
+         (!optimizer.empty() && optimizer != "adamw" && optimizer != "none") + !alloc_conf.empty();
+}
+
+std::string Choice::label() const {
+  std::string s = precision + ", ";
+  if (mode == "eval") return s + "batch " + std::to_string(batch) + " (eval)";
+  s += checkpointing == "none" ? "no checkpointing" : checkpointing + " checkpointing";
+  s += ", batch " + std::to_string(batch);
+  if (accumulation > 1) s += " x " + std::to_string(accumulation);
+  s += ", " + optimizer;
+  if (!alloc_conf.empty()) s += ", alloc_conf " + alloc_conf;
+  return s;
+}
+
+std::string GroupRecommendation::label() const {
+  std::string axes;
+  auto add = [&](const std::string& name, const std::string& v, const char* unit) {
+    if (!v.empty()) axes += (axes.empty() ? "" : ", ") + name + " " + v + unit;
+  };
+  add("seq", seq, "");
+  add("target_seq", target_seq, "");
+  add("audio", audio_s, " s");
+  return axes.empty() ? model : model + " (" + axes + ")";
+}
+
+Recommendation recommend(const std::vector<Results>& results, const RecommendOptions& options) {
+  std::vector<Measured> rows;
+  for (const auto& res : results)
+    for (const auto& row : res.rows) rows.push_back(measure(row));
+
+  Recommendation r;
+  OnTarget on_target;
+  r.target = resolve_target(rows, options, on_target);
+  r.target.usable_bytes =
+      usable_bytes(r.target.memory_bytes, r.target.margin, r.target.context_bytes);
+  r.effective_batch = options.effective_batch;
+
+  std::set<std::string> devices;
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<const Measured*>> groups;
+  int64_t smallest_peak = -1;
+  for (const auto& m : rows) {
+    if (!m.choice.measured_on.empty()) devices.insert(m.choice.measured_on);
+    if (m.ok && m.train()) {
+      r.other_card |= !on_target(m);
+      if (smallest_peak < 0 || m.choice.peak_reserved_bytes < smallest_peak)
+        smallest_peak = m.choice.peak_reserved_bytes;
+    }
+    r.has_eval |= m.choice.mode == "eval";
+    auto& g = groups[m.group];
+    if (g.empty()) order.push_back(m.group);
+    g.push_back(&m);
+  }
+  r.measured_on.assign(devices.begin(), devices.end());
+
+  // Cross-GPU columns: the table's cards that could hold the smallest measured peak, one
+  // column per memory size; their context is the target's (or CUDA's default).
+  r.column_context_bytes = r.target.cuda ? r.target.context_bytes : kDefaultCudaContextBytes;
+  for (const auto& spec : gpus()) {
+    auto mem = std::llround(spec.memory_gib * kGiB);
+    if (smallest_peak < 0 || mem < smallest_peak) continue;
+    if (r.columns.empty() || r.columns.back().memory_bytes != mem)
+      r.columns.push_back(
+          {"", {}, mem, usable_bytes(mem, r.target.margin, r.column_context_bytes)});
+    auto& c = r.columns.back();
+    c.name += (c.name.empty() ? "" : " / ") + std::string(spec.name);
+    c.gpus.push_back(&spec);
+  }
+
+  for (const auto& key : order) {
+    const auto& members = groups[key];
+    const Row& first = *members.front()->row;
+    GroupRecommendation g;
+    g.model = first.at(column("model"));
+    g.seq = first.at(column("seq"));
+    g.target_seq = first.at(column("target_seq"));
+    g.audio_s = first.at(column("audio_s"));
+    for (const auto* m : members) {
+      g.train_rows += m->train();
+      g.train_ok += m->train() && m->ok;
+    }
+    Budgeted b = budgeted(members, r.target.usable_bytes, on_target);
+    g.fastest = b.fastest();
+    max_batch_per_precision(b, g);
+    if (options.effective_batch) effective_batch(b, *options.effective_batch, g);
+    if (r.has_eval) eval_checks(b, g);
+    if (!g.fastest) walk_closest(b, g);
+    r.groups.push_back(std::move(g));
+
+    auto& cells = r.cells.emplace_back();
+    for (const auto& col : r.columns) {
+      auto on_column = [&col](const Measured& m) {
+        const GpuSpec* s = find_gpu(m.choice.measured_on);
+        return std::find(col.gpus.begin(), col.gpus.end(), s) != col.gpus.end();
+      };
+      cells.push_back(budgeted(members, col.usable_bytes, on_column).fastest());
+    }
+  }
+  r.notes = notes_for(r, rows, on_target, options.gpu.empty() && !options.memory_gib);
+  return r;
+}
+
+}  // namespace sweep::reports

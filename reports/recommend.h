@@ -1,0 +1,133 @@
+// Per-GPU recommendations from measured rows: which configurations fit a card's memory and
+// which of those is fastest. Memory transfers between cards (the caching allocator's peak
+// is a property of the configuration), throughput does not: a recommendation for a card
+// other than the one that measured says so and ranks by the throughput measured there.
+// recommend() is the analysis (tests call it); the printers and the CLI sit on top of it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "reports/gpus.h"
+#include "reports/results.h"
+
+namespace CLI {
+class App;
+}
+
+namespace sweep::reports {
+
+inline constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+// Context allowance when none was measured or given: what the CUDA context, cuBLAS
+// workspaces and kernels take outside the caching allocator (nothing on the CPU).
+inline constexpr int64_t kDefaultCudaContextBytes = int64_t{512} << 20;
+
+// User error that is not tied to a file line (an unknown --gpu, ambiguous results).
+class RecommendError : public std::runtime_error {
+ public:
+  RecommendError(const std::string& what, std::string hint)
+      : std::runtime_error(what), hint_(std::move(hint)) {}
+  const std::string& hint() const { return hint_; }
+
+ private:
+  std::string hint_;
+};
+
+struct RecommendOptions {
+  std::string gpu;                         // --gpu NAME, looked up in gpus(); "" = none
+  std::optional<double> memory_gib;        // --memory-gib N
+  double margin = 0.1;                     // fraction of memory kept free
+  std::optional<int64_t> effective_batch;  // micro-batch x accumulation to reach
+  std::optional<double> context_gib;       // overrides the measured/default allowance
+};
+
+// The card recommended for and its budget.
+struct Target {
+  std::string name;              // "RTX 3060", "12 GiB", or the measuring device's name
+  const GpuSpec* gpu = nullptr;  // its table entry, when known
+  int64_t memory_bytes = 0;
+  double margin = 0;
+  int64_t context_bytes = 0;
+  std::string context_source;  // how context_bytes was chosen, for the report
+  int64_t usable_bytes = 0;    // floor(memory x (1 - margin)) - context
+  bool cuda = true;
+};
+
+// One configuration and what was measured for it.
+struct Choice {
+  std::string mode, precision, checkpointing, optimizer, alloc_conf;
+  int64_t batch = 0, accumulation = 1;
+  double tokens_per_s = 0;
+  int64_t peak_reserved_bytes = 0;
+  std::string status;       // of the row ("ok" unless an eval check found otherwise)
+  std::string measured_on;  // device_name of the row
+  std::string where;        // "results.csv:12"
+  bool inferred = false;    // accumulation applied to the accumulation-1 row's measurement
+  bool on_target = true;    // measured on the card recommended for
+
+  // Changes from the plain configuration (fp32, no checkpointing, accumulation 1, AdamW,
+  // default allocator): ties go to the simpler one.
+  int techniques() const;
+  // "bf16-amp, block, batch 8 x 4, adamw"
+  std::string label() const;
+};
+
+// One step of the "nothing fits" walk: the lowest peak the measured rows reach using the
+// changes up to and including this one.
+struct ClosestStep {
+  std::string change;  // "as measured", "+ mixed precision", ...
+  std::optional<Choice> best;
+};
+
+// The recommendation for one model at one sequence setting.
+struct GroupRecommendation {
+  std::string model, seq, target_seq, audio_s;  // as in the rows; empty = not applicable
+  std::optional<Choice> fastest;                // fastest train configuration that fits
+  std::vector<Choice> max_batch;                // largest fitting micro-batch per precision
+  std::optional<Choice> effective;              // cheapest way to the effective batch
+  std::optional<Choice> eval_max_batch;         // largest eval batch that fits
+  std::optional<Choice> eval_counterpart;       // eval row matching `fastest`
+  std::string eval_check;  // fits | does not fit | <status> | not measured; "" = no eval rows
+  std::vector<ClosestStep> steps;  // filled when nothing fits
+  int closest_step = -1;           // index into steps of the first that came closest
+  int train_rows = 0, train_ok = 0;
+
+  std::string label() const;  // "gpt2 (seq 512)"
+};
+
+// A column of the cross-GPU table: the table's cards of one memory size.
+struct GpuColumn {
+  std::string name;  // "A100 80GB / H100 PCIe / H100 80GB SXM"
+  std::vector<const GpuSpec*> gpus;
+  int64_t memory_bytes = 0, usable_bytes = 0;
+};
+
+struct Recommendation {
+  Target target;
+  std::optional<int64_t> effective_batch;
+  std::vector<std::string> measured_on;  // distinct device names of the rows
+  bool other_card = false;               // some rows used were measured on another card
+  bool has_eval = false;
+  std::vector<std::string> notes;  // warnings with advice
+  std::vector<GroupRecommendation> groups;
+  std::vector<GpuColumn> columns;
+  int64_t column_context_bytes = 0;  // the target's allowance, or CUDA's default
+  std::vector<std::vector<std::optional<Choice>>> cells;  // [group][column]: fastest fit
+};
+
+// The analysis. Throws RecommendError for an unknown --gpu or results that do not say
+// which card to recommend for, ResultsError for a malformed cell.
+Recommendation recommend(const std::vector<Results>& results, const RecommendOptions& options);
+
+// Printers over one field list (recommend_report.cc).
+std::string recommendations_markdown(const Recommendation& r);
+std::string recommendations_csv(const Recommendation& r);
+
+// `sweep recommend RESULTS_DIR... [--gpu NAME | --memory-gib N] [--margin F]
+//  [--effective-batch N] [--context-gib X] [--out DIR]`
+void register_recommend_command(CLI::App& app, int& exit_code);
+
+}  // namespace sweep::reports

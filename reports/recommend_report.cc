@@ -1,0 +1,329 @@
+// Printing recommendations: every output line is a Choice in a role (fastest, max-batch,
+// ...); one field list turns those into CSV and Markdown. Plus the `recommend` command.
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include "reports/markup.h"
+#include "reports/recommend.h"
+
+namespace sweep::reports {
+namespace {
+
+// A Choice in a role, for one target budget.
+struct Line {
+  std::string kind;  // fastest | nothing-fits | closest-step | max-batch | effective-batch |
+                     // eval-max-batch | eval-counterpart | cross-gpu
+  std::string target;
+  int64_t usable = 0;
+  const GroupRecommendation* group = nullptr;
+  std::optional<Choice> choice;
+  std::string note;
+};
+
+std::string fixed(double v, int digits) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(digits) << v;
+  return s.str();
+}
+
+std::string gib(double bytes) { return fixed(bytes / kGiB, 2); }
+
+std::string rate(double v) { return fixed(v, v >= 100 ? 0 : 1); }
+
+template <typename F>
+std::string with_choice(const Line& l, F f) {
+  return l.choice ? f(*l.choice) : std::string();
+}
+
+struct OutField {
+  std::string_view name;   // CSV header
+  std::string_view title;  // Markdown header
+  std::function<std::string(const Line&)> get;
+};
+
+// clang-format off
+const std::vector<OutField> kFields = {
+  {"target", "target", [](const Line& l) { return l.target; }},
+  {"usable_gib", "usable GiB", [](const Line& l) { return gib(static_cast<double>(l.usable)); }},
+  {"kind", "kind", [](const Line& l) { return l.kind; }},
+  {"model", "model", [](const Line& l) { return l.group->model; }},
+  {"seq", "seq", [](const Line& l) { return l.group->seq; }},
+  {"target_seq", "target_seq", [](const Line& l) { return l.group->target_seq; }},
+  {"audio_s", "audio s", [](const Line& l) { return l.group->audio_s; }},
+  {"configuration", "configuration", [](const Line& l) { return with_choice(l, [](auto& c) { return c.label(); }); }},
+  {"mode", "mode", [](const Line& l) { return with_choice(l, [](auto& c) { return c.mode; }); }},
+  {"precision", "precision", [](const Line& l) { return with_choice(l, [](auto& c) { return c.precision; }); }},
+  {"checkpointing", "checkpointing", [](const Line& l) { return with_choice(l, [](auto& c) { return c.checkpointing; }); }},
+  {"batch", "batch", [](const Line& l) { return with_choice(l, [](auto& c) { return std::to_string(c.batch); }); }},
+  {"accumulation", "accumulation", [](const Line& l) { return with_choice(l, [](auto& c) { return std::to_string(c.accumulation); }); }},
+  {"effective_batch", "effective batch", [](const Line& l) { return with_choice(l, [](auto& c) { return std::to_string(c.batch * c.accumulation); }); }},
+  {"optimizer", "optimizer", [](const Line& l) { return with_choice(l, [](auto& c) { return c.optimizer; }); }},
+  {"alloc_conf", "alloc_conf", [](const Line& l) { return with_choice(l, [](auto& c) { return c.alloc_conf; }); }},
+  {"tokens_per_s", "tokens/s", [](const Line& l) { return with_choice(l, [](auto& c) { return c.tokens_per_s > 0 ? rate(c.tokens_per_s) : std::string(); }); }},
+  {"peak_reserved_gib", "peak reserved GiB", [](const Line& l) { return with_choice(l, [](auto& c) { return c.status == "ok" ? gib(static_cast<double>(c.peak_reserved_bytes)) : std::string(); }); }},
+  {"headroom_gib", "headroom GiB", [](const Line& l) { return with_choice(l, [&](auto& c) { return c.status == "ok" ? gib(static_cast<double>(l.usable - c.peak_reserved_bytes)) : std::string(); }); }},
+  {"status", "status", [](const Line& l) { return with_choice(l, [](auto& c) { return c.status; }); }},
+  {"inferred", "inferred", [](const Line& l) { return with_choice(l, [](auto& c) { return std::string(c.inferred ? "1" : "0"); }); }},
+  {"measured_on", "measured on", [](const Line& l) { return with_choice(l, [](auto& c) { return c.measured_on; }); }},
+  {"source", "source", [](const Line& l) { return with_choice(l, [](auto& c) { return c.where; }); }},
+  {"note", "note", [](const Line& l) { return l.note; }},
+};
+// clang-format on
+
+const OutField& field(std::string_view name) {
+  for (const auto& f : kFields)
+    if (f.name == name) return f;
+  throw std::logic_error("recommend: no field " + std::string(name));
+}
+
+std::vector<Line> lines(const Recommendation& r) {
+  std::vector<Line> out;
+  const Target& t = r.target;
+  for (std::size_t i = 0; i < r.groups.size(); ++i) {
+    const auto& g = r.groups[i];
+    auto add = [&](std::string kind, std::optional<Choice> c, std::string note = "") {
+      out.push_back({std::move(kind), t.name, t.usable_bytes, &g, std::move(c), std::move(note)});
+    };
+    if (g.fastest) {
+      add("fastest", g.fastest);
+    } else if (g.closest_step >= 0) {
+      const auto& s = g.steps[static_cast<std::size_t>(g.closest_step)];
+      add("nothing-fits", s.best, "nothing fits; closest measured (" + s.change + ")");
+      for (const auto& step : g.steps) add("closest-step", step.best, step.change);
+    } else {
+      add("nothing-fits", std::nullopt,
+          "no train row ran ok (" + std::to_string(g.train_rows) + " measured)");
+    }
+    for (const auto& c : g.max_batch) add("max-batch", c);
+    if (r.effective_batch)
+      add("effective-batch", g.effective,
+          !g.effective            ? "no measured micro-batch reaches it and fits"
+          : g.effective->inferred ? "inferred: accumulation-1 row's memory and throughput"
+                                  : "measured");
+    if (r.has_eval) {
+      add("eval-max-batch", g.eval_max_batch, g.eval_max_batch ? "" : "no eval row fits");
+      if (!g.eval_check.empty())
+        add("eval-counterpart", g.eval_counterpart,
+            "recommended train config in eval: " + g.eval_check);
+    }
+    for (std::size_t c = 0; c < r.columns.size(); ++c)
+      out.push_back({"cross-gpu", r.columns[c].name, r.columns[c].usable_bytes, &g, r.cells[i][c],
+                     r.cells[i][c] ? "" : "nothing fits"});
+  }
+  return out;
+}
+
+// Columns shown even when every row agrees: what a reader looks for first.
+bool key_column(std::string_view name) {
+  return name == "model" || name == "configuration" || name == "tokens_per_s" ||
+         name == "peak_reserved_gib" || name == "headroom_gib" || name == "note";
+}
+
+bool numeric(std::string_view name) {
+  return name == "tokens_per_s" || name == "peak_reserved_gib" || name == "headroom_gib";
+}
+
+// A Markdown table of the named fields over the lines of `kinds`, through the shared
+// table builder (columns that do not vary are said once under it).
+std::string md_table(const std::vector<Line>& all, const std::vector<std::string_view>& kinds,
+                     const std::vector<std::string_view>& names) {
+  std::vector<std::string> headers;
+  std::vector<Align> align;
+  std::vector<bool> keep;
+  for (auto n : names) {
+    headers.emplace_back(field(n).title);
+    align.push_back(numeric(n) ? Align::kRight : Align::kLeft);
+    keep.push_back(key_column(n));
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& l : all) {
+    if (std::find(kinds.begin(), kinds.end(), l.kind) == kinds.end()) continue;
+    auto& row = rows.emplace_back();
+    for (auto n : names) row.push_back(field(n).get(l));
+  }
+  if (rows.empty()) return "Nothing fits.\n\n";
+  return markdown_table(make_table(headers, align, keep, std::move(rows))) + "\n";
+}
+
+std::string csv_cell(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
+std::string cross_gpu_table(const Recommendation& r) {
+  if (r.columns.empty()) return "";
+  std::vector<std::string> headers = {"model"};
+  for (const auto& c : r.columns)
+    headers.push_back(c.name + " (" + fixed(static_cast<double>(c.memory_bytes) / kGiB, 0) +
+                      " GiB)");
+  std::vector<std::vector<std::string>> rows;
+  for (std::size_t i = 0; i < r.groups.size(); ++i) {
+    auto& row = rows.emplace_back(1, r.groups[i].label());
+    for (const auto& cell : r.cells[i])
+      row.push_back(cell ? cell->label() + " · " + rate(cell->tokens_per_s) + " tokens/s"
+                         : "nothing fits");
+  }
+  std::vector<bool> keep(headers.size(), true);
+  std::vector<Align> align(headers.size(), Align::kLeft);
+  return markdown_table(make_table(headers, align, keep, std::move(rows))) + "\n";
+}
+
+}  // namespace
+
+std::string recommendations_csv(const Recommendation& r) {
+  std::string s;
+  for (const auto& f : kFields) s += (s.empty() ? "" : ",") + std::string(f.name);
+  s += "\n";
+  for (const auto& l : lines(r)) {
+    std::string row;
+    for (const auto& f : kFields) row += (row.empty() ? "" : ",") + csv_cell(f.get(l));
+    s += row + "\n";
+  }
+  return s;
+}
+
+std::string recommendations_markdown(const Recommendation& r) {
+  const Target& t = r.target;
+  const auto all = lines(r);
+  std::ostringstream s;
+  s << "# Recommendations for " << t.name << " (" << gib(static_cast<double>(t.memory_bytes))
+    << " GiB)\n\n"
+    << "Usable memory: " << gib(static_cast<double>(t.memory_bytes)) << " GiB x (1 - "
+    << fixed(t.margin, 2) << ") - " << gib(static_cast<double>(t.context_bytes)) << " GiB context ("
+    << t.context_source << ") = " << gib(static_cast<double>(t.usable_bytes))
+    << " GiB. A configuration fits when its peak reserved memory is at most that.\n\n";
+  for (std::size_t i = 0; i < r.notes.size(); ++i)
+    s << (i ? ">\n> " : "> ") << r.notes[i] << (i + 1 == r.notes.size() ? "\n\n" : "\n");
+  std::vector<std::string_view> who = {"model", "seq", "target_seq", "audio_s", "configuration"};
+  std::vector<std::string_view> numbers = {"tokens_per_s", "peak_reserved_gib", "headroom_gib"};
+  auto cols = [&](std::vector<std::string_view> extra) {
+    auto v = who;
+    v.insert(v.end(), numbers.begin(), numbers.end());
+    if (r.measured_on.size() > 1) v.push_back("measured_on");
+    v.insert(v.end(), extra.begin(), extra.end());
+    return v;
+  };
+  s << "## Fastest configuration that fits\n\n"
+    << md_table(all, {"fastest", "nothing-fits"}, cols({"note"}));
+  s << "## Largest micro-batch per precision\n\n" << md_table(all, {"max-batch"}, cols({}));
+  if (r.effective_batch)
+    s << "## Effective batch " << *r.effective_batch << "\n\n"
+      << "Micro-batch x accumulation (x 1 GPU). Inferred rows take the accumulation-1 row's "
+         "peak and throughput: accumulation barely changes either.\n\n"
+      << md_table(all, {"effective-batch"}, cols({"note"}));
+  if (r.has_eval)
+    s << "## Evaluation\n\n"
+      << md_table(all, {"eval-max-batch", "eval-counterpart"}, cols({"kind", "status", "note"}));
+  for (const auto& g : r.groups) {
+    if (g.fastest || g.closest_step < 0) continue;
+    const auto& c = g.steps[static_cast<std::size_t>(g.closest_step)];
+    std::vector<Line> steps;
+    for (const auto& st : g.steps)
+      steps.push_back({"closest-step", t.name, t.usable_bytes, &g, st.best, st.change});
+    s << "## Nothing fits: " << g.label() << "\n\n"
+      << "Nothing measured fits in " << gib(static_cast<double>(t.usable_bytes))
+      << " GiB. Closest: " << c.best->label() << " (" << c.change << "), "
+      << gib(static_cast<double>(c.best->peak_reserved_bytes - t.usable_bytes))
+      << " GiB over. The lowest measured peak using the changes in the order the guides "
+         "recommend, each on top of the ones before:\n\n"
+      << md_table(steps, {"closest-step"},
+                  {"note", "configuration", "tokens_per_s", "peak_reserved_gib", "headroom_gib"});
+  }
+  if (!r.columns.empty()) {
+    std::string devices;
+    for (const auto& d : r.measured_on) devices += (devices.empty() ? "" : ", ") + d;
+    s << "## Across GPUs\n\n"
+      << "Fastest fitting configuration per card of the GPU table, with the same margin and a "
+      << gib(static_cast<double>(r.column_context_bytes))
+      << " GiB context allowance. Memory transfers between cards; the throughput is as measured"
+      << (devices.empty() ? std::string() : " on " + devices) << ".\n\n"
+      << cross_gpu_table(r);
+  }
+  return s.str();
+}
+
+namespace {
+
+int run_recommend(const std::vector<std::string>& inputs, const RecommendOptions& options,
+                  std::string out_dir) {
+  namespace fs = std::filesystem;
+  std::vector<Results> results;
+  try {
+    for (const auto& in : inputs) results.push_back(read_results(in));
+    Recommendation r = recommend(results, options);
+    const std::string md = recommendations_markdown(r);
+    std::cout << md;
+    if (out_dir.empty()) out_dir = fs::path(results.front().path).parent_path().string();
+    if (out_dir.empty()) out_dir = ".";
+    std::error_code ec;
+    fs::create_directories(out_dir, ec);
+    for (const auto& [name, text] : {std::pair{"recommendations.md", md},
+                                     std::pair{"recommendations.csv", recommendations_csv(r)}}) {
+      const std::string path = (fs::path(out_dir) / name).string();
+      std::ofstream f(path);
+      f << text;
+      if (!f) {
+        std::cerr << path << ": cannot write\nhint: check that --out names a writable directory\n";
+        return 2;
+      }
+    }
+    return 0;
+  } catch (const ResultsError& e) {
+    std::cerr << e.located()
+              << "\nhint: give results directories written by `sweep run` (or their "
+                 "results.csv)\n";
+  } catch (const RecommendError& e) {
+    std::cerr << "sweep recommend: " << e.what() << "\nhint: " << e.hint() << "\n";
+  }
+  return 2;
+}
+
+}  // namespace
+
+void register_recommend_command(CLI::App& app, int& exit_code) {
+  struct Args {
+    std::vector<std::string> inputs;
+    RecommendOptions options;
+    double memory_gib = 0, context_gib = 0;
+    int64_t effective_batch = 0;
+    std::string out;
+  };
+  auto a = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand(
+      "recommend", "What fits a GPU's memory and which configuration is fastest, from results");
+  cmd->add_option("results", a->inputs, "Results directories (or results.csv files)")->required();
+  auto* gpu = cmd->add_option("--gpu", a->options.gpu,
+                              "Recommend for this card of the GPU table (e.g. rtx3060, a100-80gb)");
+  auto* mem = cmd->add_option("--memory-gib", a->memory_gib, "Recommend for a card of this memory")
+                  ->check(CLI::PositiveNumber);
+  gpu->excludes(mem);
+  cmd->add_option("--margin", a->options.margin, "Fraction of memory kept free")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 0.95));
+  auto* eff = cmd->add_option("--effective-batch", a->effective_batch,
+                              "Micro-batch x accumulation to reach")
+                  ->check(CLI::PositiveNumber);
+  auto* ctx = cmd->add_option("--context-gib", a->context_gib,
+                              "Memory outside the allocator (default: measured, else 0.5 on CUDA)")
+                  ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--out", a->out,
+                  "Where to write recommendations.{md,csv} (default: beside the "
+                  "first results.csv)");
+  cmd->callback([a, mem, eff, ctx, &exit_code] {
+    RecommendOptions o = a->options;
+    if (mem->count()) o.memory_gib = a->memory_gib;
+    if (eff->count()) o.effective_batch = a->effective_batch;
+    if (ctx->count()) o.context_gib = a->context_gib;
+    exit_code = run_recommend(a->inputs, o, a->out);
+  });
+}
+
+}  // namespace sweep::reports

@@ -1,0 +1,308 @@
+// recommend: what fits a card and which of it is fastest, on hand-made fixtures
+// (tests/data/recommend_*.csv; invented numbers, not measurements). Expected budgets are
+// computed here from the definition, usable = floor(memory x (1 - margin)) - context.
+#include <gtest/gtest.h>
+
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <fstream>
+
+#include "reports/gpus.h"
+#include "reports/recommend.h"
+
+namespace sweep::reports {
+namespace {
+
+constexpr int64_t kGiBBytes = int64_t{1} << 30;
+constexpr int64_t kMiBBytes = int64_t{1} << 20;
+
+std::string data(const std::string& name) { return std::string(SWEEP_TEST_DATA) + "/" + name; }
+
+Recommendation run(std::vector<std::string> files, RecommendOptions o = {}) {
+  std::vector<Results> results;
+  for (const auto& f : files) results.push_back(read_results(data(f)));
+  return recommend(results, o);
+}
+
+const GroupRecommendation& group(const Recommendation& r, const std::string& model,
+                                 const std::string& seq) {
+  for (const auto& g : r.groups)
+    if (g.model == model && g.seq == seq) return g;
+  throw std::runtime_error("no group " + model + " seq " + seq);
+}
+
+TEST(Recommend, TiesGoToLowerPeakThenFewerTechniques) {
+  auto r = run({"recommend_ties.csv"});
+  // Three bf16-amp batch-16 rows at 41000 tokens/s: the checkpointed one peaks lowest.
+  const auto& a = group(r, "gpt2", "512");
+  ASSERT_TRUE(a.fastest);
+  EXPECT_EQ(a.fastest->checkpointing, "block");
+  EXPECT_EQ(a.fastest->peak_reserved_bytes, 6 * kGiBBytes);
+  // Same throughput and peak: plain AdamW beats the fused one (one technique fewer).
+  const auto& b = group(r, "gpt2", "1024");
+  ASSERT_TRUE(b.fastest);
+  EXPECT_EQ(b.fastest->optimizer, "adamw");
+  EXPECT_EQ(b.fastest->precision, "bf16-amp");
+  EXPECT_FALSE(r.other_card);
+}
+
+TEST(Recommend, DefaultTargetIsTheMeasuringCardWithMeasuredContext) {
+  auto r = run({"recommend_ties.csv"});
+  EXPECT_EQ(r.target.name, "NVIDIA GeForce RTX 4090");
+  EXPECT_EQ(r.target.memory_bytes, 24564 * kMiBBytes);
+  // device_used - peak_reserved is 420 MiB in most rows, 300 and 900 MiB in two.
+  EXPECT_EQ(r.target.context_bytes, 420 * kMiBBytes);
+  EXPECT_EQ(r.target.usable_bytes, 24564 * kMiBBytes * 9 / 10 - 420 * kMiBBytes);
+  ASSERT_TRUE(r.target.gpu);
+  EXPECT_EQ(r.target.gpu->key, "rtx4090");
+}
+
+TEST(Recommend, LargestMicroBatchPerPrecision) {
+  RecommendOptions o;
+  o.memory_gib = 16;
+  o.context_gib = 0;
+  auto r = run({"recommend_ties.csv"}, o);
+  const auto& g = group(r, "gpt2", "512");
+  ASSERT_EQ(g.max_batch.size(), 2u);
+  EXPECT_EQ(g.max_batch[0].precision, "fp32");
+  EXPECT_EQ(g.max_batch[0].batch, 8);  // batch 16 needs 18 GiB > 14.4 usable
+  EXPECT_EQ(g.max_batch[1].precision, "bf16-amp");
+  EXPECT_EQ(g.max_batch[1].batch, 16);
+}
+
+TEST(Recommend, PointExactlyAtTheLimitFitsOneByteOverDoesNot) {
+  RecommendOptions o;
+  o.memory_gib = 10;
+  o.margin = 0.25;
+  o.context_gib = 0;
+  auto r = run({"recommend_margin.csv"}, o);
+  ASSERT_EQ(r.target.usable_bytes, 10 * kGiBBytes / 4 * 3);
+  const auto& g = group(r, "gpt2-medium", "512");
+  ASSERT_TRUE(g.fastest);
+  // The faster row peaks one byte above usable; the checkpointed one exactly at it.
+  EXPECT_EQ(g.fastest->checkpointing, "block");
+  EXPECT_EQ(g.fastest->peak_reserved_bytes, r.target.usable_bytes);
+
+  // Two more bytes of memory make 0.75 x memory one byte larger: now the faster one fits.
+  o.memory_gib = static_cast<double>(10 * kGiBBytes + 2) / kGiB;
+  r = run({"recommend_margin.csv"}, o);
+  ASSERT_EQ(r.target.usable_bytes, 10 * kGiBBytes / 4 * 3 + 1);
+  const auto& h = group(r, "gpt2-medium", "512");
+  ASSERT_TRUE(h.fastest);
+  EXPECT_EQ(h.fastest->checkpointing, "none");
+  EXPECT_EQ(h.fastest->tokens_per_s, 30000);
+}
+
+TEST(Recommend, NothingFitsNamesTheClosestChangeAndTheGap) {
+  RecommendOptions o;
+  o.gpu = "RTX 3060";
+  auto r = run({"recommend_nofit.csv"}, o);
+  // No device_used in these rows: the CUDA default context applies.
+  EXPECT_EQ(r.target.context_bytes, kDefaultCudaContextBytes);
+  const int64_t usable = 12 * kGiBBytes * 9 / 10 - 512 * kMiBBytes;
+  ASSERT_EQ(r.target.usable_bytes, usable);
+  const auto& g = group(r, "gpt2-xl", "1024");
+  EXPECT_FALSE(g.fastest);
+  ASSERT_EQ(g.steps.size(), 5u);  // as measured + four changes (no allocator rows)
+  std::vector<int64_t> peaks;
+  for (const auto& s : g.steps) peaks.push_back(s.best ? s.best->peak_reserved_bytes : -1);
+  EXPECT_EQ(peaks, (std::vector<int64_t>{70 * kGiBBytes, 52 * kGiBBytes, 34 * kGiBBytes,
+                                         21 * kGiBBytes, 25 * kGiBBytes / 2}));
+  ASSERT_EQ(g.closest_step, 4);
+  EXPECT_EQ(g.steps[4].change, "+ lighter optimizer");
+  EXPECT_EQ(g.steps[4].best->optimizer, "sgd");
+  EXPECT_EQ(g.steps[4].best->peak_reserved_bytes - usable, 25 * kGiBBytes / 2 - usable);
+  const auto md = recommendations_markdown(r);
+  EXPECT_NE(md.find("## Nothing fits: gpt2-xl (seq 1024)"), std::string::npos) << md;
+  EXPECT_NE(md.find("Closest: bf16-amp, block checkpointing, batch 1, sgd (+ lighter optimizer), "
+                    "2.20 GiB over"),
+            std::string::npos)
+      << md;
+}
+
+TEST(Recommend, OtherCardIsSaidAndSameCardIsNot) {
+  RecommendOptions o;
+  o.gpu = "rtx3060";
+  auto other = run({"recommend_nofit.csv"}, o);
+  EXPECT_TRUE(other.other_card);
+  EXPECT_NE(recommendations_markdown(other).find("throughput does not"), std::string::npos);
+  o.gpu = "h100-80gb";  // the rows' "NVIDIA H100 80GB HBM3"
+  auto same = run({"recommend_nofit.csv"}, o);
+  EXPECT_FALSE(same.other_card);
+  EXPECT_EQ(recommendations_markdown(same).find("throughput does not"), std::string::npos);
+  // By memory: the same card when the size matches what the device reports.
+  RecommendOptions m;
+  m.memory_gib = 12;
+  EXPECT_FALSE(run({"recommend_accum.csv"}, m).other_card);
+  m.memory_gib = 10;
+  EXPECT_TRUE(run({"recommend_accum.csv"}, m).other_card);
+}
+
+TEST(Recommend, EffectiveBatchThroughAccumulation) {
+  RecommendOptions o;
+  o.effective_batch = 32;
+  auto r = run({"recommend_accum.csv"}, o);
+  // Usable 10.5 GiB: batch 16 fits (9.5 GiB), so 16 x 2 inferred from it is fastest.
+  ASSERT_EQ(r.target.usable_bytes, 12 * kGiBBytes * 9 / 10 - static_cast<int64_t>(0.3 * kGiB));
+  const auto& g = group(r, "gpt2", "512");
+  ASSERT_TRUE(g.effective);
+  EXPECT_EQ(g.effective->batch, 16);
+  EXPECT_EQ(g.effective->accumulation, 2);
+  EXPECT_TRUE(g.effective->inferred);
+
+  // A 10 GiB card: batch 16 no longer fits; the measured 8 x 4 beats 4 x 8 inferred.
+  o.memory_gib = 10;
+  r = run({"recommend_accum.csv"}, o);
+  const auto& h = group(r, "gpt2", "512");
+  ASSERT_TRUE(h.effective);
+  EXPECT_EQ(h.effective->batch, 8);
+  EXPECT_EQ(h.effective->accumulation, 4);
+  EXPECT_FALSE(h.effective->inferred);
+
+  o.effective_batch = 6;  // no fitting micro-batch divides it
+  EXPECT_FALSE(group(run({"recommend_accum.csv"}, o), "gpt2", "512").effective);
+}
+
+TEST(Recommend, EvalBatchAndTheTrainConfigsEvalCounterpart) {
+  auto r = run({"recommend_accum.csv"});
+  ASSERT_TRUE(r.has_eval);
+  const auto& g = group(r, "gpt2", "512");
+  ASSERT_TRUE(g.eval_max_batch);
+  EXPECT_EQ(g.eval_max_batch->batch, 64);  // 9 GiB of 10.5; 128 ran out of memory
+  ASSERT_TRUE(g.fastest);
+  EXPECT_EQ(g.fastest->batch, 16);
+  EXPECT_EQ(g.eval_check, "fits");
+  ASSERT_TRUE(g.eval_counterpart);
+  EXPECT_EQ(g.eval_counterpart->batch, 16);
+  EXPECT_EQ(g.eval_counterpart->mode, "eval");
+
+  RecommendOptions o;
+  o.memory_gib = 10;  // 8.7 GiB usable
+  auto s = run({"recommend_accum.csv"}, o);
+  EXPECT_EQ(group(s, "gpt2", "512").eval_max_batch->batch, 32);
+}
+
+TEST(Recommend, CpuRowsHaveNoContextAllowance) {
+  auto r = run({"recommend_cpu.csv"});
+  EXPECT_FALSE(r.target.cuda);
+  EXPECT_EQ(r.target.context_bytes, 0);
+  EXPECT_EQ(r.target.usable_bytes, 16 * kGiBBytes * 9 / 10);  // 15461882265.6, floored
+  EXPECT_EQ(group(r, "gpt2", "128").fastest->batch, 4);
+}
+
+TEST(Recommend, CrossGpuColumnsStartAtTheSmallestMeasuredPeak) {
+  RecommendOptions o;
+  o.gpu = "rtx3060";
+  auto r = run({"recommend_nofit.csv"}, o);
+  // The smallest peak is 12.5 GiB: the 12 GiB RTX 3060 is left out.
+  ASSERT_FALSE(r.columns.empty());
+  EXPECT_EQ(r.columns.front().memory_bytes, 16 * kGiBBytes);
+  EXPECT_EQ(r.columns.front().name, "T4 / V100 16GB");
+  ASSERT_TRUE(r.cells[0][0]);  // 13.9 GiB usable: SGD (12.5) and Adafactor (13) fit
+  EXPECT_EQ(r.cells[0][0]->optimizer, "sgd");
+  EXPECT_EQ(r.columns.back().name, "H200");
+  ASSERT_TRUE(r.cells[0].back());
+  EXPECT_EQ(r.cells[0].back()->tokens_per_s, 9000);
+}
+
+TEST(Recommend, UserErrors) {
+  RecommendOptions o;
+  o.gpu = "H100";  // which one?
+  EXPECT_THROW(run({"recommend_ties.csv"}, o), RecommendError);
+  // Two devices and no card named: ambiguous.
+  EXPECT_THROW(run({"recommend_ties.csv", "recommend_cpu.csv"}), RecommendError);
+  EXPECT_THROW(run({"recommend_bad.csv"}), ResultsError);
+}
+
+TEST(Recommend, EmulatedBudgetIsNoted) {
+  auto r = run({"recommend_margin.csv"});
+  ASSERT_FALSE(r.notes.empty());
+  EXPECT_NE(r.notes.back().find("emulated budget (10 GiB)"), std::string::npos) << r.notes.back();
+}
+
+// The command, in process: exit codes, stderr, files.
+struct Cli {
+  int code = -1;
+  std::string out, err;
+};
+
+Cli cli(std::vector<std::string> args) {
+  CLI::App app;
+  Cli c;
+  register_recommend_command(app, c.code);
+  args.insert(args.begin(), {"sweep", "recommend"});
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  app.parse(static_cast<int>(argv.size()), argv.data());
+  c.out = testing::internal::GetCapturedStdout();
+  c.err = testing::internal::GetCapturedStderr();
+  return c;
+}
+
+TEST(RecommendCli, WritesMarkdownAndCsv) {
+  auto dir = std::filesystem::temp_directory_path() / "sweep_recommend_test";
+  std::filesystem::remove_all(dir);
+  auto c = cli({data("recommend_accum.csv"), "--effective-batch", "32", "--out", dir.string()});
+  ASSERT_EQ(c.code, 0) << c.err;
+  EXPECT_NE(c.out.find("# Recommendations for NVIDIA GeForce RTX 3060"), std::string::npos);
+  EXPECT_NE(c.out.find("## Effective batch 32"), std::string::npos);
+  std::ifstream md(dir / "recommendations.md"), csv(dir / "recommendations.csv");
+  ASSERT_TRUE(md && csv);
+  std::string header, line;
+  std::getline(csv, header);
+  EXPECT_EQ(header.rfind("target,usable_gib,kind,model,seq,", 0), 0u) << header;
+  int effective = 0;
+  while (std::getline(csv, line)) effective += line.find(",effective-batch,") != std::string::npos;
+  EXPECT_EQ(effective, 1);
+}
+
+TEST(RecommendCli, BadInputExitsTwoWithLocationAndHint) {
+  auto missing = cli({data("no_such_results.csv")});
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_NE(missing.err.find("no such file"), std::string::npos) << missing.err;
+  EXPECT_NE(missing.err.find("\nhint: "), std::string::npos);
+
+  auto bad = cli({data("recommend_bad.csv")});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_EQ(bad.err.rfind(data("recommend_bad.csv") + ":3: ", 0), 0u) << bad.err;
+
+  auto gpu = cli({data("recommend_ties.csv"), "--gpu", "rtx9999"});
+  EXPECT_EQ(gpu.code, 2);
+  EXPECT_NE(gpu.err.find("unknown GPU 'rtx9999'"), std::string::npos) << gpu.err;
+  EXPECT_NE(gpu.err.find("hint: known GPUs: rtx3060, t4"), std::string::npos) << gpu.err;
+}
+
+TEST(GpuTable, FindsCardsByKeyNameAndDeviceName) {
+  auto key = [](std::string_view n) {
+    const GpuSpec* g = find_gpu(n);
+    return g ? std::string(g->key) : std::string("none");
+  };
+  EXPECT_EQ(key("RTX 3060"), "rtx3060");
+  EXPECT_EQ(key("a100-80gb"), "a100-80gb");
+  EXPECT_EQ(key("NVIDIA GeForce RTX 3060"), "rtx3060");
+  EXPECT_EQ(key("NVIDIA GeForce RTX 3060 Ti"), "none");  // another card
+  EXPECT_EQ(key("NVIDIA GeForce RTX 3060 Laptop GPU"), "none");
+  EXPECT_EQ(key("Tesla T4"), "t4");
+  EXPECT_EQ(key("NVIDIA A100-SXM4-40GB"), "a100-40gb");
+  EXPECT_EQ(key("NVIDIA A100 80GB PCIe"), "a100-80gb");
+  EXPECT_EQ(key("NVIDIA H100 80GB HBM3"), "h100-80gb");
+  EXPECT_EQ(key("NVIDIA H100 PCIe"), "h100-pcie");
+  EXPECT_EQ(key("NVIDIA A10"), "a10");
+  EXPECT_EQ(key("NVIDIA A10G"), "none");
+  EXPECT_EQ(key("H100"), "none");  // ambiguous: PCIe or SXM
+}
+
+TEST(GpuTable, PeaksByPrecisionAndAscendingMemory) {
+  const GpuSpec& t4 = *find_gpu("t4");
+  EXPECT_EQ(peak_tflops(t4, "fp16-amp"), 65);
+  EXPECT_FALSE(peak_tflops(t4, "bf16-amp"));  // Turing has no BF16 tensor cores
+  EXPECT_EQ(peak_tflops(*find_gpu("a100-40gb"), "bf16"), 312);
+  EXPECT_FALSE(peak_tflops(t4, "fp8"));
+  for (std::size_t i = 1; i < gpus().size(); ++i)
+    EXPECT_LE(gpus()[i - 1].memory_gib, gpus()[i].memory_gib) << gpus()[i].key;
+}
+
+}  // namespace
+}  // namespace sweep::reports
