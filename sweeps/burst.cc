@@ -114,7 +114,7 @@ Fault Fault::parse(const std::string& spec, const Point& p) {
 Measurement run_burst(const Point& p, MemoryTracker& mem, StepTimer& timer, const Fault& fault) {
   Measurement m;
   PeakMeter meter(mem, fault);
-  if (p.budget_bytes > 0) mem.set_budget(p.budget_bytes);
+  mem.set_budget(p.budget_bytes);  // 0 clears a cap left by an earlier burst in this process
   const torch::Device device = p.device == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::kCPU;
   const bool train = p.mode == "train";
   const int64_t k = train ? p.accumulation : 1;

@@ -25,7 +25,10 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
  public:
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
                                                 c10::intrusive_ptr<FnHolder> holder,
-                                                torch::autograd::variable_list inputs) {
+                                                at::TensorList input_list) {
+    // Taken as a TensorList: that is what apply() recognises as differentiable inputs (a
+    // std::vector argument would be treated as an opaque non-tensor and cut the graph).
+    const auto inputs = input_list.vec();
     const auto device = inputs.at(0).device();
     ctx->saved_data["fn"] = c10::IValue::make_capsule(holder);
     ctx->saved_data["cpu_rng"] = at::detail::getDefaultCPUGenerator().get_state();
@@ -96,7 +99,7 @@ std::vector<torch::Tensor> checkpoint_block(const models::BlockFn& fn,
                                             const std::vector<torch::Tensor>& inputs) {
   // Like use_reentrant=True: without grad mode there is nothing to save or recompute.
   if (!torch::GradMode::is_enabled()) return fn(inputs);
-  return CheckpointFunction::apply(c10::make_intrusive<FnHolder>(fn), inputs);
+  return CheckpointFunction::apply(c10::make_intrusive<FnHolder>(fn), at::TensorList(inputs));
 }
 
 }  // namespace sweep

@@ -5,6 +5,8 @@
 #include <iostream>
 
 #include "models/zoo.h"
+#include "reports/recommend.h"
+#include "reports/report.h"
 #include "sweeps/config.h"
 #include "sweeps/sweep.h"
 #include "sweeps/worker.h"
@@ -53,6 +55,9 @@ void register_commands(CLI::App& app, int& exit_code) {
   run->add_flag("--force", opts->force, "Re-run points already in results.csv");
   run->add_flag("--quiet,-q", opts->quiet, "No progress output");
   run->callback([opts, &exit_code] { exit_code = guarded([&] { return run_sweep(*opts); }); });
+
+  reports::register_report_command(app, exit_code);
+  reports::register_recommend_command(app, exit_code);
 
   auto* models = app.add_subcommand("models", "List the model zoo");
   models->callback([] { print_models(); });

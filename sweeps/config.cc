@@ -90,7 +90,7 @@ AxisValues parse_axis(const Ctx& c, const YAML::Node& n, const std::string& axis
   auto one = [&](const YAML::Node& v) {
     std::string s = v.IsScalar() ? v.Scalar() : "";
     if (!v.IsScalar()) c.fail(v, key, "expected a value or a list of values");
-    a.values.push_back(canonical_axis_value(axis, s, c.file, v.Mark().line + 1));
+    a.values.push_back(canonical_axis_value(axis, s, c.file, v.Mark().line + 1, key));
   };
   if (n.IsSequence()) {
     if (n.size() == 0) c.fail(n, key, "empty list", "give at least one value");
@@ -130,7 +130,8 @@ std::vector<ExcludeRule> parse_excludes(const Ctx& c, const YAML::Node& n,
                                            "run `sweep models` for the list");
         rule.match[axis] = v;
       } else {
-        rule.match[axis] = canonical_axis_value(axis, v, c.file, kv.second.Mark().line + 1);
+        rule.match[axis] =
+            canonical_axis_value(axis, v, c.file, kv.second.Mark().line + 1, where + "." + axis);
       }
     }
     rules.push_back(rule);
@@ -174,8 +175,7 @@ std::string ConfigError::located() const {
 }
 
 std::string canonical_axis_value(const std::string& axis, const std::string& value,
-                                 const std::string& file, int line) {
-  const std::string key = axis;
+                                 const std::string& file, int line, const std::string& key) {
   auto fail = [&](const std::string& msg, const std::string& hint = "") {
     throw ConfigError(file, line, key, msg, hint);
   };

@@ -84,6 +84,6 @@ extern const std::vector<std::string> kAxes;
 Config load_config(const std::string& path);
 // Checks one value of an axis and returns it in canonical form; throws ConfigError.
 std::string canonical_axis_value(const std::string& axis, const std::string& value,
-                                 const std::string& file, int line);
+                                 const std::string& file, int line, const std::string& key);
 
 }  // namespace sweep

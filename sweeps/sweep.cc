@@ -10,6 +10,8 @@
 #include <iostream>
 #include <map>
 
+#include "reports/report.h"
+#include "reports/results.h"
 #include "sweep_version.h"
 #include "sweeps/config.h"
 #include "sweeps/env.h"
@@ -175,6 +177,14 @@ int run_sweep(const RunOptions& opt) {
     progress.finish(p, r.status, detail);
   }
   if (!opt.quiet) std::fprintf(stderr, "results: %s\n", store.path().c_str());
+  // The report reads only the results file, like any later `sweep report`.
+  try {
+    reports::write_report(out, out);
+    if (!opt.quiet) std::fprintf(stderr, "report:  %s/report.md (and report.html)\n", out.c_str());
+  } catch (const reports::ResultsError& e) {
+    std::fprintf(stderr, "error: %s\n", e.located().c_str());
+    return 2;
+  }
   return 0;
 }
 

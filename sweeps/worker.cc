@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include "reports/gpus.h"
 #include "sweeps/burst.h"
 #include "sweeps/env.h"
 
@@ -82,7 +83,12 @@ int worker_main(const std::string& point_json, int result_fd) {
       timer = make_cpu_timer();
     }
     const DeviceInfo dev = query_device(p.device);
-    record = to_record(run_burst(p, *mem, *timer, fault));
+    const Measurement m = run_burst(p, *mem, *timer, fault);
+    record = to_record(m);
+    // MFU against the card's dense peak for the precision; unknown cards leave it empty.
+    if (const auto* gpu = p.device == "cuda" ? reports::find_gpu(dev.name) : nullptr; gpu && m.tflops)
+      if (auto peak = reports::peak_tflops(*gpu, p.precision); peak && *peak > 0)
+        record["mfu"] = *m.tflops / *peak;
     record["device_name"] = dev.name;
     record["device_memory_bytes"] = dev.memory_bytes;
     record["driver_version"] = dev.driver_version;

@@ -1,0 +1,169 @@
+// The training burst on the CPU, in-process with the tracking allocator: what each
+// technique does to the measured memory, and that it is implemented the PyTorch way.
+#include <gtest/gtest.h>
+
+#include "models/zoo.h"
+#include "sweeps/burst.h"
+#include "sweeps/checkpoint.h"
+#include "sweeps/optim.h"
+#include "sweeps/precision.h"
+
+namespace sweep {
+namespace {
+
+Point tiny(int64_t batch = 4) {
+  Point p;
+  p.model = "gpt2-tiny";
+  p.family = "gpt2";
+  p.batch = batch;
+  p.seq = 64;
+  p.steps = 1;
+  p.warmup_steps = 1;
+  p.repetitions = 1;
+  return p;
+}
+
+Measurement burst(const Point& p) {
+  static auto mem = make_cpu_tracker();
+  static auto timer = make_cpu_timer();
+  auto m = run_burst(p, *mem, *timer, Fault{});
+  EXPECT_EQ(m.status, "ok") << m.message;
+  return m;
+}
+
+TEST(Burst, BreakdownAddsUpAndWeightsAreTheParameters) {
+  auto m = burst(tiny());
+  const auto* spec = models::find_model("gpt2-tiny");
+  EXPECT_EQ(m.weights_bytes, spec->parameters * 4);
+  EXPECT_EQ(m.grads_bytes, spec->parameters * 4);
+  EXPECT_EQ(m.optimizer_bytes, 2 * spec->parameters * 4);  // AdamW: exp_avg + exp_avg_sq
+  EXPECT_GT(m.activations_bytes, 0);
+  EXPECT_GE(m.peak_allocated_bytes, m.weights_bytes + m.optimizer_bytes + m.activations_bytes);
+  EXPECT_FALSE(m.peak_phase.empty());
+  EXPECT_GT(*m.tokens_per_s, 0);
+  EXPECT_GT(*m.tflops, 0);
+}
+
+TEST(Burst, CheckpointingLowersActivations) {
+  auto p = tiny(8);
+  auto none = burst(p);
+  p.checkpointing = "block";
+  auto block = burst(p);
+  EXPECT_LT(block.activations_bytes, none.activations_bytes);
+  EXPECT_LT(block.peak_allocated_bytes, none.peak_allocated_bytes);
+}
+
+TEST(Burst, PureBf16HalvesWeights) {
+  auto p = tiny();
+  auto fp32 = burst(p);
+  p.precision = "bf16";
+  auto bf16 = burst(p);
+  EXPECT_EQ(bf16.weights_bytes * 2, fp32.weights_bytes);
+  EXPECT_EQ(bf16.optimizer_bytes * 2, fp32.optimizer_bytes);
+}
+
+TEST(Burst, AccumulationPeaksCloseToOneMicroBatch) {
+  auto p = tiny(4);
+  auto one = burst(p);
+  p.accumulation = 4;
+  auto four = burst(p);
+  EXPECT_NEAR(static_cast<double>(four.peak_allocated_bytes), one.peak_allocated_bytes,
+              0.1 * one.peak_allocated_bytes);
+  // ...and processes four times the tokens per optimizer step.
+  EXPECT_GT(*four.step_ms, *one.step_ms);
+}
+
+TEST(Burst, EvalModeHoldsNoGradientsOrOptimizerState) {
+  auto p = tiny();
+  p.mode = "eval";
+  p.optimizer = "none";
+  auto m = burst(p);
+  EXPECT_EQ(m.grads_bytes, 0);
+  EXPECT_EQ(m.optimizer_bytes, 0);
+  EXPECT_GT(m.activations_bytes, 0);
+}
+
+TEST(Burst, OptimizersStateSizes) {
+  const auto n = models::find_model("gpt2-tiny")->parameters;
+  auto p = tiny();
+  p.optimizer = "sgd";
+  EXPECT_EQ(burst(p).optimizer_bytes, n * 4);  // one momentum buffer
+  p.optimizer = "adamw-fused";
+  EXPECT_EQ(burst(p).optimizer_bytes, 2 * n * 4);
+  p.optimizer = "adafactor";
+  EXPECT_LT(burst(p).optimizer_bytes, n * 4 / 4);  // factored: rows + columns only
+}
+
+TEST(Burst, OomInEachPhaseIsRecordedWithThatPhase) {
+  static auto mem = make_cpu_tracker();
+  static auto timer = make_cpu_timer();
+  for (std::string phase : {"build", "forward", "backward", "optimizer"}) {
+    Fault f;
+    f.kind = "oom";
+    f.phase = phase;
+    auto m = run_burst(tiny(), *mem, *timer, f);
+    EXPECT_EQ(m.status, "oom") << phase;
+    EXPECT_EQ(m.phase, phase);
+  }
+}
+
+std::vector<torch::Tensor> grads_after_backward(bool checkpoint) {
+  torch::manual_seed(7);
+  auto model = models::find_model("gpt2-tiny")->make();
+  model->train();  // dropout on: the recompute must replay the same masks
+  if (checkpoint) model->set_block_runner(&checkpoint_block);
+  auto gen = at::detail::createCPUGenerator(3);
+  auto batch = model->synthetic_batch({2, 32, 0, 0}, torch::kCPU, gen);
+  torch::manual_seed(11);
+  model->loss(batch).backward();
+  std::vector<torch::Tensor> g;
+  for (const auto& item : model->named_parameters()) {
+    const auto& name = item.key();
+    const auto& p = item.value();
+    EXPECT_TRUE(p.grad().defined()) << name << (checkpoint ? " (checkpointed)" : "");
+    g.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
+  }
+  return g;
+}
+
+TEST(Checkpointing, GradientsEqualWithAndWithoutAtAFixedSeed) {
+  auto a = grads_after_backward(false);
+  auto b = grads_after_backward(true);
+  ASSERT_EQ(a.size(), b.size());
+  double max_diff = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    max_diff = std::max(max_diff, (a[i] - b[i]).abs().max().item<double>());
+  std::printf("max |grad difference| = %g\n", max_diff);
+  EXPECT_LT(max_diff, 1e-6);
+}
+
+TEST(GradScaler, SkipsAStepWithAPlantedInfAndBacksOff) {
+  auto w = torch::ones({4}, torch::requires_grad());
+  auto opt = make_optimizer({"adamw", 1e-3, 0.0}, {w});
+  GradScaler scaler(torch::kCPU);
+  EXPECT_EQ(scaler.current_scale(), 65536.0);
+  // Finite gradients: the step happens.
+  scaler.scale(w.sum()).backward();
+  EXPECT_TRUE(scaler.step(*opt));
+  scaler.update();
+  EXPECT_EQ(scaler.current_scale(), 65536.0);  // grows only every 2000 good steps
+  EXPECT_FALSE(torch::equal(w, torch::ones({4})));
+  // A planted inf: the step is skipped, the weights are untouched, the scale halves.
+  opt->zero_grad();
+  auto before = w.detach().clone();
+  (scaler.scale(w.sum()) * std::numeric_limits<float>::infinity()).backward();
+  EXPECT_FALSE(scaler.step(*opt));
+  scaler.update();
+  EXPECT_TRUE(torch::equal(w.detach(), before));
+  EXPECT_EQ(scaler.current_scale(), 32768.0);
+}
+
+TEST(Burst, Fp16AmpRunsWithDynamicScaling) {
+  auto p = tiny();
+  p.precision = "fp16-amp";
+  auto m = burst(p);
+  EXPECT_TRUE(std::isfinite(m.loss));
+}
+
+}  // namespace
+}  // namespace sweep

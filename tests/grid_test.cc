@@ -1,0 +1,115 @@
+// Grid expansion is a pure function: exact order, exclusions, per-model axes, identity.
+#include <gtest/gtest.h>
+
+#include "sweeps/config.h"
+#include "sweeps/grid.h"
+#include "test_util.h"
+
+namespace sweep {
+namespace {
+
+Config load(const std::string& name, const std::string& yaml) {
+  auto dir = testing::temp_dir(name);
+  return load_config(testing::write_file(dir / "c.yaml", yaml));
+}
+
+std::vector<std::string> labels(const std::vector<Point>& pts) {
+  std::vector<std::string> v;
+  for (const auto& p : pts) v.push_back(p.label());
+  return v;
+}
+
+TEST(Grid, CartesianProductInExactOrderWithBatchInnermost) {
+  auto cfg = load("order", R"(
+models: [gpt2-tiny]
+grid:
+  batch: [1, 2]
+  seq: 64
+  precision: [fp32, bf16-amp]
+  checkpointing: [none, block]
+)");
+  auto pts = expand_grid(cfg, RunSettings{});
+  EXPECT_EQ(labels(pts), (std::vector<std::string>{
+                             "gpt2-tiny b=1 seq=64 fp32 ckpt=none acc=1 adamw",
+                             "gpt2-tiny b=2 seq=64 fp32 ckpt=none acc=1 adamw",
+                             "gpt2-tiny b=1 seq=64 fp32 ckpt=block acc=1 adamw",
+                             "gpt2-tiny b=2 seq=64 fp32 ckpt=block acc=1 adamw",
+                             "gpt2-tiny b=1 seq=64 bf16-amp ckpt=none acc=1 adamw",
+                             "gpt2-tiny b=2 seq=64 bf16-amp ckpt=none acc=1 adamw",
+                             "gpt2-tiny b=1 seq=64 bf16-amp ckpt=block acc=1 adamw",
+                             "gpt2-tiny b=2 seq=64 bf16-amp ckpt=block acc=1 adamw",
+                         }));
+}
+
+TEST(Grid, ExcludeRulesDropMatchingPointsOnly) {
+  auto cfg = load("exclude", R"(
+models: [gpt2-tiny]
+grid: {batch: [1, 2, 4], precision: [fp32, bf16], seq: 32}
+exclude:
+  - {precision: bf16, batch: 4}
+  - {model: gpt2-tiny, batch: 1, precision: fp32}
+)");
+  auto pts = expand_grid(cfg, RunSettings{});
+  EXPECT_EQ(labels(pts), (std::vector<std::string>{
+                             "gpt2-tiny b=2 seq=32 fp32 ckpt=none acc=1 adamw",
+                             "gpt2-tiny b=4 seq=32 fp32 ckpt=none acc=1 adamw",
+                             "gpt2-tiny b=1 seq=32 bf16 ckpt=none acc=1 adamw",
+                             "gpt2-tiny b=2 seq=32 bf16 ckpt=none acc=1 adamw",
+                         }));
+}
+
+TEST(Grid, SweepGroupsOverrideTheGridAndEvalDropsTrainingAxes) {
+  auto cfg = load("groups", R"(
+grid: {batch: [1, 2], seq: 32, accumulation: [1, 4]}
+sweeps:
+  - models: [gpt2-tiny]
+  - models: [gpt2-tiny]
+    grid: {mode: eval, batch: 8}
+)");
+  auto pts = expand_grid(cfg, RunSettings{});
+  // 2 batches x 2 accumulations, then one eval point (accumulation collapses to 1).
+  ASSERT_EQ(pts.size(), 5u);
+  EXPECT_EQ(pts[4].mode, "eval");
+  EXPECT_EQ(pts[4].batch, 8);
+  EXPECT_EQ(pts[4].accumulation, 1);
+  EXPECT_EQ(pts[4].optimizer, "none");
+}
+
+TEST(Grid, AxesAModelDoesNotTakeStayUnset) {
+  auto cfg = load("axes", "models: [gpt2-tiny]\ngrid: {seq: 16, audio_s: [10, 20], target_seq: 8}\n");
+  auto pts = expand_grid(cfg, RunSettings{});
+  ASSERT_EQ(pts.size(), 1u);  // audio_s and target_seq do not multiply GPT-2 points
+  EXPECT_EQ(pts[0].audio_s, 0);
+  EXPECT_EQ(pts[0].target_seq, 0);
+}
+
+TEST(Grid, PointIdentityIsStableAndDependsOnEveryAxis) {
+  Point a;
+  a.model = "gpt2";
+  a.batch = 4;
+  a.seq = 128;
+  Point b = a;
+  EXPECT_EQ(a.id(), b.id());
+  EXPECT_EQ(a.id().size(), 16u);
+  b.precision = "bf16-amp";
+  EXPECT_NE(a.id(), b.id());
+  b = a;
+  b.alloc_conf = "expandable_segments:True";
+  EXPECT_NE(a.id(), b.id());
+  b = a;
+  b.timeout_s = 5;  // how long we wait is not what is measured
+  EXPECT_EQ(a.id(), b.id());
+}
+
+TEST(Grid, PointRoundTripsThroughJson) {
+  Point a;
+  a.model = "gpt2-tiny";
+  a.batch = 3;
+  a.audio_s = 12.5;
+  a.budget_bytes = 123456;
+  Point b = nlohmann::json(a).get<Point>();
+  EXPECT_EQ(nlohmann::json(a), nlohmann::json(b));
+}
+
+}  // namespace
+}  // namespace sweep

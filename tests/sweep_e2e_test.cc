@@ -1,0 +1,134 @@
+// End to end on the CPU: `sweep run` spawns one worker per point; a point over its memory
+// budget is `oom` (and larger batches are skipped as implied), a crashing worker is
+// `crash` with its signal, a hanging one is `timeout`, and the sweep always goes on.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "reports/results.h"
+#include "test_util.h"
+
+namespace sweep {
+namespace {
+
+using reports::read_results;
+using schema::column;
+
+// batch -> status of every row in DIR/results.csv
+std::map<int, std::string> statuses(const std::string& dir) {
+  std::map<int, std::string> m;
+  for (const auto& r : read_results(dir).rows)
+    m[std::stoi(r.at(column("batch")))] = r.at(column("status"));
+  return m;
+}
+
+std::string tiny_config(const std::filesystem::path& dir, const std::string& extra) {
+  return testing::write_file(dir / "tiny.yaml", R"(
+device: cpu
+steps: 1
+warmup_steps: 1
+repetitions: 1
+timeout_s: 60
+models: [gpt2-tiny]
+grid: {seq: 64, batch: [1, 2, 4, 8]}
+)" + extra);
+}
+
+TEST(SweepEndToEnd, PointOverBudgetIsOomAndLargerOnesAreImplied) {
+  auto dir = testing::temp_dir("e2e_oom");
+  // gpt2-tiny at seq 64 peaks near 4 MiB at batch 1 and 9 MiB at batch 4.
+  auto cfg = tiny_config(dir, "budget_gib: 0.0068\n");
+  auto r = testing::run_sweep_cli("run " + cfg + " --out " + (dir / "out").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto s = statuses((dir / "out").string());
+  EXPECT_EQ(s[1], "ok");
+  EXPECT_EQ(s[2], "ok");
+  EXPECT_EQ(s[4], "oom");
+  EXPECT_EQ(s[8], "skipped");
+  for (const auto& row : read_results((dir / "out").string()).rows) {
+    const auto& status = row.at(column("status"));
+    EXPECT_EQ(row.at(column("budget_bytes")), std::to_string(static_cast<int64_t>(0.0068 * (1ull << 30))));
+    if (status == "ok") {
+      EXPECT_GT(*row.number(column("peak_allocated_bytes")), 0);
+      EXPECT_GT(*row.number(column("tokens_per_s")), 0);
+      EXPECT_LE(*row.number(column("peak_allocated_bytes")), *row.number(column("budget_bytes")));
+    }
+    if (status == "oom") {
+      EXPECT_FALSE(row.at(column("phase")).empty());
+      // The peak reached before the failure is recorded, and it is under the budget.
+      EXPECT_GT(*row.number(column("peak_allocated_bytes")), 0);
+      EXPECT_NE(row.at(column("message")).find("budget"), std::string::npos);
+    }
+    if (status == "skipped") EXPECT_EQ(row.at(column("reason")), "implied-oom");
+  }
+}
+
+TEST(SweepEndToEnd, CrashingWorkerIsRecordedAndTheSweepGoesOn) {
+  auto dir = testing::temp_dir("e2e_crash");
+  auto cfg = tiny_config(dir, "");
+  auto r = testing::run_sweep_cli("run " + cfg + " --out " + (dir / "out").string(),
+                                  "SWEEP_TEST_FAULT=crash@2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto s = statuses((dir / "out").string());
+  EXPECT_EQ(s, (std::map<int, std::string>{{1, "ok"}, {2, "crash"}, {4, "ok"}, {8, "ok"}}));
+  for (const auto& row : read_results((dir / "out").string()).rows) {
+    if (row.at(column("status")) != "crash") continue;
+    EXPECT_EQ(row.at(column("signal")), "11");
+    EXPECT_EQ(row.at(column("reason")), "SIGSEGV");
+  }
+}
+
+TEST(SweepEndToEnd, HangingWorkerIsKilledAtItsTimeout) {
+  auto dir = testing::temp_dir("e2e_hang");
+  auto cfg = tiny_config(dir, "");
+  // Override the timeout for this run only by a second config line.
+  std::string text;
+  {
+    std::ifstream in(cfg);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  text.replace(text.find("timeout_s: 60"), 13, "timeout_s: 4");
+  testing::write_file(cfg, text);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = testing::run_sweep_cli("run " + cfg + " --out " + (dir / "out").string(),
+                                  "SWEEP_TEST_FAULT=hang@4");
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto s = statuses((dir / "out").string());
+  EXPECT_EQ(s[4], "timeout");
+  EXPECT_EQ(s[8], "ok");
+  EXPECT_LT(secs, 60) << "the hung worker was not killed at its timeout";
+}
+
+TEST(SweepEndToEnd, RerunSkipsRecordedPointsAndForceRunsThemAgain) {
+  auto dir = testing::temp_dir("e2e_resume");
+  auto cfg = tiny_config(dir, "");
+  const std::string out = (dir / "out").string();
+  ASSERT_EQ(testing::run_sweep_cli("run " + cfg + " --out " + out + " -q").exit_code, 0);
+  ASSERT_EQ(testing::run_sweep_cli("run " + cfg + " --out " + out + " -q").exit_code, 0);
+  EXPECT_EQ(read_results(out).rows.size(), 4u);
+  ASSERT_EQ(testing::run_sweep_cli("run " + cfg + " --out " + out + " -q --force").exit_code, 0);
+  EXPECT_EQ(read_results(out).rows.size(), 8u);
+}
+
+TEST(SweepEndToEnd, MalformedResultsFileStopsTheRunAndIsLeftUntouched) {
+  auto dir = testing::temp_dir("e2e_malformed");
+  auto cfg = tiny_config(dir, "");
+  const std::string out = (dir / "out").string();
+  ASSERT_EQ(testing::run_sweep_cli("run " + cfg + " --out " + out + " -q").exit_code, 0);
+  const std::string csv = out + "/results.csv";
+  {
+    std::ofstream(csv, std::ios::app) << "1,0.1.0,abc\n";  // a torn row
+  }
+  std::ifstream before_in(csv);
+  std::string before((std::istreambuf_iterator<char>(before_in)), {});
+  auto r = testing::run_sweep_cli("run " + cfg + " --out " + out + " --force");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("results.csv:6"), std::string::npos) << r.output;
+  std::ifstream after_in(csv);
+  std::string after((std::istreambuf_iterator<char>(after_in)), {});
+  EXPECT_EQ(before, after);
+}
+
+}  // namespace
+}  // namespace sweep
