@@ -1,6 +1,8 @@
 // The sweep loop; see sweep.h. Failures are results: every point ends as a row.
 #include "sweeps/sweep.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -129,6 +131,13 @@ int run_sweep(const RunOptions& opt) {
     std::cout << points.size() << " points, device " << run.device << ", output " << out << "\n";
     return 0;
   }
+  std::filesystem::create_directories(out);
+  // One run per output directory: the lock is held until this process exits (or dies).
+  const std::string lock_path = (std::filesystem::path(out) / ".lock").string();
+  const int lock_fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) != 0)
+    throw ConfigError(lock_path, 0, "out", "another sweep is writing to " + out,
+                      "wait for it to finish, or choose another --out");
   ResultsStore store(out);
   std::filesystem::create_directories(std::filesystem::path(out) / "logs");
   Progress progress(points.size(), opt.quiet);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <thread>
 
 #include "reports/results.h"
 #include "test_util.h"
@@ -128,6 +129,22 @@ TEST(SweepEndToEnd, MalformedResultsFileStopsTheRunAndIsLeftUntouched) {
   std::ifstream after_in(csv);
   std::string after((std::istreambuf_iterator<char>(after_in)), {});
   EXPECT_EQ(before, after);
+}
+
+TEST(SweepEndToEnd, SecondRunIntoTheSameDirectoryRefuses) {
+  auto dir = testing::temp_dir("e2e_lock");
+  auto cfg = tiny_config(dir, "");
+  const std::string out = (dir / "out").string();
+  std::filesystem::create_directories(out);
+  // Hold the lock the way a running sweep does, from another process.
+  FILE* holder = popen(("flock " + out + "/.lock sleep 17.25").c_str(), "r");
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  auto r = testing::run_sweep_cli("run " + cfg + " --out " + out);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("another sweep is writing"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(out + "/results.csv"));
+  std::system(("pkill -f 'sleep 17.25' ; true"));
+  pclose(holder);
 }
 
 }  // namespace
