@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "models/zoo.h"
+#include "reports/compare.h"
 #include "reports/recommend.h"
 #include "reports/report.h"
 #include "sweeps/config.h"
@@ -58,6 +59,7 @@ void register_commands(CLI::App& app, int& exit_code) {
 
   reports::register_report_command(app, exit_code);
   reports::register_recommend_command(app, exit_code);
+  reports::register_compare_command(app, exit_code);
 
   auto* models = app.add_subcommand("models", "List the model zoo");
   models->callback([] { print_models(); });

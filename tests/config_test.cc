@@ -1,6 +1,8 @@
 // Config errors name the file, the line and the key, carry a hint, and exit 2 in the CLI.
 #include <gtest/gtest.h>
 
+#include <yaml-cpp/yaml.h>
+
 #include "sweeps/config.h"
 #include "test_util.h"
 
@@ -87,6 +89,20 @@ TEST(Config, EveryShippedConfigLoads) {
     ++n;
   }
   EXPECT_GE(n, 1);
+}
+
+TEST(Workflow, GpuRegressionWorkflowIsValidYamlWithItsJob) {
+  // actionlint is not packaged in Debian; this at least pins the structure CI relies on.
+  auto wf = YAML::LoadFile(std::string(SWEEP_SOURCE_DIR) + "/.github/workflows/gpu-regression.yml");
+  ASSERT_TRUE(wf["jobs"].IsMap());
+  bool gpu_job = false;
+  for (const auto& job : wf["jobs"]) {
+    const auto& runs_on = job.second["runs-on"];
+    std::string text = YAML::Dump(runs_on);
+    if (text.find("gpu") != std::string::npos) gpu_job = true;
+    ASSERT_TRUE(job.second["steps"].IsSequence());
+  }
+  EXPECT_TRUE(gpu_job);
 }
 
 }  // namespace
