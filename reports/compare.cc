@@ -1,0 +1,430 @@
+// The comparison behind `sweep compare` (see compare.h): join on point_id, then per point
+// the status, three memory peaks and the step time, each with a verdict and a mark. Plus the
+// `compare` command over it.
+#include "reports/compare.h"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <tuple>
+#include <unordered_map>
+
+#include "reports/stats.h"
+
+namespace sweep::reports {
+namespace {
+
+using schema::column;
+
+constexpr std::array kRequiredColumns = std::to_array<std::string_view>(
+    {"schema_version", "point_id", "status", "peak_allocated_bytes", "step_ms_samples"});
+// Differences here change what a number means; they are said first, as a warning.
+constexpr std::array kEnvColumns = std::to_array<std::string_view>(
+    {"device_name", "device_memory_bytes", "driver_version", "torch_version", "cuda_version"});
+
+constexpr std::string_view kRefreshHint =
+    "refresh the baseline with results of this version (docs/regression-tracking.md)";
+
+bool failing(std::string_view status) {
+  return status == schema::kOom || status == schema::kCrash || status == schema::kTimeout;
+}
+
+std::string where(const Row& row) { return row.source + ":" + std::to_string(row.line); }
+
+// schema::column() for a name known only at run time (from the lists above).
+std::size_t column_of(std::string_view name) {
+  return static_cast<std::size_t>(
+      std::find(schema::kColumns.begin(), schema::kColumns.end(), name) - schema::kColumns.begin());
+}
+
+void check_columns(const Results& r) {
+  for (auto name : kRequiredColumns) {
+    if (!r.has_column(column_of(name)))
+      throw CompareError(r.path, 1, "header has no '" + std::string(name) + "' column",
+                         "compare results.csv files written by `sweep run` (schema version " +
+                             std::to_string(schema::kSchemaVersion) + ")");
+  }
+}
+
+// The one schema version of a file, or "" when it has no rows.
+std::string schema_version(const Results& r) {
+  if (r.rows.empty()) return "";
+  const Row& first = r.rows.front();
+  for (const Row& row : r.rows)
+    if (row.at(column("schema_version")) != first.at(column("schema_version")))
+      throw CompareError(r.path, row.line,
+                         "schema_version " + row.at(column("schema_version")) + ", but line " +
+                             std::to_string(first.line) + " has " +
+                             first.at(column("schema_version")),
+                         "a results file holds one schema version; write each version's "
+                         "results into its own directory");
+  return first.at(column("schema_version"));
+}
+
+}  // namespace
+
+std::vector<double> step_samples(const Row& row) {
+  std::vector<double> out;
+  const std::string& cell = row.at(column("step_ms_samples"));
+  std::size_t start = 0;
+  while (start < cell.size()) {
+    std::size_t end = cell.find(';', start);
+    if (end == std::string::npos) end = cell.size();
+    double v = 0;
+    const char* first = cell.data() + start;
+    const char* last = cell.data() + end;
+    while (first < last && *first == ' ') ++first;
+    auto [p, ec] = std::from_chars(first, last, v);
+    if (ec != std::errc() || p != last || !std::isfinite(v))
+      throw ResultsError(row.source, row.line,
+                         "column 'step_ms_samples': '" + std::string(first, last) +
+                             "' is not a number (expected times in ms separated by ';')");
+    out.push_back(v);
+    start = end + 1;
+  }
+  if (out.empty())
+    if (auto v = row.number(column("step_ms"))) out.push_back(*v);
+  return out;
+}
+
+namespace {
+
+MetricComparison status_change(const std::string& before, const std::string& after,
+                               const Row& next) {
+  MetricComparison m{.metric = "status"};
+  if (before == after) return m;
+  if (before == schema::kOk && failing(after)) {
+    m.verdict = Verdict::kRegression;
+    m.mark = '!';
+    const std::string& phase = next.at(column("phase"));
+    const std::string& message = next.at(column("message"));
+    m.note = "newly failing: " + after + (phase.empty() ? "" : " in " + phase) +
+             (message.empty() ? "" : ": " + message);
+  } else if (failing(before) && after == schema::kOk) {
+    m.verdict = Verdict::kImprovement;
+    m.mark = '-';
+    m.note = "runs now (was " + before + ")";
+  } else {
+    m.verdict = Verdict::kNotComparable;
+    m.mark = 'x';
+    const std::string& reason = next.at(column("reason"));
+    m.note = before + " -> " + after + (reason.empty() ? "" : " (" + reason + ")");
+  }
+  return m;
+}
+
+// A memory peak: worse beyond base x (1 + threshold) + slack, better below the mirror.
+std::optional<MetricComparison> memory_change(std::string_view metric, std::size_t col,
+                                              const Row& b, const Row& n, double threshold,
+                                              bool gated, std::string_view ungated_why) {
+  MetricComparison m{.metric = std::string(metric), .base = b.number(col), .next = n.number(col)};
+  if (!m.base && !m.next) return std::nullopt;
+  if (!m.base || !m.next) {
+    m.verdict = Verdict::kNotComparable;
+    m.mark = 'x';
+    m.note = std::string("not measured in the ") + (m.base ? "new results" : "baseline");
+    return m;
+  }
+  const double slack = static_cast<double>(kAllocatorSlackBytes);
+  const double pct = threshold * 100;
+  char limit[64];
+  std::snprintf(limit, sizeof limit, "%.3g%% + %lld MiB", pct,
+                static_cast<long long>(kAllocatorSlackBytes >> 20));
+  if (*m.next > *m.base * (1 + threshold) + slack) {
+    m.verdict = gated ? Verdict::kRegression : Verdict::kWarning;
+    m.mark = '+';
+    m.note = std::string("grew by more than ") + limit +
+             (gated ? "" : "; not gated: " + std::string(ungated_why));
+  } else if (*m.next < *m.base * (1 - threshold) - slack) {
+    m.verdict = Verdict::kImprovement;
+    m.mark = '-';
+    m.note = std::string("shrank by more than ") + limit;
+  }
+  return m;
+}
+
+std::optional<MetricComparison> step_time_change(const Row& b, const Row& n, double threshold) {
+  const std::vector<double> xs = step_samples(b), ys = step_samples(n);
+  if (xs.empty() && ys.empty()) return std::nullopt;
+  MetricComparison m{.metric = "step_ms", .base_samples = xs.size(), .next_samples = ys.size()};
+  if (!xs.empty()) m.base = median(xs);
+  if (!ys.empty()) m.next = median(ys);
+  if (xs.empty() || ys.empty()) {
+    m.verdict = Verdict::kNotComparable;
+    m.mark = 'x';
+    m.note = std::string("no step time in the ") + (xs.empty() ? "baseline" : "new results");
+    return m;
+  }
+  if (xs.size() < kMinSamples || ys.size() < kMinSamples) {
+    m.verdict = Verdict::kWarning;
+    m.mark = 'x';
+    m.note = "unreliable: " + std::to_string(xs.size()) + " vs " + std::to_string(ys.size()) +
+             " samples, a verdict needs " + std::to_string(kMinSamples) +
+             " per side: set repetitions to " + std::to_string(kMinSamples) + " in the config";
+    return m;
+  }
+  const MannWhitney test = mann_whitney_u(xs, ys);
+  m.p_value = test.p;
+  m.exact = test.exact;
+  const double change = *m.next / *m.base - 1;
+  if (std::abs(change) <= threshold) return m;
+  if (test.p < kAlpha) {
+    const bool slower = change > 0;
+    m.verdict = slower ? Verdict::kRegression : Verdict::kImprovement;
+    m.mark = slower ? '+' : '-';
+    m.note = std::string(slower ? "slower" : "faster") + ", significant";
+  } else {
+    m.verdict = Verdict::kNoise;
+    m.mark = '~';
+    char why[48];
+    std::snprintf(why, sizeof why, "not significant (p >= %g)", kAlpha);
+    m.note = why;
+  }
+  return m;
+}
+
+std::vector<MetricComparison> compare_rows(const Row& b, const Row& n, const CompareOptions& o) {
+  std::vector<MetricComparison> out;
+  const std::string& before = b.at(column("status"));
+  const std::string& after = n.at(column("status"));
+  out.push_back(status_change(before, after, n));
+  if (before != schema::kOk || after != schema::kOk) return out;
+  const double mem = o.memory_threshold;
+  for (auto m : {
+           memory_change("peak_allocated_bytes", column("peak_allocated_bytes"), b, n, mem, true,
+                         ""),
+           memory_change("peak_reserved_bytes", column("peak_reserved_bytes"), b, n, mem,
+                         o.gate_reserved,
+                         "the allocator's cache depends on fragmentation; --gate-reserved "
+                         "gates it"),
+           memory_change("device_used_bytes", column("device_used_bytes"), b, n, mem, false,
+                         "includes the CUDA context and anything else on the device"),
+           step_time_change(b, n, o.throughput_threshold),
+       })
+    if (m) out.push_back(std::move(*m));
+  return out;
+}
+
+PointComparison one_side(const Row& row, bool in_base) {
+  PointComparison p{.point_id = row.at(column("point_id"))};
+  (in_base ? p.base : p.next) = row;
+  p.metrics.push_back(
+      {.metric = "point",
+       .verdict = Verdict::kNotComparable,
+       .mark = 'x',
+       .note = in_base ? "only in the baseline: not measured now" : "new point: no baseline"});
+  return p;
+}
+
+std::vector<std::string> distinct(const Results& r, std::size_t col) {
+  std::vector<std::string> out;
+  for (const Row& row : r.rows)
+    if (std::find(out.begin(), out.end(), row.at(col)) == out.end()) out.push_back(row.at(col));
+  return out;
+}
+
+void environment(const Results& base, const Results& next, CompareResult& out) {
+  if (base.rows.empty() || next.rows.empty()) return;
+  for (auto name : kEnvColumns) {
+    auto b = distinct(base, column_of(name)), n = distinct(next, column_of(name));
+    auto sb = b, sn = n;
+    std::sort(sb.begin(), sb.end());
+    std::sort(sn.begin(), sn.end());
+    if (sb != sn) out.env_differences.push_back({std::string(name), b, n});
+  }
+}
+
+}  // namespace
+
+std::string_view verdict_name(Verdict v) {
+  // In the order of the enum.
+  static constexpr std::array<std::string_view, 6> kNames = {
+      "unchanged", "regression", "improvement", "warning", "noise", "not-comparable"};
+  return kNames[static_cast<std::size_t>(v)];
+}
+
+std::optional<double> MetricComparison::change() const {
+  if (!base || !next || *base <= 0) return std::nullopt;
+  return *next / *base - 1;
+}
+
+bool PointComparison::unchanged() const {
+  return std::all_of(metrics.begin(), metrics.end(),
+                     [](const auto& m) { return m.verdict == Verdict::kUnchanged; });
+}
+
+std::size_t CompareResult::count(Verdict v) const {
+  std::size_t n = 0;
+  for (const auto& p : points)
+    for (const auto& m : p.metrics) n += m.verdict == v;
+  return n;
+}
+
+std::size_t CompareResult::unchanged_points() const {
+  return static_cast<std::size_t>(
+      std::count_if(points.begin(), points.end(), [](const auto& p) { return p.unchanged(); }));
+}
+
+std::vector<const Row*> latest_rows(const Results& results, std::vector<std::string>* duplicates) {
+  std::vector<const Row*> out;
+  std::unordered_map<std::string, std::size_t> index;
+  std::unordered_map<std::string, std::string> lines;
+  for (const Row& row : results.rows) {
+    const std::string& id = row.at(column("point_id"));
+    auto [it, fresh] = index.emplace(id, out.size());
+    if (fresh) {
+      out.push_back(&row);
+      lines[id] = std::to_string(row.line);
+    } else {
+      out[it->second] = &row;
+      lines[id] += ", " + std::to_string(row.line);
+    }
+  }
+  if (duplicates)
+    for (const Row* row : out) {
+      const std::string& id = row->at(column("point_id"));
+      if (lines[id].find(',') != std::string::npos)
+        duplicates->push_back(id + " (lines " + lines[id] + ")");
+    }
+  return out;
+}
+
+CompareResult compare_results(const Results& base, const Results& next,
+                              const CompareOptions& options) {
+  check_columns(base);
+  check_columns(next);
+  CompareResult out{.options = options};
+  out.base = {.path = base.path, .rows = base.rows.size(), .schema_version = schema_version(base)};
+  out.next = {.path = next.path, .rows = next.rows.size(), .schema_version = schema_version(next)};
+  if (!out.base.schema_version.empty() && !out.next.schema_version.empty() &&
+      out.base.schema_version != out.next.schema_version)
+    throw CompareError(next.path, next.rows.front().line,
+                       "schema_version " + out.next.schema_version + ", but the baseline (" +
+                           where(base.rows.front()) + ") has " + out.base.schema_version,
+                       "compare results of the same schema version; " + std::string(kRefreshHint));
+  environment(base, next, out);
+
+  std::vector<std::string> base_dups, next_dups;
+  const auto base_rows = latest_rows(base, &base_dups);
+  const auto next_rows = latest_rows(next, &next_dups);
+  out.base.points = base_rows.size();
+  out.next.points = next_rows.size();
+  for (const auto& [side, dups] : {std::pair{&base, &base_dups}, {&next, &next_dups}})
+    if (!dups->empty())
+      out.notes.push_back(side->path + ": " + std::to_string(dups->size()) +
+                          " point(s) written more than once, e.g. " + dups->front() +
+                          "; the last row of each is used.");
+
+  std::unordered_map<std::string, const Row*> by_id;
+  for (const Row* row : next_rows) by_id.emplace(row->at(column("point_id")), row);
+  std::size_t matched = 0;
+  for (const Row* b : base_rows) {
+    auto it = by_id.find(b->at(column("point_id")));
+    if (it == by_id.end()) {
+      out.points.push_back(one_side(*b, true));
+      continue;
+    }
+    ++matched;
+    out.points.push_back({.point_id = it->first,
+                          .base = *b,
+                          .next = *it->second,
+                          .metrics = compare_rows(*b, *it->second, options)});
+    by_id.erase(it);
+  }
+  for (const Row* n : next_rows)
+    if (by_id.contains(n->at(column("point_id")))) out.points.push_back(one_side(*n, false));
+
+  if (matched == 0 && !base_rows.empty() && !next_rows.empty()) {
+    const auto bv = distinct(base, column("suite_version"));
+    const auto nv = distinct(next, column("suite_version"));
+    out.notes.push_back("No point is in both files, so nothing was compared" +
+                        (bv != nv ? " (suite_version " + bv.front() + " vs " + nv.front() +
+                                        ": point ids hash the suite version)"
+                                  : std::string()) +
+                        "; " + std::string(kRefreshHint) + ".");
+  }
+  return out;
+}
+
+// ---- the command -----------------------------------------------------------------------
+namespace {
+
+struct Args {
+  std::string base, next, memory = "1%", throughput = "5%", format = "md", export_dir;
+  bool gate_reserved = false;
+};
+
+// "5%" or "5" -> 0.05.
+std::optional<double> parse_percent(std::string s) {
+  while (!s.empty() && (s.back() == '%' || s.back() == ' ')) s.pop_back();
+  double v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || p != s.data() + s.size() || !(v >= 0 && v < 1000))
+    return std::nullopt;
+  return v / 100;
+}
+
+int run_compare(const Args& a) {
+  CompareOptions o{.gate_reserved = a.gate_reserved};
+  for (auto [flag, text, out] :
+       {std::tuple{"--memory-threshold", &a.memory, &o.memory_threshold},
+        {"--throughput-threshold", &a.throughput, &o.throughput_threshold}}) {
+    auto v = parse_percent(*text);
+    if (!v) {
+      std::cerr << "sweep compare: " << flag << " '" << *text
+                << "' is not a percentage\nhint: write it like 1% or 0.5%\n";
+      return 2;
+    }
+    *out = *v;
+  }
+  try {
+    const Results base = read_results(a.base);
+    const Results next = read_results(a.next);
+    const CompareResult r = compare_results(base, next, o);
+    std::cout << compare_text(r, a.format);
+    if (!a.export_dir.empty() && !write_compare_exports(r, next, a.export_dir)) return 2;
+    std::cerr << "sweep compare: " << compare_summary(r) << "\n";
+    return r.regressed() ? 1 : 0;
+  } catch (const CompareError& e) {
+    std::cerr << e.located() << "\nhint: " << e.hint() << "\n";
+  } catch (const ResultsError& e) {
+    std::cerr << e.located()
+              << "\nhint: give results.csv files (or directories holding one) written by "
+                 "`sweep run`; a row cut short is what a killed run leaves: delete it or "
+                 "re-run that point\n";
+  }
+  return 2;
+}
+
+}  // namespace
+
+void register_compare_command(CLI::App& app, int& exit_code) {
+  auto a = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand(
+      "compare", "Regressions of NEW against BASELINE (exit 1 if any, 2 for bad input)");
+  cmd->add_option("baseline", a->base, "Baseline results.csv (or a directory holding one)")
+      ->required();
+  cmd->add_option("new", a->next, "New results.csv (or a directory holding one)")->required();
+  cmd->add_option("--memory-threshold", a->memory,
+                  "Peak allocated growth that fails, on top of 2 MiB allocator rounding")
+      ->capture_default_str();
+  cmd->add_option("--throughput-threshold", a->throughput,
+                  "Median step-time slowdown that fails when also significant (p < 0.01)")
+      ->capture_default_str();
+  cmd->add_flag("--gate-reserved", a->gate_reserved,
+                "Fail on peak reserved memory growth too (default: warn)");
+  cmd->add_option("--format", a->format, "Output on stdout")
+      ->check(CLI::IsMember({"md", "json", "csv"}))
+      ->capture_default_str();
+  cmd->add_option("--export", a->export_dir,
+                  "Also write compare.{md,json,csv} and dashboard JSON (github-action-benchmark "
+                  "custom*IsBetter, Bencher BMF) here");
+  cmd->callback([a, &exit_code] { exit_code = run_compare(*a); });
+}
+
+}  // namespace sweep::reports

@@ -1,0 +1,152 @@
+// `sweep compare BASELINE NEW`: regression tracking between two results files. Rows are
+// joined on point_id. Peak allocated memory is close to deterministic, so it is gated by a
+// threshold plus the allocator's rounding; step time is noisy, so it is gated only when the
+// median moved by more than a threshold AND a Mann-Whitney U test on the per-repetition
+// samples says the move is real. A point that ran and now fails is always a regression.
+// compare_results() is the analysis (tests call it) and the `compare` command
+// (compare.cc); the printers and dashboard exports sit on top of it (compare_report.cc).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "reports/results.h"
+
+namespace CLI {
+class App;
+}
+
+namespace sweep::reports {
+
+// Slack added to the memory threshold: the caching allocator rounds blocks up to 2 MiB.
+inline constexpr int64_t kAllocatorSlackBytes = int64_t{2} << 20;
+// Fewer per-repetition samples than this on either side: no throughput verdict.
+inline constexpr std::size_t kMinSamples = 9;
+// Two-sided significance level for a step-time change.
+inline constexpr double kAlpha = 0.01;
+
+// Bad input that is not a CSV syntax error (mismatched schema, missing column); carries a
+// hint for the user.
+class CompareError : public ResultsError {
+ public:
+  CompareError(std::string file, unsigned line, const std::string& what, std::string hint)
+      : ResultsError(std::move(file), line, what), hint_(std::move(hint)) {}
+  const std::string& hint() const { return hint_; }
+
+ private:
+  std::string hint_;
+};
+
+struct CompareOptions {
+  double memory_threshold = 0.01;      // fraction: 0.01 = 1%
+  double throughput_threshold = 0.05;  // fraction of the median step time
+  bool gate_reserved = false;          // peak_reserved_bytes growth fails too
+};
+
+enum class Verdict {
+  kUnchanged,
+  kRegression,  // gated: makes `sweep compare` exit 1
+  kImprovement,
+  kWarning,        // worse, but not gated (reserved/device memory) or unreliable (few samples)
+  kNoise,          // changed beyond the threshold, but not significantly
+  kNotComparable,  // on one side only, or a status change that says nothing
+};
+std::string_view verdict_name(Verdict v);  // "regression", "not-comparable", ...
+
+// One metric of one point, both sides.
+struct MetricComparison {
+  std::string metric;  // status | peak_allocated_bytes | peak_reserved_bytes |
+                       // device_used_bytes | step_ms | point
+  Verdict verdict = Verdict::kUnchanged;
+  char mark = '=';  // + worse, - better, ~ not significant, ! newly failing, x not comparable
+  std::optional<double> base, next;  // bytes, or median ms; empty for status/point
+  std::optional<double> p_value;
+  bool exact = false;  // p from the exact distribution (else normal approximation)
+  std::size_t base_samples = 0, next_samples = 0;
+  std::string note;
+
+  // next / base - 1, when both are known and base > 0.
+  std::optional<double> change() const;
+};
+
+struct PointComparison {
+  std::string point_id;
+  std::optional<Row> base, next;  // the row used on each side (the last for that point)
+  std::vector<MetricComparison> metrics;
+
+  const Row& any() const { return base ? *base : *next; }
+  bool unchanged() const;
+};
+
+// A column of the environment whose values differ between the sides.
+struct EnvDifference {
+  std::string column;
+  std::vector<std::string> base, next;  // distinct values, in order of appearance
+};
+
+struct CompareSide {
+  std::string path;
+  std::size_t rows = 0;
+  std::size_t points = 0;
+  std::string schema_version;
+};
+
+struct CompareResult {
+  CompareOptions options;
+  CompareSide base, next;
+  std::vector<EnvDifference> env_differences;
+  std::vector<std::string> notes;       // warnings with advice (duplicates, nothing matched, ...)
+  std::vector<PointComparison> points;  // the baseline's order, then points new in `next`
+
+  std::size_t count(Verdict v) const;  // metrics with this verdict
+  std::size_t unchanged_points() const;
+  bool regressed() const { return count(Verdict::kRegression) > 0; }
+};
+
+// The last row of every point_id, in order of first appearance; `duplicates` (if given)
+// receives "point_id (lines 3, 9)" for each point written more than once.
+std::vector<const Row*> latest_rows(const Results& results,
+                                    std::vector<std::string>* duplicates = nullptr);
+
+// A row's per-repetition step times (ms); a row with step_ms but no samples gives that one
+// value. Throws ResultsError naming the row for a sample that is not a number.
+std::vector<double> step_samples(const Row& row);
+
+// Compares `next` against `base`. Throws CompareError for files that cannot be compared
+// (schema versions differ, a required column is missing) and ResultsError for a malformed
+// cell (a sample that is not a number).
+CompareResult compare_results(const Results& base, const Results& next,
+                              const CompareOptions& options = {});
+
+// Printers over one field list (compare_report.cc). Markdown is for a PR comment or
+// $GITHUB_STEP_SUMMARY; JSON and CSV carry every compared metric, unchanged ones included.
+std::string compare_markdown(const CompareResult& r);
+// "1 regression, 0 improvements, 2 warnings, ..." (the Markdown's and stderr's summary).
+std::string compare_summary(const CompareResult& r);
+nlohmann::json compare_json(const CompareResult& r);
+std::string compare_csv(const CompareResult& r);
+// One of the above by name: "md", "json" (indented, invalid UTF-8 replaced) or "csv".
+std::string compare_text(const CompareResult& r, std::string_view format);
+
+// Dashboard formats for the rows of one results file (the last row per point, status ok):
+// github-action-benchmark's custom JSON, an array of {name, unit, value, range, extra},
+// smaller-is-better (peak memory in MiB, median step time in ms) or bigger-is-better
+// (tokens/s); and Bencher Metric Format, {benchmark: {measure: {value, lower_value,
+// upper_value}}}.
+nlohmann::json benchmark_action_json(const Results& results, bool bigger_is_better);
+nlohmann::json bencher_json(const Results& results);
+
+// Writes compare.{md,json,csv}, benchmark-smaller.json, benchmark-bigger.json and
+// bencher.json into `dir` (created). Returns false (and names the file on stderr) when
+// something cannot be written.
+bool write_compare_exports(const CompareResult& r, const Results& next, const std::string& dir);
+
+// `sweep compare BASELINE NEW [--memory-threshold 1%] [--throughput-threshold 5%]
+//  [--gate-reserved] [--format md|json|csv] [--export DIR]`. exit_code: 0 nothing
+// regressed, 1 something did, 2 bad input (`file:line: message` and a `hint:` on stderr).
+void register_compare_command(CLI::App& app, int& exit_code);
+
+}  // namespace sweep::reports

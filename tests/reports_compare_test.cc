@@ -1,0 +1,385 @@
+// `sweep compare` on tests/data/compare_*.csv (fixture numbers, not measurements): the
+// baseline compare_base.csv against files that each change one thing, through the library
+// (compare_results) and through the CLI (register_compare_command: exit code, stdout,
+// stderr), plus the printers and the dashboard exports.
+#include "reports/compare.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+namespace sweep::reports {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::string data(const std::string& name) {
+  return std::string(SWEEP_TEST_DATA) + "/compare_" + name + ".csv";
+}
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// A fresh directory per test, removed afterwards.
+class TempDir {
+ public:
+  TempDir() {
+    const auto* info = testing::UnitTest::GetInstance()->current_test_info();
+    path_ = fs::temp_directory_path() /
+            ("sweep_compare_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+struct CliRun {
+  int code = -1;
+  std::string out, err;
+};
+
+// `sweep compare ARGS` through a CLI::App, as main() runs it.
+CliRun run_cli(const std::string& args) {
+  CLI::App app;
+  CliRun r;
+  register_compare_command(app, r.code);
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  app.parse("compare " + args);
+  r.out = testing::internal::GetCapturedStdout();
+  r.err = testing::internal::GetCapturedStderr();
+  return r;
+}
+
+CompareResult compare_files(const std::string& base, const std::string& next,
+                            const CompareOptions& options = {}) {
+  return compare_results(read_results(data(base)), read_results(data(next)), options);
+}
+
+// The metrics of one verdict, as (point's batch/precision, metric).
+std::vector<std::pair<const PointComparison*, const MetricComparison*>> with(const CompareResult& r,
+                                                                             Verdict v) {
+  std::vector<std::pair<const PointComparison*, const MetricComparison*>> out;
+  for (const auto& p : r.points)
+    for (const auto& m : p.metrics)
+      if (m.verdict == v) out.emplace_back(&p, &m);
+  return out;
+}
+
+std::string cell(const PointComparison& p, std::size_t col) { return p.any().at(col); }
+
+TEST(Compare, IdenticalFilesExitZero) {
+  const auto r = compare_files("base", "base");
+  EXPECT_FALSE(r.regressed());
+  EXPECT_EQ(r.points.size(), 6u);
+  EXPECT_EQ(r.unchanged_points(), 6u);
+  EXPECT_TRUE(r.env_differences.empty());
+
+  const auto cli = run_cli(data("base") + " " + data("base"));
+  EXPECT_EQ(cli.code, 0) << cli.err;
+  EXPECT_NE(cli.out.find("no regression"), std::string::npos) << cli.out;
+  EXPECT_NE(cli.out.find("6 of 6 points unchanged"), std::string::npos) << cli.out;
+}
+
+TEST(Compare, TwoPercentMorePeakMemoryRegressesAndNamesThePoint) {
+  const auto r = compare_files("base", "memory");
+  const auto reg = with(r, Verdict::kRegression);
+  ASSERT_EQ(reg.size(), 1u);
+  const auto& [point, metric] = reg[0];
+  EXPECT_EQ(metric->metric, "peak_allocated_bytes");
+  EXPECT_EQ(metric->mark, '+');
+  EXPECT_EQ(cell(*point, schema::column("batch")), "8");
+  EXPECT_EQ(cell(*point, schema::column("precision")), "fp32");
+  EXPECT_NEAR(*metric->change(), 0.02, 1e-4);
+  // Reserved and device peaks grew with it: warned on, not gated.
+  EXPECT_EQ(with(r, Verdict::kWarning).size(), 2u);
+
+  const auto cli = run_cli(data("base") + " " + data("memory"));
+  EXPECT_EQ(cli.code, 1) << cli.err;
+  const auto regressions = cli.out.find("### Regressions (1)");
+  ASSERT_NE(regressions, std::string::npos) << cli.out;
+  const std::string section =
+      cli.out.substr(regressions, cli.out.find("###", regressions + 3) - regressions);
+  EXPECT_NE(section.find("peak\\_allocated\\_bytes"), std::string::npos) << section;
+  EXPECT_NE(section.find("(+2.0%)"), std::string::npos) << section;
+  EXPECT_NE(section.find("batch 8"), std::string::npos) << section;
+
+  // A 5% threshold lets it through.
+  EXPECT_EQ(run_cli(data("base") + " " + data("memory") + " --memory-threshold 5%").code, 0);
+}
+
+TEST(Compare, ReservedGrowthFailsOnlyWithGateReserved) {
+  const auto warned = compare_files("base", "mixed");
+  const auto gated = compare_files("base", "mixed", {.gate_reserved = true});
+  auto reserved = [](const CompareResult& r, Verdict v) {
+    for (const auto& [p, m] : with(r, v))
+      if (m->metric == "peak_reserved_bytes") return true;
+    return false;
+  };
+  EXPECT_TRUE(reserved(warned, Verdict::kWarning));
+  EXPECT_FALSE(warned.regressed());
+  EXPECT_TRUE(reserved(gated, Verdict::kRegression));
+  EXPECT_EQ(run_cli(data("base") + " " + data("mixed") + " --gate-reserved").code, 1);
+}
+
+TEST(Compare, NoisyButNotSignificantThroughputIsNoise) {
+  const auto r = compare_files("base", "noise");
+  EXPECT_FALSE(r.regressed());
+  const auto noise = with(r, Verdict::kNoise);
+  ASSERT_EQ(noise.size(), 1u);
+  const MetricComparison& m = *noise[0].second;
+  EXPECT_EQ(m.metric, "step_ms");
+  EXPECT_EQ(m.mark, '~');
+  EXPECT_GT(*m.change(), 0.05);  // beyond the threshold...
+  ASSERT_TRUE(m.p_value);
+  EXPECT_GT(*m.p_value, 0.01);                       // ...but not significant
+  EXPECT_NEAR(*m.p_value, 0.258083093377211, 1e-9);  // scipy mannwhitneyu, method="exact"
+
+  const auto cli = run_cli(data("base") + " " + data("noise"));
+  EXPECT_EQ(cli.code, 0) << cli.err;
+  EXPECT_NE(cli.out.find("### Changed, not significant (1)"), std::string::npos) << cli.out;
+  EXPECT_EQ(cli.out.find("### Regressions"), std::string::npos) << cli.out;
+}
+
+TEST(Compare, SignificantTenPercentSlowdownRegresses) {
+  const auto r = compare_files("base", "slow");
+  const auto reg = with(r, Verdict::kRegression);
+  ASSERT_EQ(reg.size(), 1u);
+  const MetricComparison& m = *reg[0].second;
+  EXPECT_EQ(m.metric, "step_ms");
+  EXPECT_EQ(m.base_samples, 9u);
+  EXPECT_EQ(m.next_samples, 9u);
+  EXPECT_NEAR(*m.change(), 0.0997, 1e-3);
+  EXPECT_TRUE(m.exact);
+  EXPECT_NEAR(*m.p_value, 2.0 / 48620, 1e-12);  // every new sample slower than every old one
+
+  const auto cli = run_cli(data("base") + " " + data("slow"));
+  EXPECT_EQ(cli.code, 1) << cli.err;
+  EXPECT_NE(cli.out.find("4.1e-05 (exact)"), std::string::npos) << cli.out;
+
+  // The other way round it is an improvement, and nothing fails.
+  const auto back = compare_files("slow", "base");
+  ASSERT_EQ(with(back, Verdict::kImprovement).size(), 1u);
+  EXPECT_EQ(with(back, Verdict::kImprovement)[0].second->mark, '-');
+  EXPECT_EQ(run_cli(data("slow") + " " + data("base")).code, 0);
+}
+
+TEST(Compare, OkToOomIsNewlyFailingAndTheReverseAnImprovement) {
+  const auto r = compare_files("base", "oom");
+  const auto reg = with(r, Verdict::kRegression);
+  ASSERT_EQ(reg.size(), 1u);
+  EXPECT_EQ(reg[0].second->metric, "status");
+  EXPECT_EQ(reg[0].second->mark, '!');
+  EXPECT_EQ(cell(*reg[0].first, schema::column("precision")), "fp16-amp");
+  const auto cli = run_cli(data("base") + " " + data("oom"));
+  EXPECT_EQ(cli.code, 1);
+  EXPECT_NE(cli.out.find("newly failing: oom in backward"), std::string::npos) << cli.out;
+
+  const auto back = compare_files("oom", "base");
+  EXPECT_FALSE(back.regressed());
+  ASSERT_EQ(with(back, Verdict::kImprovement).size(), 1u);
+  EXPECT_EQ(run_cli(data("oom") + " " + data("base")).code, 0);
+}
+
+TEST(Compare, MixedFileWarnsAndDoesNotFail) {
+  const auto r = compare_files("base", "mixed");
+  EXPECT_FALSE(r.regressed());
+  ASSERT_EQ(r.env_differences.size(), 1u);
+  EXPECT_EQ(r.env_differences[0].column, "driver_version");
+
+  // Point A: 3 samples against 9, 10% slower: unreliable, no verdict and no p-value.
+  bool unreliable = false;
+  for (const auto& [p, m] : with(r, Verdict::kWarning))
+    if (m->metric == "step_ms") {
+      unreliable = true;
+      EXPECT_FALSE(m->p_value.has_value());
+      EXPECT_EQ(m->next_samples, 3u);
+      EXPECT_NE(m->note.find("unreliable"), std::string::npos);
+    }
+  EXPECT_TRUE(unreliable);
+
+  // D only in the baseline, the accumulation-4 point only in the new file.
+  const auto x = with(r, Verdict::kNotComparable);
+  ASSERT_EQ(x.size(), 2u);
+  EXPECT_EQ(cell(*x[0].first, schema::column("model")), "t5-small");
+  EXPECT_FALSE(x[0].first->next.has_value());
+  EXPECT_EQ(cell(*x[1].first, schema::column("accumulation")), "4");
+  EXPECT_FALSE(x[1].first->base.has_value());
+
+  // E was written twice; the stale first row is 20% slower, the last equals the baseline.
+  ASSERT_EQ(r.notes.size(), 1u);
+  EXPECT_NE(r.notes[0].find("(lines 5, 6)"), std::string::npos) << r.notes[0];
+  EXPECT_NE(r.notes[0].find("the last row of each is used"), std::string::npos);
+  for (const auto& p : r.points)
+    if (cell(p, schema::column("mode")) == "eval") {
+      EXPECT_TRUE(p.unchanged());
+      EXPECT_EQ(p.next->line, 6u);
+    }
+
+  // Markdown: the environment first, then the sections.
+  const std::string md = compare_markdown(r);
+  const auto env = md.find("> [!WARNING]");
+  ASSERT_NE(env, std::string::npos) << md;
+  EXPECT_LT(env, md.find("### Warnings (not gated) (2)"));
+  EXPECT_LT(md.find("### Warnings"), md.find("### Not comparable (2)"));
+  EXPECT_LT(md.find("### Not comparable"), md.find("3 of 7 points unchanged"));
+  EXPECT_NE(md.find("`fixture-550` -> `fixture-560`"), std::string::npos) << md;
+  EXPECT_EQ(run_cli(data("base") + " " + data("mixed")).code, 0);
+}
+
+TEST(Compare, TruncatedFileExitsTwoNamingTheLine) {
+  const auto cli = run_cli(data("base") + " " + data("truncated"));
+  EXPECT_EQ(cli.code, 2);
+  EXPECT_NE(cli.err.find("compare_truncated.csv:7:"), std::string::npos) << cli.err;
+  EXPECT_NE(cli.err.find("\nhint: "), std::string::npos) << cli.err;
+  EXPECT_EQ(cli.out, "");
+}
+
+TEST(Compare, MismatchedSchemaExitsTwo) {
+  const auto cli = run_cli(data("base") + " " + data("schema"));
+  EXPECT_EQ(cli.code, 2);
+  EXPECT_NE(cli.err.find("compare_schema.csv:2: schema_version 2, but the baseline"),
+            std::string::npos)
+      << cli.err;
+  EXPECT_NE(cli.err.find("compare_base.csv:2) has 1"), std::string::npos) << cli.err;
+  EXPECT_NE(cli.err.find("\nhint: "), std::string::npos) << cli.err;
+}
+
+TEST(Compare, MissingRequiredColumnExitsTwo) {
+  const auto cli = run_cli(data("no_samples") + " " + data("base"));
+  EXPECT_EQ(cli.code, 2);
+  EXPECT_NE(cli.err.find("compare_no_samples.csv:1: header has no 'step_ms_samples' column"),
+            std::string::npos)
+      << cli.err;
+  EXPECT_NE(cli.err.find("\nhint: "), std::string::npos);
+}
+
+TEST(Compare, MalformedSampleExitsTwoNamingTheLine) {
+  TempDir dir;
+  std::string text = slurp(data("slow"));
+  text.replace(text.find("67.45;"), 6, "67.4x;");
+  std::ofstream(dir.path() / "results.csv") << text;
+  // A directory stands for its results.csv.
+  const auto cli = run_cli(data("base") + " " + dir.path().string());
+  EXPECT_EQ(cli.code, 2);
+  EXPECT_NE(cli.err.find("results.csv:2: column 'step_ms_samples': '67.4x'"), std::string::npos)
+      << cli.err;
+}
+
+TEST(Compare, MissingFileAndBadThresholdExitTwo) {
+  auto cli = run_cli(data("base") + " /nonexistent/results");
+  EXPECT_EQ(cli.code, 2);
+  EXPECT_NE(cli.err.find("/nonexistent/results: no such file\nhint: "), std::string::npos)
+      << cli.err;
+
+  cli = run_cli(data("base") + " " + data("base") + " --throughput-threshold fast");
+  EXPECT_EQ(cli.code, 2);
+  EXPECT_NE(cli.err.find("--throughput-threshold 'fast' is not a percentage\nhint: "),
+            std::string::npos)
+      << cli.err;
+
+  CLI::App app;
+  int code = -1;
+  register_compare_command(app, code);
+  EXPECT_THROW(app.parse("compare a b --format xml"), CLI::ParseError);
+}
+
+TEST(Compare, NothingInCommonSaysWhy) {
+  TempDir dir;
+  std::string text = slurp(data("base"));
+  text = std::regex_replace(text, std::regex(",0\\.1\\.0,[0-9a-f]{4}"), ",0.2.0,beef");
+  std::ofstream(dir.path() / "results.csv") << text;
+  const auto r = compare_results(read_results(data("base")), read_results(dir.path().string()));
+  EXPECT_EQ(r.count(Verdict::kNotComparable), 12u);
+  ASSERT_EQ(r.notes.size(), 1u);
+  EXPECT_NE(r.notes[0].find("suite_version 0.1.0 vs 0.2.0"), std::string::npos) << r.notes[0];
+}
+
+TEST(Compare, JsonAndCsvCarryEveryComparedMetric) {
+  const auto r = compare_files("base", "mixed");
+  std::size_t metrics = 0;
+  for (const auto& p : r.points) metrics += p.metrics.size();
+
+  const json j = compare_json(r);
+  EXPECT_EQ(j["entries"].size(), metrics);
+  EXPECT_EQ(j["summary"]["warnings"], 2);
+  EXPECT_EQ(j["summary"]["not_comparable"], 2);
+  EXPECT_EQ(j["summary"]["unchanged_points"], 3);
+  EXPECT_EQ(j["regressed"], false);
+  EXPECT_EQ(j["environment_differences"][0]["new"][0], "fixture-560");
+
+  const std::string csv = compare_csv(r);
+  EXPECT_EQ(static_cast<std::size_t>(std::count(csv.begin(), csv.end(), '\n')), metrics + 1);
+  EXPECT_EQ(csv.substr(0, csv.find(',')), "mark");
+  EXPECT_NE(csv.find(",peak_reserved_bytes,4829741056,5312086016,"), std::string::npos) << csv;
+
+  const auto cli = run_cli(data("base") + " " + data("slow") + " --format json");
+  EXPECT_EQ(cli.code, 1);
+  const json k = json::parse(cli.out);
+  EXPECT_EQ(k["summary"]["regressions"], 1);
+  EXPECT_EQ(run_cli(data("base") + " " + data("slow") + " --format csv").out.substr(0, 12),
+            "mark,verdict");
+}
+
+TEST(Compare, ExportWritesDashboardFormats) {
+  TempDir dir;
+  const auto cli = run_cli(data("base") + " " + data("oom") + " --export " + dir.path().string());
+  EXPECT_EQ(cli.code, 1) << cli.err;
+  for (auto name : {"compare.md", "compare.json", "compare.csv"})
+    EXPECT_TRUE(fs::exists(dir.path() / name)) << name;
+  EXPECT_EQ(slurp(dir.path() / "compare.md"), cli.out);
+
+  // github-action-benchmark: [{name, unit, value, ...}]; ok rows only (C is oom now, F was).
+  const json smaller = json::parse(slurp(dir.path() / "benchmark-smaller.json"));
+  ASSERT_TRUE(smaller.is_array());
+  EXPECT_EQ(smaller.size(), 8u);  // 4 ok points x (peak_allocated, step_ms)
+  std::set<std::string> names;
+  for (const auto& b : smaller) {
+    EXPECT_TRUE(b["name"].is_string() && b["unit"].is_string() && b["value"].is_number()) << b;
+    names.insert(b["name"].get<std::string>());
+  }
+  EXPECT_EQ(names.size(), smaller.size());
+  EXPECT_TRUE(names.contains("gpt2/train/b2/seq256/fp32/ckpt-none/acc1/adamw step_ms"));
+  EXPECT_FALSE(names.contains("gpt2/train/b8/seq256/fp16-amp/ckpt-block/acc1/adamw step_ms"));
+  EXPECT_EQ(smaller[1]["unit"], "ms");
+  EXPECT_DOUBLE_EQ(smaller[1]["value"].get<double>(), 61.71);  // median of A's samples
+
+  const json bigger = json::parse(slurp(dir.path() / "benchmark-bigger.json"));
+  ASSERT_EQ(bigger.size(), 4u);
+  EXPECT_EQ(bigger[0]["unit"], "tokens/s");
+  EXPECT_EQ(bigger[0]["value"], 8297);
+
+  // Bencher Metric Format: {benchmark: {measure: {value, lower_value, upper_value}}}.
+  const json bmf = json::parse(slurp(dir.path() / "bencher.json"));
+  ASSERT_EQ(bmf.size(), 4u);
+  for (const auto& [bench, measures] : bmf.items())
+    for (const auto& [measure, metric] : measures.items()) {
+      ASSERT_TRUE(metric["value"].is_number()) << bench << " " << measure;
+      if (metric.contains("lower_value")) {
+        EXPECT_LE(metric["lower_value"].get<double>(), metric["value"].get<double>());
+        EXPECT_GE(metric["upper_value"].get<double>(), metric["value"].get<double>());
+      }
+    }
+  const auto& a = bmf["gpt2/train/b2/seq256/fp32/ckpt-none/acc1/adamw"];
+  EXPECT_EQ(a["step_ms"]["lower_value"], 61.02);
+  EXPECT_EQ(a["step_ms"]["upper_value"], 62.37);
+  EXPECT_EQ(a["peak_allocated_bytes"]["value"], 2632765440);
+}
+
+}  // namespace
+}  // namespace sweep::reports
