@@ -10,7 +10,7 @@ namespace {
 
 void BM_TinyGpt2Step(benchmark::State& state) {
   torch::manual_seed(0);
-  auto model = sweep::models::find_model("gpt2-tiny")->make();
+  auto model = sweep::models::find_model("gpt2-test")->make();
   model->train();
   if (state.range(1)) model->set_block_runner(&sweep::checkpoint_block);
   auto opt = sweep::make_optimizer({"adamw", 1e-3, 0.01}, model->parameters());

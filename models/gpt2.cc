@@ -3,16 +3,9 @@
 
 #include <cmath>
 
+#include "models/holder.h"
+
 namespace sweep::models {
-namespace {
-
-// Hugging Face nests modules without parameters of their own ("transformer", "attn",
-// "mlp"); empty holder modules reproduce those names.
-std::shared_ptr<torch::nn::Module> holder(torch::nn::Module& parent, const std::string& name) {
-  return parent.register_module(name, std::make_shared<torch::nn::Module>());
-}
-
-}  // namespace
 
 Conv1DImpl::Conv1DImpl(int64_t nf, int64_t nx) {
   // Hugging Face initialises Conv1D with N(0, 0.02) and zero bias.

@@ -2,6 +2,8 @@
 #include "models/zoo.h"
 
 #include "models/gpt2.h"
+#include "models/t5.h"
+#include "models/whisper.h"
 
 namespace sweep::models {
 namespace {
@@ -25,15 +27,69 @@ ModelSpec gpt2(std::string name, std::string hf_id, int64_t n_embd, int64_t n_la
                    [c] { return std::make_shared<GPT2LMHeadModelImpl>(c); }};
 }
 
+ModelSpec t5(std::string name, std::string hf_id, int64_t d_model, int64_t d_ff, int64_t layers,
+              int64_t heads, bool test_only = false, int64_t vocab = 32128) {
+  T5Config c;
+  c.vocab_size = vocab;
+  c.d_model = d_model;
+  c.d_ff = d_ff;
+  c.num_layers = c.num_decoder_layers = layers;
+  c.num_heads = heads;
+  c.d_kv = test_only ? d_model / heads : 64;  // every published T5 uses d_kv 64
+  const int64_t d = d_model, inner = heads * c.d_kv;
+  const int64_t attn = 4 * d * inner + d;            // q, k, v, o (no biases) + its norm
+  const int64_t ff = 2 * d * d_ff + d;               // wi, wo + its norm
+  const int64_t bias = c.relative_attention_num_buckets * heads;  // first block of each stack
+  const int64_t encoder = layers * (attn + ff) + bias + d;
+  const int64_t decoder = layers * (2 * attn + ff) + bias + d;
+  const int64_t params = vocab * d + encoder + decoder;  // shared embedding counted once
+  return ModelSpec{std::move(name), "t5", std::move(hf_id), test_only, layers, d_model, heads,
+                   params, {"seq", "target_seq"},
+                   [c] { return std::make_shared<T5ForConditionalGenerationImpl>(c); }};
+}
+
+ModelSpec whisper(std::string name, std::string hf_id, int64_t d_model, int64_t layers,
+                  int64_t heads, int64_t mels = 80, bool test_only = false,
+                  int64_t max_source_positions = 1500) {
+  WhisperConfig c;
+  c.num_mel_bins = mels;
+  c.d_model = d_model;
+  c.encoder_layers = layers;
+  c.encoder_attention_heads = heads;
+  c.encoder_ffn_dim = 4 * d_model;
+  c.max_source_positions = max_source_positions;
+  const int64_t d = d_model, f = c.encoder_ffn_dim;
+  const int64_t stem = (mels * 3 * d + d) + (d * 3 * d + d) + max_source_positions * d;
+  // k_proj has no bias; q, v, out do; two LayerNorms; fc1, fc2.
+  const int64_t layer = 4 * d * d + 3 * d + 4 * d + (d * f + f) + (f * d + d);
+  const int64_t head = 2 * d + (d * c.classifier_proj_size + c.classifier_proj_size) +
+                       (c.classifier_proj_size * c.num_labels + c.num_labels);
+  return ModelSpec{std::move(name), "whisper", std::move(hf_id), test_only, layers, d_model, heads,
+                   stem + layers * layer + head, {"audio_s"},
+                   [c] { return std::make_shared<WhisperForAudioClassificationImpl>(c); }};
+}
+
 std::vector<ModelSpec> build_zoo() {
   std::vector<ModelSpec> z;
   z.push_back(gpt2("gpt2", "openai-community/gpt2", 768, 12, 12));
   z.push_back(gpt2("gpt2-medium", "openai-community/gpt2-medium", 1024, 24, 16));
   z.push_back(gpt2("gpt2-large", "openai-community/gpt2-large", 1280, 36, 20));
   z.push_back(gpt2("gpt2-xl", "openai-community/gpt2-xl", 1600, 48, 25));
-  // Test models: small enough for a 2-core CPU, same code paths.
-  z.push_back(gpt2("gpt2-tiny", "", 64, 2, 4, /*test_only=*/true, /*vocab=*/1024,
+  z.push_back(t5("t5-small", "google-t5/t5-small", 512, 2048, 6, 8));
+  z.push_back(t5("t5-base", "google-t5/t5-base", 768, 3072, 12, 12));
+  z.push_back(t5("t5-large", "google-t5/t5-large", 1024, 4096, 24, 16));
+  z.push_back(whisper("whisper-tiny", "openai/whisper-tiny", 384, 4, 6));
+  z.push_back(whisper("whisper-base", "openai/whisper-base", 512, 6, 8));
+  z.push_back(whisper("whisper-small", "openai/whisper-small", 768, 12, 12));
+  z.push_back(whisper("whisper-medium", "openai/whisper-medium", 1024, 24, 16));
+  z.push_back(whisper("whisper-large-v3", "openai/whisper-large-v3", 1280, 32, 20, /*mels=*/128));
+  // Test models: small enough for a 2-core CPU, same code paths. Their configurations are
+  // the ones tests/fixtures/make_reference.py builds in transformers.
+  z.push_back(gpt2("gpt2-test", "", 64, 2, 4, /*test_only=*/true, /*vocab=*/1024,
                    /*n_positions=*/256));
+  z.push_back(t5("t5-test", "", 64, 128, 2, 4, /*test_only=*/true, /*vocab=*/1024));
+  z.push_back(whisper("whisper-test", "", 64, 2, 4, /*mels=*/16, /*test_only=*/true,
+                      /*max_source_positions=*/200));
   return z;
 }
 

@@ -130,8 +130,13 @@ Measurement run_burst(const Point& p, MemoryTracker& mem, StepTimer& timer, cons
     if (p.precision == "bf16") model->to(torch::kBFloat16);
     model->train(train);  // train mode: dropout on, as in a training loop
     if (p.checkpointing == "block") model->set_block_runner(&checkpoint_block);
-    auto params = model->parameters();
-    for (auto& t : params) t.set_requires_grad(train);
+    // The parameters a training loop updates: all but those the model freezes (Whisper's
+    // sinusoidal positions), as with transformers. Eval needs no gradients at all.
+    std::vector<torch::Tensor> params;
+    for (auto& t : model->parameters()) {
+      if (!train) t.set_requires_grad(false);
+      if (t.requires_grad()) params.push_back(t);
+    }
     m.weights_bytes = mem.allocated() - base;
 
     std::unique_ptr<Optimizer> opt;

@@ -13,7 +13,7 @@ namespace {
 
 Point tiny(int64_t batch = 4) {
   Point p;
-  p.model = "gpt2-tiny";
+  p.model = "gpt2-test";
   p.family = "gpt2";
   p.batch = batch;
   p.seq = 64;
@@ -33,7 +33,7 @@ Measurement burst(const Point& p) {
 
 TEST(Burst, BreakdownAddsUpAndWeightsAreTheParameters) {
   auto m = burst(tiny());
-  const auto* spec = models::find_model("gpt2-tiny");
+  const auto* spec = models::find_model("gpt2-test");
   EXPECT_EQ(m.weights_bytes, spec->parameters * 4);
   EXPECT_EQ(m.grads_bytes, spec->parameters * 4);
   EXPECT_EQ(m.optimizer_bytes, 2 * spec->parameters * 4);  // AdamW: exp_avg + exp_avg_sq
@@ -84,7 +84,7 @@ TEST(Burst, EvalModeHoldsNoGradientsOrOptimizerState) {
 }
 
 TEST(Burst, OptimizersStateSizes) {
-  const auto n = models::find_model("gpt2-tiny")->parameters;
+  const auto n = models::find_model("gpt2-test")->parameters;
   auto p = tiny();
   p.optimizer = "sgd";
   EXPECT_EQ(burst(p).optimizer_bytes, n * 4);  // one momentum buffer
@@ -107,35 +107,46 @@ TEST(Burst, OomInEachPhaseIsRecordedWithThatPhase) {
   }
 }
 
-std::vector<torch::Tensor> grads_after_backward(bool checkpoint) {
+std::vector<torch::Tensor> grads_after_backward(const std::string& name, bool checkpoint) {
   torch::manual_seed(7);
-  auto model = models::find_model("gpt2-tiny")->make();
+  auto model = models::find_model(name)->make();
   model->train();  // dropout on: the recompute must replay the same masks
   if (checkpoint) model->set_block_runner(&checkpoint_block);
   auto gen = at::detail::createCPUGenerator(3);
-  auto batch = model->synthetic_batch({2, 32, 0, 0}, torch::kCPU, gen);
+  auto batch = model->synthetic_batch({2, 32, 16, 1.0}, torch::kCPU, gen);
   torch::manual_seed(11);
   model->loss(batch).backward();
   std::vector<torch::Tensor> g;
   for (const auto& item : model->named_parameters()) {
     const auto& name = item.key();
     const auto& p = item.value();
+    if (!p.requires_grad()) continue;  // frozen (Whisper's positions)
     EXPECT_TRUE(p.grad().defined()) << name << (checkpoint ? " (checkpointed)" : "");
     g.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
   }
   return g;
 }
 
-TEST(Checkpointing, GradientsEqualWithAndWithoutAtAFixedSeed) {
-  auto a = grads_after_backward(false);
-  auto b = grads_after_backward(true);
+// Every family: GPT-2's single input, T5's shared position bias and encoder output flowing
+// into every decoder block, Whisper's conv stem before the blocks.
+class Checkpointing : public testing::TestWithParam<std::string> {};
+
+TEST_P(Checkpointing, GradientsEqualWithAndWithoutAtAFixedSeed) {
+  auto a = grads_after_backward(GetParam(), false);
+  auto b = grads_after_backward(GetParam(), true);
   ASSERT_EQ(a.size(), b.size());
   double max_diff = 0;
   for (std::size_t i = 0; i < a.size(); ++i)
     max_diff = std::max(max_diff, (a[i] - b[i]).abs().max().item<double>());
-  std::printf("max |grad difference| = %g\n", max_diff);
+  std::printf("%s: max |grad difference| = %g\n", GetParam().c_str(), max_diff);
   EXPECT_LT(max_diff, 1e-6);
 }
+
+INSTANTIATE_TEST_SUITE_P(Families, Checkpointing,
+                         testing::Values("gpt2-test", "t5-test", "whisper-test"),
+                         [](const auto& info) {
+                           return info.param.substr(0, info.param.find('-'));
+                         });
 
 TEST(GradScaler, SkipsAStepWithAPlantedInfAndBacksOff) {
   auto w = torch::ones({4}, torch::requires_grad());

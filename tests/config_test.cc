@@ -21,14 +21,14 @@ ConfigError error_of(const std::string& name, const std::string& yaml) {
 }
 
 TEST(Config, UnknownTopLevelKeyNamesLineAndKey) {
-  auto e = error_of("unknown", "models: [gpt2-tiny]\nstepz: 3\n");
+  auto e = error_of("unknown", "models: [gpt2-test]\nstepz: 3\n");
   EXPECT_EQ(e.line(), 2);
   EXPECT_EQ(e.key(), "stepz");
   EXPECT_NE(e.hint().find("steps"), std::string::npos);
 }
 
 TEST(Config, BadAxisValueNamesItsLine) {
-  auto e = error_of("precision", "models: [gpt2-tiny]\ngrid:\n  batch: [1, 2]\n  precision: [fp32,\n    fp8]\n");
+  auto e = error_of("precision", "models: [gpt2-test]\ngrid:\n  batch: [1, 2]\n  precision: [fp32,\n    fp8]\n");
   EXPECT_EQ(e.line(), 5);
   EXPECT_EQ(e.key(), "grid.precision");
   EXPECT_NE(std::string(e.what()).find("fp8"), std::string::npos);
@@ -36,24 +36,24 @@ TEST(Config, BadAxisValueNamesItsLine) {
 }
 
 TEST(Config, NonNumericBatch) {
-  auto e = error_of("batch", "models: [gpt2-tiny]\ngrid:\n  batch: [1, two]\n");
+  auto e = error_of("batch", "models: [gpt2-test]\ngrid:\n  batch: [1, two]\n");
   EXPECT_EQ(e.line(), 3);
   EXPECT_EQ(e.key(), "grid.batch");
 }
 
 TEST(Config, UnknownModel) {
-  auto e = error_of("model", "models:\n  - gpt2-tiny\n  - gpt5\n");
+  auto e = error_of("model", "models:\n  - gpt2-test\n  - gpt5\n");
   EXPECT_EQ(e.line(), 3);
   EXPECT_NE(std::string(e.what()).find("gpt5"), std::string::npos);
 }
 
 TEST(Config, YamlSyntaxError) {
-  auto e = error_of("syntax", "models: [gpt2-tiny\ngrid: {batch: 1}\n");
+  auto e = error_of("syntax", "models: [gpt2-test\ngrid: {batch: 1}\n");
   EXPECT_GT(e.line(), 0);
 }
 
 TEST(Config, UnknownKeyInsideSweepGroup) {
-  auto e = error_of("group", "sweeps:\n  - models: [gpt2-tiny]\n    gird: {batch: 1}\n");
+  auto e = error_of("group", "sweeps:\n  - models: [gpt2-test]\n    gird: {batch: 1}\n");
   EXPECT_EQ(e.line(), 3);
   EXPECT_EQ(e.key(), "sweeps[0].gird");
 }
@@ -64,17 +64,17 @@ TEST(Config, MissingModels) {
 }
 
 TEST(Config, DefaultsNameAndOutFromTheFile) {
-  auto path = testing::write_file(testing::temp_dir("defaults") / "my-card.yaml", "models: gpt2-tiny\n");
+  auto path = testing::write_file(testing::temp_dir("defaults") / "my-card.yaml", "models: gpt2-test\n");
   auto c = load_config(path);
   EXPECT_EQ(c.name, "my-card");
   EXPECT_EQ(c.out, "results/my-card");
   ASSERT_EQ(c.sweeps.size(), 1u);
-  EXPECT_EQ(c.sweeps[0].models, std::vector<std::string>{"gpt2-tiny"});
+  EXPECT_EQ(c.sweeps[0].models, std::vector<std::string>{"gpt2-test"});
 }
 
 TEST(Config, CliExitsTwoWithFileLineAndHint) {
   auto path = testing::write_file(testing::temp_dir("cli") / "bad.yaml",
-                                  "models: [gpt2-tiny]\ngrid:\n  checkpointing: full\n");
+                                  "models: [gpt2-test]\ngrid:\n  checkpointing: full\n");
   auto r = testing::run_sweep_cli("run " + path + " --dry-run");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find(path + ":3: grid.checkpointing"), std::string::npos) << r.output;

@@ -21,7 +21,7 @@ std::vector<std::string> labels(const std::vector<Point>& pts) {
 
 TEST(Grid, CartesianProductInExactOrderWithBatchInnermost) {
   auto cfg = load("order", R"(
-models: [gpt2-tiny]
+models: [gpt2-test]
 grid:
   batch: [1, 2]
   seq: 64
@@ -30,31 +30,31 @@ grid:
 )");
   auto pts = expand_grid(cfg, RunSettings{});
   EXPECT_EQ(labels(pts), (std::vector<std::string>{
-                             "gpt2-tiny b=1 seq=64 fp32 ckpt=none acc=1 adamw",
-                             "gpt2-tiny b=2 seq=64 fp32 ckpt=none acc=1 adamw",
-                             "gpt2-tiny b=1 seq=64 fp32 ckpt=block acc=1 adamw",
-                             "gpt2-tiny b=2 seq=64 fp32 ckpt=block acc=1 adamw",
-                             "gpt2-tiny b=1 seq=64 bf16-amp ckpt=none acc=1 adamw",
-                             "gpt2-tiny b=2 seq=64 bf16-amp ckpt=none acc=1 adamw",
-                             "gpt2-tiny b=1 seq=64 bf16-amp ckpt=block acc=1 adamw",
-                             "gpt2-tiny b=2 seq=64 bf16-amp ckpt=block acc=1 adamw",
+                             "gpt2-test b=1 seq=64 fp32 ckpt=none acc=1 adamw",
+                             "gpt2-test b=2 seq=64 fp32 ckpt=none acc=1 adamw",
+                             "gpt2-test b=1 seq=64 fp32 ckpt=block acc=1 adamw",
+                             "gpt2-test b=2 seq=64 fp32 ckpt=block acc=1 adamw",
+                             "gpt2-test b=1 seq=64 bf16-amp ckpt=none acc=1 adamw",
+                             "gpt2-test b=2 seq=64 bf16-amp ckpt=none acc=1 adamw",
+                             "gpt2-test b=1 seq=64 bf16-amp ckpt=block acc=1 adamw",
+                             "gpt2-test b=2 seq=64 bf16-amp ckpt=block acc=1 adamw",
                          }));
 }
 
 TEST(Grid, ExcludeRulesDropMatchingPointsOnly) {
   auto cfg = load("exclude", R"(
-models: [gpt2-tiny]
+models: [gpt2-test]
 grid: {batch: [1, 2, 4], precision: [fp32, bf16], seq: 32}
 exclude:
   - {precision: bf16, batch: 4}
-  - {model: gpt2-tiny, batch: 1, precision: fp32}
+  - {model: gpt2-test, batch: 1, precision: fp32}
 )");
   auto pts = expand_grid(cfg, RunSettings{});
   EXPECT_EQ(labels(pts), (std::vector<std::string>{
-                             "gpt2-tiny b=2 seq=32 fp32 ckpt=none acc=1 adamw",
-                             "gpt2-tiny b=4 seq=32 fp32 ckpt=none acc=1 adamw",
-                             "gpt2-tiny b=1 seq=32 bf16 ckpt=none acc=1 adamw",
-                             "gpt2-tiny b=2 seq=32 bf16 ckpt=none acc=1 adamw",
+                             "gpt2-test b=2 seq=32 fp32 ckpt=none acc=1 adamw",
+                             "gpt2-test b=4 seq=32 fp32 ckpt=none acc=1 adamw",
+                             "gpt2-test b=1 seq=32 bf16 ckpt=none acc=1 adamw",
+                             "gpt2-test b=2 seq=32 bf16 ckpt=none acc=1 adamw",
                          }));
 }
 
@@ -62,8 +62,8 @@ TEST(Grid, SweepGroupsOverrideTheGridAndEvalDropsTrainingAxes) {
   auto cfg = load("groups", R"(
 grid: {batch: [1, 2], seq: 32, accumulation: [1, 4]}
 sweeps:
-  - models: [gpt2-tiny]
-  - models: [gpt2-tiny]
+  - models: [gpt2-test]
+  - models: [gpt2-test]
     grid: {mode: eval, batch: 8}
 )");
   auto pts = expand_grid(cfg, RunSettings{});
@@ -76,7 +76,7 @@ sweeps:
 }
 
 TEST(Grid, AxesAModelDoesNotTakeStayUnset) {
-  auto cfg = load("axes", "models: [gpt2-tiny]\ngrid: {seq: 16, audio_s: [10, 20], target_seq: 8}\n");
+  auto cfg = load("axes", "models: [gpt2-test]\ngrid: {seq: 16, audio_s: [10, 20], target_seq: 8}\n");
   auto pts = expand_grid(cfg, RunSettings{});
   ASSERT_EQ(pts.size(), 1u);  // audio_s and target_seq do not multiply GPT-2 points
   EXPECT_EQ(pts[0].audio_s, 0);
@@ -103,7 +103,7 @@ TEST(Grid, PointIdentityIsStableAndDependsOnEveryAxis) {
 
 TEST(Grid, PointRoundTripsThroughJson) {
   Point a;
-  a.model = "gpt2-tiny";
+  a.model = "gpt2-test";
   a.batch = 3;
   a.audio_s = 12.5;
   a.budget_bytes = 123456;

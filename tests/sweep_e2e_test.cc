@@ -30,14 +30,14 @@ steps: 1
 warmup_steps: 1
 repetitions: 1
 timeout_s: 60
-models: [gpt2-tiny]
+models: [gpt2-test]
 grid: {seq: 64, batch: [1, 2, 4, 8]}
 )" + extra);
 }
 
 TEST(SweepEndToEnd, PointOverBudgetIsOomAndLargerOnesAreImplied) {
   auto dir = testing::temp_dir("e2e_oom");
-  // gpt2-tiny at seq 64 peaks near 4 MiB at batch 1 and 9 MiB at batch 4.
+  // gpt2-test at seq 64 peaks near 4 MiB at batch 1 and 9 MiB at batch 4.
   auto cfg = tiny_config(dir, "budget_gib: 0.0068\n");
   auto r = testing::run_sweep_cli("run " + cfg + " --out " + (dir / "out").string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -62,6 +62,44 @@ TEST(SweepEndToEnd, PointOverBudgetIsOomAndLargerOnesAreImplied) {
     }
     if (status == "skipped") EXPECT_EQ(row.at(column("reason")), "implied-oom");
   }
+}
+
+TEST(SweepEndToEnd, OnePointOfEachFamilyTrainsWithItsOwnAxes) {
+  auto dir = testing::temp_dir("e2e_families");
+  auto cfg = testing::write_file(dir / "families.yaml", R"(
+device: cpu
+steps: 1
+warmup_steps: 1
+repetitions: 1
+timeout_s: 120
+models: [gpt2-test, t5-test, whisper-test]
+grid: {batch: 2, seq: 32, target_seq: 16, audio_s: 2}
+)");
+  auto r = testing::run_sweep_cli("run " + cfg + " --out " + (dir / "out").string() + " -q");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::map<std::string, reports::Row> by_family;
+  for (const auto& row : read_results((dir / "out").string()).rows)
+    by_family.emplace(row.at(column("family")), row);
+  ASSERT_EQ(by_family.size(), 3u);
+  for (const auto& [family, row] : by_family) {
+    EXPECT_EQ(row.at(column("status")), "ok") << family << ": " << row.at(column("message"));
+    EXPECT_GT(*row.number(column("activations_bytes")), 0) << family;
+    EXPECT_GT(*row.number(column("tokens_per_s")), 0) << family;
+  }
+  // Each family records only the sequence axes it takes.
+  const auto& gpt2 = by_family.at("gpt2");
+  EXPECT_EQ(gpt2.at(column("seq")), "32");
+  EXPECT_EQ(gpt2.at(column("target_seq")), "");
+  EXPECT_EQ(gpt2.at(column("audio_s")), "");
+  const auto& t5 = by_family.at("t5");
+  EXPECT_EQ(t5.at(column("seq")), "32");
+  EXPECT_EQ(t5.at(column("target_seq")), "16");
+  const auto& whisper = by_family.at("whisper");
+  EXPECT_EQ(whisper.at(column("seq")), "");
+  EXPECT_EQ(*whisper.number(column("audio_s")), 2.0);
+  // Whisper's tokens are encoder positions: 2 s = 200 frames = 100 positions a sample.
+  EXPECT_NEAR(*whisper.number(column("tokens_per_s")) / *whisper.number(column("samples_per_s")),
+              100, 1e-6);
 }
 
 TEST(SweepEndToEnd, CrashingWorkerIsRecordedAndTheSweepGoesOn) {

@@ -1,0 +1,143 @@
+// Whisper encoder + WhisperForAudioClassification head in LibTorch; see whisper.h.
+#include "models/whisper.h"
+
+#include <cmath>
+
+#include "models/holder.h"
+
+namespace sweep::models {
+namespace {
+
+// transformers' Whisper initialisation: N(0, init_std 0.02) weights, zero biases.
+template <class M>
+M init_normal(M m) {
+  torch::NoGradGuard no_grad;
+  m->weight.normal_(0, 0.02);
+  if (m->bias.defined()) m->bias.zero_();
+  return m;
+}
+
+torch::nn::Linear linear(torch::nn::Module& parent, const std::string& name, int64_t in,
+                         int64_t out, bool bias = true) {
+  return init_normal(
+      parent.register_module(name, torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias))));
+}
+
+torch::nn::LayerNorm layer_norm(torch::nn::Module& parent, const std::string& name, int64_t d) {
+  return parent.register_module(name, torch::nn::LayerNorm(torch::nn::LayerNormOptions({d}).eps(1e-5)));
+}
+
+// Whisper's sinusoids(): sin over the first half of the channels, cos over the second.
+torch::Tensor sinusoids(int64_t length, int64_t channels) {
+  const double increment = std::log(10000.0) / static_cast<double>(channels / 2 - 1);
+  auto inv = torch::exp(-increment * torch::arange(channels / 2, torch::kFloat));
+  auto t = torch::arange(length, torch::kFloat).view({-1, 1}) * inv.view({1, -1});
+  return torch::cat({t.sin(), t.cos()}, 1);
+}
+
+}  // namespace
+
+WhisperEncoderLayerImpl::WhisperEncoderLayerImpl(const WhisperConfig& c) : c_(c) {
+  const int64_t d = c.d_model;
+  auto attn = holder(*this, "self_attn");
+  k_proj = linear(*attn, "k_proj", d, d, /*bias=*/false);
+  v_proj = linear(*attn, "v_proj", d, d);
+  q_proj = linear(*attn, "q_proj", d, d);
+  out_proj = linear(*attn, "out_proj", d, d);
+  self_attn_layer_norm = layer_norm(*this, "self_attn_layer_norm", d);
+  fc1 = linear(*this, "fc1", d, c.encoder_ffn_dim);
+  fc2 = linear(*this, "fc2", c.encoder_ffn_dim, d);
+  final_layer_norm = layer_norm(*this, "final_layer_norm", d);
+}
+
+torch::Tensor WhisperEncoderLayerImpl::forward(const torch::Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1), H = c_.encoder_attention_heads,
+                hd = c_.d_model / H;
+  const bool train = is_training();
+  auto h = self_attn_layer_norm(x);
+  // The query is scaled before the product (Whisper's order), so SDPA runs with scale 1.
+  auto query = (q_proj(h) * std::pow(static_cast<double>(hd), -0.5)).view({B, T, H, hd}).transpose(1, 2).contiguous();
+  auto key = k_proj(h).view({B, T, H, hd}).transpose(1, 2).contiguous();
+  auto value = v_proj(h).view({B, T, H, hd}).transpose(1, 2).contiguous();
+  auto a = at::scaled_dot_product_attention(query, key, value, /*attn_mask=*/{},
+                                            train ? c_.attention_dropout : 0.0,
+                                            /*is_causal=*/false, /*scale=*/1.0);
+  a = out_proj(a.transpose(1, 2).reshape({B, T, c_.d_model}).contiguous());
+  auto y = x + torch::dropout(a, c_.dropout, train);
+  auto f = torch::dropout(torch::gelu(fc1(final_layer_norm(y))), c_.activation_dropout, train);
+  y = y + torch::dropout(fc2(f), c_.dropout, train);
+  if (y.scalar_type() == torch::kHalf) y = torch::clamp(y, -64504.0, 64504.0);
+  return y;
+}
+
+WhisperForAudioClassificationImpl::WhisperForAudioClassificationImpl(const WhisperConfig& c)
+    : c_(c) {
+  const int64_t d = c.d_model;
+  auto encoder = holder(*this, "encoder");
+  conv1 = init_normal(encoder->register_module(
+      "conv1", torch::nn::Conv1d(torch::nn::Conv1dOptions(c.num_mel_bins, d, 3).padding(1))));
+  conv2 = init_normal(encoder->register_module(
+      "conv2", torch::nn::Conv1d(torch::nn::Conv1dOptions(d, d, 3).stride(2).padding(1))));
+  embed_positions = encoder->register_module(
+      "embed_positions", torch::nn::Embedding(c.max_source_positions, d));
+  {
+    torch::NoGradGuard no_grad;
+    embed_positions->weight.copy_(sinusoids(c.max_source_positions, d));
+  }
+  // Frozen, as transformers' requires_grad_(False): no gradient, no optimizer state.
+  embed_positions->weight.set_requires_grad(false);
+  layers = encoder->register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < c.encoder_layers; ++i) layers->push_back(WhisperEncoderLayer(c));
+  layer_norm = ::sweep::models::layer_norm(*encoder, "layer_norm", d);
+  projector = linear(*this, "projector", d, c.classifier_proj_size);
+  classifier = linear(*this, "classifier", c.classifier_proj_size, c.num_labels);
+}
+
+int64_t WhisperForAudioClassificationImpl::frames(double audio_s) {
+  return static_cast<int64_t>(std::llround(audio_s * 100));
+}
+
+torch::Tensor WhisperForAudioClassificationImpl::logits(const Batch& batch) {
+  const auto& features = batch.tensors[0];  // (B, mels, frames)
+  TORCH_CHECK(features.size(1) == c_.num_mel_bins, "whisper expects ", c_.num_mel_bins,
+              " mel bins, got ", features.size(1));
+  auto x = torch::gelu(conv2(torch::gelu(conv1(features)))).permute({0, 2, 1});  // (B, T, d)
+  const int64_t T = x.size(1);
+  TORCH_CHECK(T <= c_.max_source_positions, "audio of ", features.size(2), " frames exceeds the ",
+              2 * c_.max_source_positions, "-frame window");
+  x = torch::dropout(x + embed_positions->weight.slice(0, 0, T), c_.dropout, is_training());
+  for (auto& m : *layers) {
+    auto* layer = m->as<WhisperEncoderLayerImpl>();
+    x = run_block([layer](const std::vector<torch::Tensor>& in) {
+          return std::vector<torch::Tensor>{layer->forward(in[0])};
+        },
+        {x})[0];
+  }
+  auto pooled = projector(layer_norm(x)).mean(1);  // (B, 256)
+  return classifier(pooled);
+}
+
+torch::Tensor WhisperForAudioClassificationImpl::loss(const Batch& batch) {
+  return torch::nn::functional::cross_entropy(logits(batch), batch.tensors[1]);
+}
+
+Batch WhisperForAudioClassificationImpl::synthetic_batch(const BatchShape& s, torch::Device device,
+                                                         torch::Generator& gen) const {
+  const int64_t n = frames(s.audio_s);
+  TORCH_CHECK(n > 0, "whisper needs audio_s > 0");
+  auto features = torch::randn({s.batch, c_.num_mel_bins, n}, gen, torch::kFloat).to(device);
+  auto labels = torch::randint(c_.num_labels, {s.batch}, gen, torch::kLong).to(device);
+  return Batch{{features, labels}, s.batch * positions(n), s.batch};
+}
+
+WhisperForAudioClassificationImpl::Flops WhisperForAudioClassificationImpl::forward_flops(
+    const BatchShape& s) const {
+  const double F = frames(s.audio_s), T = positions(frames(s.audio_s)), d = c_.d_model,
+               f = c_.encoder_ffn_dim;
+  const double stem = matmul_flops(F, 3.0 * c_.num_mel_bins, d) + matmul_flops(T, 3 * d, d);
+  const double block = 4 * matmul_flops(T, d, d) + 2 * matmul_flops(T, T, d) + 2 * matmul_flops(T, d, f);
+  const double blocks = c_.encoder_layers * block;
+  return Flops{stem + blocks + matmul_flops(T, d, c_.classifier_proj_size), blocks};
+}
+
+}  // namespace sweep::models
