@@ -70,6 +70,7 @@ Point parse_point(const Row& r) {
   p.model = r.at(column("model"));
   if (p.model.empty()) fail("column 'model' is empty");
   p.status = r.at(column("status"));
+  p.search = r.at(column("search"));
   if (p.status != schema::kOk && p.status != schema::kOom && p.status != schema::kCrash &&
       p.status != schema::kTimeout && p.status != schema::kSkipped)
     fail("column 'status': '" + p.status + "' is not one of ok, oom, crash, timeout, skipped");
@@ -367,6 +368,7 @@ int write_report(const std::string& results_dir, const std::string& out_dir_in) 
     doc.paragraph(report::kNoGnuplot);
   }
   report::failures(doc, points);
+  report::search_section(doc, points);
   for (const report::Group& g : report::make_groups(points)) {
     doc.heading(2, g.title());
     if (g.left_out > 0)

@@ -491,4 +491,49 @@ void throughput_section(Document& doc, Plotter& plotter, const Group& g) {
   doc.table(make_table(fields, ok));
 }
 
+void search_section(Document& doc, const std::vector<Point>& points) {
+  struct Answer {
+    const Point* first = nullptr;    // names the combination
+    const Point* largest = nullptr;  // the largest batch that fit
+    std::optional<int> first_oom;
+    int probes = 0;
+    std::string failed;
+  };
+  std::vector<std::pair<std::string, Answer>> answers;  // combination -> answer, in file order
+  for (const Point& p : points) {
+    if (p.search != "max_batch") continue;
+    const std::string key = p.model + "|" + p.shape + "|" + p.mode + "|" + p.technique() + "|" +
+                            p.alloc_conf + "|" + fixed(p.budget_bytes, 0);
+    auto it = std::find_if(answers.begin(), answers.end(), [&](const auto& a) { return a.first == key; });
+    if (it == answers.end()) it = answers.insert(answers.end(), {key, Answer{}});
+    Answer& a = it->second;
+    if (!a.first) a.first = &p;
+    ++a.probes;
+    if (p.ok() && (!a.largest || p.batch > a.largest->batch)) a.largest = &p;
+    if (p.out_of_memory() && (!a.first_oom || p.batch < *a.first_oom)) a.first_oom = p.batch;
+    if (p.status == "crash" || p.status == "timeout")
+      a.failed += (a.failed.empty() ? "" : "; ") + ("batch " + std::to_string(p.batch) + ": " + p.status);
+  }
+  if (answers.empty()) return;
+  doc.heading(2, "Largest batch that fits (max-batch search)");
+  doc.paragraph("For each combination of the other axes, the search doubled the batch until it ran "
+                "out of memory, then bisected, each probe in its own worker; the jumps are steered by "
+                "the peaks the probes measured. Budget: the row's budget, or the whole device.");
+  std::vector<std::string> headers = {"model", "input", "technique", "largest batch", "peak GiB",
+                                      "tokens/s", "first OOM", "probes", "note"};
+  std::vector<Align> align = {Align::kLeft,  Align::kLeft,  Align::kLeft,  Align::kRight, Align::kRight,
+                              Align::kRight, Align::kRight, Align::kRight, Align::kLeft};
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& [key, a] : answers) {
+    const Point* any = a.first;
+    rows.push_back({any->model, any->shape, any->mode == "eval" ? "eval / " + any->precision : any->technique(),
+                    a.largest ? std::to_string(a.largest->batch) : "none",
+                    a.largest ? gib(a.largest->peak_allocated) : "",
+                    a.largest && a.largest->tokens_per_s ? fixed(*a.largest->tokens_per_s, 0) : "",
+                    a.first_oom ? std::to_string(*a.first_oom) : "", std::to_string(a.probes),
+                    a.failed.empty() ? (a.first_oom ? "" : "no OOM up to the search's limit") : a.failed});
+  }
+  doc.table(make_table(headers, align, std::vector<bool>(headers.size(), true), rows));
+}
+
 }  // namespace sweep::reports::report

@@ -20,6 +20,7 @@ struct Point {
   std::string status, reason, phase, message, signal, exit_code;
   std::string device_name, torch_version, cuda_version, suite_version, git_commit, host;
   std::string timestamp;
+  std::string search;  // "max_batch" for a max-batch search probe
   int batch = 0;
   int accumulation = 1;
   double budget_bytes = 0;
@@ -74,6 +75,9 @@ void memory_section(Document& doc, Plotter& plotter, const Group& g);
 void technique_section(Document& doc, Plotter& plotter, const Group& g);
 void breakdown_section(Document& doc, Plotter& plotter, const Group& g);
 void throughput_section(Document& doc, Plotter& plotter, const Group& g);
+
+// The max-batch search's answer per combination of the other axes (probe rows only).
+void search_section(Document& doc, const std::vector<Point>& points);
 
 // Adds the image when it was drawn, else a line naming the data file.
 void add_plot(Document& doc, bool drawn, const std::string& stem, const std::string& alt);

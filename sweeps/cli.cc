@@ -8,6 +8,7 @@
 #include "reports/compare.h"
 #include "reports/recommend.h"
 #include "reports/report.h"
+#include "sweeps/budget.h"
 #include "sweeps/config.h"
 #include "sweeps/sweep.h"
 #include "sweeps/worker.h"
@@ -55,6 +56,15 @@ void register_commands(CLI::App& app, int& exit_code) {
   run->add_flag("--dry-run", opts->dry_run, "List the points and exit");
   run->add_flag("--force", opts->force, "Re-run points already in results.csv");
   run->add_flag("--quiet,-q", opts->quiet, "No progress output");
+  run->add_option("--search", opts->search,
+                  "max-batch: find the largest batch that fits for each combination of the other "
+                  "axes (doubling, then bisecting); none: run the grid")
+      ->check(CLI::IsMember({"max-batch", "none"}));
+  run->add_flag("--snapshot", opts->snapshot,
+                "Write each point's CUDA memory snapshot (and one at an OOM) to OUT/snapshots/, "
+                "for pytorch.org/memory_viz");
+  run->add_option("--gpus", opts->gpus,
+                  "Local GPUs to run on concurrently, e.g. 0,1 (one worker per GPU)");
   run->callback([opts, &exit_code] { exit_code = guarded([&] { return run_sweep(*opts); }); });
 
   reports::register_report_command(app, exit_code);
@@ -68,9 +78,13 @@ void register_commands(CLI::App& app, int& exit_code) {
   auto fd = std::make_shared<int>(1);
   auto* worker = app.add_subcommand("worker", "Run one point (internal)");
   worker->group("");  // hidden from --help
-  worker->add_option("--point", *point)->required();
-  worker->add_option("--result-fd", *fd)->required();
-  worker->callback([point, fd, &exit_code] { exit_code = worker_main(*point, *fd); });
+  auto probe = std::make_shared<bool>(false);
+  worker->add_option("--point", *point);
+  worker->add_option("--result-fd", *fd);
+  worker->add_flag("--probe-device", *probe, "Report the GPU's memory and context size as JSON");
+  worker->callback([point, fd, probe, &exit_code] {
+    exit_code = *probe ? probe_device_main() : worker_main(*point, *fd);
+  });
 }
 
 }  // namespace sweep

@@ -4,6 +4,11 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <cuda_runtime_api.h>
+#include <torch/csrc/cuda/memory_snapshot.h>
+
+#include <fstream>
+#include <mutex>
+#include <string>
 
 #include <atomic>
 
@@ -17,6 +22,12 @@ namespace alloc = c10::cuda::CUDACachingAllocator;
 constexpr auto kAll = static_cast<std::size_t>(StatType::AGGREGATE);
 
 std::atomic<int64_t> g_gap_at_oom{0};
+std::mutex g_snapshot_mu;
+std::string g_snapshot_prefix;  // set when history is recorded
+
+void write_pickle(const std::string& path) {
+  std::ofstream(path, std::ios::binary) << torch::cuda::_memory_snapshot_pickled();
+}
 
 class CudaTracker final : public MemoryTracker {
  public:
@@ -25,6 +36,10 @@ class CudaTracker final : public MemoryTracker {
     alloc::attachOutOfMemoryObserver([](int64_t device, size_t, size_t, size_t) {
       auto s = alloc::getDeviceStats(static_cast<c10::DeviceIndex>(device));
       g_gap_at_oom = s.reserved_bytes[kAll].current - s.allocated_bytes[kAll].current;
+      // The allocator calls its observers after releasing its lock, before the tensors of
+      // the failing step are freed: the snapshot shows what filled the memory.
+      std::lock_guard lock(g_snapshot_mu);
+      if (!g_snapshot_prefix.empty()) write_pickle(g_snapshot_prefix + ".oom.pickle");
     });
   }
   int64_t gap_at_oom() override { return g_gap_at_oom.load(); }
@@ -46,6 +61,14 @@ class CudaTracker final : public MemoryTracker {
     alloc::setMemoryFraction(bytes > 0 ? static_cast<double>(bytes) / total : 1.0, dev_);
   }
   int64_t alloc_retries() override { return stats().num_alloc_retries; }
+  bool record_history(const std::string& prefix) override {
+    // As torch.cuda.memory._record_memory_history(): every alloc/free with its C++ stack.
+    torch::cuda::_record_memory_history("all", "all", "all", /*max_entries=*/100000);
+    std::lock_guard lock(g_snapshot_mu);
+    g_snapshot_prefix = prefix;
+    return true;
+  }
+  void write_snapshot(const std::string& path) override { write_pickle(path); }
   void empty_cache() override { alloc::emptyCache(); }
 
  private:

@@ -3,6 +3,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <optional>
+
 #include <filesystem>
 #include <fstream>
 
@@ -11,6 +16,16 @@
 #include "sweeps/schema.h"
 
 namespace sweep {
+namespace {
+
+// The peak a memory cap applies to: reserved on CUDA (the allocator's cap), allocated on the
+// CPU (where the two are equal).
+ProbeOutcome outcome_of(const std::string& status, std::optional<double> allocated,
+                        std::optional<double> reserved) {
+  return {status, std::max(allocated.value_or(0), reserved.value_or(0))};
+}
+
+}  // namespace
 namespace {
 
 std::string cell(const nlohmann::json& v) {
@@ -58,8 +73,11 @@ ResultsStore::ResultsStore(const std::string& dir) {
       throw ConfigError(path_, 1, "header", "results file has another schema than this sweep",
                         "write to another --out directory, or move this results.csv away");
     try {
-      for (const auto& r : reports::read_results(path_).rows)
-        recorded_.insert(r.at(schema::column("point_id")));
+      for (const auto& r : reports::read_results(path_).rows) {
+        recorded_[r.at(schema::column("point_id"))] = outcome_of(
+            r.at(schema::column("status")), r.number(schema::column("peak_allocated_bytes")),
+            r.number(schema::column("peak_reserved_bytes")));
+      }
     } catch (const reports::ResultsError& e) {
       throw ConfigError(e.file(), static_cast<int>(e.line()), "results", e.what(),
                         "the file is left as it is: repair or move it, then run again");
@@ -87,12 +105,32 @@ ResultsStore::~ResultsStore() {
 
 void ResultsStore::append(const nlohmann::json& row) {
   const std::string line = format_row(row) + "\n";
-  // One fwrite of the whole line, then flush and fsync: the row is on disk before the
-  // next point starts.
-  std::fwrite(line.data(), 1, line.size(), f_);
+  // One write(2) of the whole line (a signal cannot split a write to a regular file), then
+  // fsync: the row is on disk before the next point starts, and a killed run leaves whole rows.
   std::fflush(f_);
+  for (std::size_t done = 0; done < line.size();) {
+    const ssize_t n = ::write(fileno(f_), line.data() + done, line.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw ConfigError(path_, 0, "out", std::string("cannot append: ") + std::strerror(errno),
+                        "check free space and permissions");
+    }
+    done += static_cast<std::size_t>(n);
+  }
   fsync(fileno(f_));
-  if (auto it = row.find("point_id"); it != row.end()) recorded_.insert(it->get<std::string>());
+  if (auto it = row.find("point_id"); it != row.end()) {
+    auto number = [&](const char* key) -> std::optional<double> {
+      auto v = row.find(key);
+      return v != row.end() && v->is_number() ? std::optional<double>(v->get<double>()) : std::nullopt;
+    };
+    recorded_[it->get<std::string>()] = outcome_of(row.value("status", ""), number("peak_allocated_bytes"),
+                                                   number("peak_reserved_bytes"));
+  }
+}
+
+const ProbeOutcome* ResultsStore::outcome(const std::string& point_id) const {
+  auto it = recorded_.find(point_id);
+  return it == recorded_.end() ? nullptr : &it->second;
 }
 
 }  // namespace sweep

@@ -6,8 +6,11 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <map>
 #include <set>
 #include <string>
+
+#include "sweeps/search.h"
 
 namespace sweep {
 
@@ -22,8 +25,8 @@ class ResultsStore {
 
   // Appends one row: keys are schema columns; missing keys are empty cells.
   void append(const nlohmann::json& row);
-  // point_ids already recorded (for resume).
-  const std::set<std::string>& recorded() const { return recorded_; }
+  // How a recorded point ended (the last row of its point_id), or nullptr (for resume).
+  const ProbeOutcome* outcome(const std::string& point_id) const;
   const std::string& path() const { return path_; }
 
   // One CSV line (no newline) in schema column order, quoted where needed.
@@ -33,7 +36,7 @@ class ResultsStore {
  private:
   std::string path_;
   std::FILE* f_ = nullptr;
-  std::set<std::string> recorded_;
+  std::map<std::string, ProbeOutcome> recorded_;
 };
 
 }  // namespace sweep

@@ -33,6 +33,7 @@ inline constexpr std::array kColumns = std::to_array<std::string_view>({
     "steps",              // timed optimizer steps per repetition
     "warmup_steps",       // untimed steps before them
     "repetitions",        // timed repetitions
+    "search",             // "max_batch" for a probe of the max-batch search; empty for a grid point
     // outcome
     "status",             // "ok" | "oom" | "crash" | "timeout" | "skipped"
     "reason",             // why skipped ("implied-oom"), signal name of a crash, ...

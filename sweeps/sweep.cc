@@ -10,17 +10,25 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <atomic>
 #include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <thread>
 
 #include "reports/report.h"
 #include "reports/results.h"
 #include "sweep_version.h"
+#include "sweeps/budget.h"
 #include "sweeps/config.h"
 #include "sweeps/env.h"
 #include "sweeps/grid.h"
 #include "sweeps/isolate.h"
 #include "sweeps/results_store.h"
 #include "sweeps/schema.h"
+#include "sweeps/search.h"
 
 namespace sweep {
 namespace {
@@ -65,6 +73,7 @@ nlohmann::json point_columns(const Point& p) {
 }
 
 // Live progress on a terminal, one plain line per point elsewhere, nothing with --quiet.
+// Called under the runner's lock when points run concurrently (--gpus).
 class Progress {
  public:
   Progress(std::size_t total, bool quiet)
@@ -74,21 +83,29 @@ class Progress {
     std::fprintf(stderr, "\r\033[K[%zu/%zu] ok %d oom %d skipped %d | %s%s", done_, total_, ok_,
                  oom_, skipped_, p.label().c_str(), eta().c_str());
   }
-  void finish(const Point& p, const std::string& status, const std::string& detail) {
+  void finish(const Point& p, const std::string& status, const std::string& detail,
+              const std::string& prefix = "") {
     ++done_;
     if (status == "ok") ++ok_;
     else if (status == "oom") ++oom_;
     else if (status == "skipped") ++skipped_;
     if (quiet_) return;
     if (tty_) std::fprintf(stderr, "\r\033[K");
-    std::fprintf(stderr, "[%zu/%zu] %-7s %s%s%s\n", done_, total_, status.c_str(),
+    std::fprintf(stderr, "[%zu/%zu] %s%-7s %s%s%s\n", done_, total_, prefix.c_str(), status.c_str(),
                  p.label().c_str(), detail.empty() ? "" : "  ", detail.c_str());
   }
+  // One line that counts no point (search summaries).
+  void note(const std::string& line) {
+    if (quiet_) return;
+    if (tty_) std::fprintf(stderr, "\r\033[K");
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+  void add_total(std::size_t n) { total_ += n; }
 
  private:
   using clock = std::chrono::steady_clock;
   std::string eta() const {
-    if (done_ == 0) return "";
+    if (done_ == 0 || done_ >= total_) return "";
     const double per = std::chrono::duration<double>(clock::now() - t0_).count() / done_;
     return " | ETA " + std::to_string(static_cast<int>(per * (total_ - done_))) + " s";
   }
@@ -104,29 +121,193 @@ std::string gib(double bytes) {
   return buf;
 }
 
-// Key of the "other axes" of a point, for OOM pruning along batch.
+// Key of the "other axes" of a point: OOM pruning and the max-batch search work along batch.
 std::string prune_key(const Point& p) {
   Point q = p;
   q.batch = 0;
   return q.id();
 }
 
+// Points grouped by their other axes, batches ascending, in the order the grid first names
+// each combination. One combination is one task: pruning and search stay within it, and
+// tasks can run on different GPUs.
+std::vector<std::vector<Point>> combinations(const std::vector<Point>& points) {
+  std::vector<std::vector<Point>> out;
+  std::map<std::string, std::size_t> index;
+  for (const auto& p : points) {
+    auto [it, added] = index.emplace(prune_key(p), out.size());
+    if (added) out.emplace_back();
+    out[it->second].push_back(p);
+  }
+  for (auto& c : out)
+    std::stable_sort(c.begin(), c.end(), [](const Point& a, const Point& b) { return a.batch < b.batch; });
+  return out;
+}
+
+// Runs points in isolated workers and appends their rows. Thread-safe: with --gpus one
+// thread per GPU shares it.
+class Runner {
+ public:
+  Runner(const RunOptions& opt, const std::string& out, ResultsStore& store, Progress& progress)
+      : opt_(opt), out_(out), exe_(self_exe()), store_(store), progress_(progress) {}
+
+  // The point's outcome: recorded earlier (resume) unless --force, else measured now.
+  ProbeOutcome run(const Point& p, const std::string& gpu, const std::string& search = "",
+                   const std::string& prefix = "") {
+    const std::string id = p.id();
+    {
+      std::lock_guard lock(mu_);
+      if (!opt_.force || forced_.count(id)) {
+        if (const auto* o = store_.outcome(id)) {
+          progress_.finish(p, "done", "already in " + store_.path(), prefix);
+          return *o;
+        }
+      }
+      progress_.start(p);
+    }
+    auto row = point_columns(p);
+    if (!search.empty()) row["search"] = search;
+    IsolateOptions iso;
+    iso.exe = exe_;
+    iso.log_path = (std::filesystem::path(out_) / "logs" / (id + ".log")).string();
+    iso.env["PYTORCH_CUDA_ALLOC_CONF"] = p.alloc_conf;
+    if (opt_.snapshot && p.device == "cuda")
+      iso.env["SWEEP_SNAPSHOT"] = (std::filesystem::path(out_) / "snapshots" / id).string();
+    if (!gpu.empty()) {
+      iso.env["CUDA_VISIBLE_DEVICES"] = gpu;
+      row["gpu_index"] = gpu;
+    }
+    const WorkerResult r = run_isolated(p, iso);
+    for (const auto& [k, v] : r.record.items())
+      if (k != "status") row[k] = v;
+    row["status"] = r.status;
+    if (!r.message.empty()) row["message"] = r.message;
+    if (r.exit_code) row["exit_code"] = *r.exit_code;
+    if (r.signal) {
+      row["signal"] = *r.signal;
+      row["reason"] = std::string("SIG") + sigabbrev_np(*r.signal);
+    }
+    row["wall_s"] = std::round(r.wall_s * 1000) / 1000;
+    std::string detail;
+    if (r.status == "ok" || r.status == "oom")
+      detail = "peak " + gib(row.value("peak_allocated_bytes", 0.0));
+    if (r.status == "ok" && row.contains("tokens_per_s"))
+      detail += ", " + std::to_string(static_cast<int64_t>(row["tokens_per_s"].get<double>())) + " tokens/s";
+    if (r.status != "ok") detail += (detail.empty() ? "" : ", ") + r.message;
+    if (!gpu.empty()) detail += " [gpu " + gpu + "]";
+    std::lock_guard lock(mu_);
+    store_.append(row);
+    forced_.insert(id);
+    progress_.finish(p, r.status, detail, prefix);
+    return *store_.outcome(id);
+  }
+
+  void skip(const Point& p, const std::string& message) {
+    std::lock_guard lock(mu_);
+    if (!opt_.force && store_.outcome(p.id())) {
+      progress_.finish(p, "done", "already in " + store_.path());
+      return;
+    }
+    auto row = point_columns(p);
+    row["status"] = schema::kSkipped;
+    row["reason"] = "implied-oom";
+    row["message"] = message;
+    store_.append(row);
+    forced_.insert(p.id());
+    progress_.finish(p, "skipped", "implied-oom");
+  }
+
+  void note(const std::string& line) {
+    std::lock_guard lock(mu_);
+    progress_.note(line);
+  }
+
+ private:
+  const RunOptions& opt_;
+  std::string out_, exe_;
+  ResultsStore& store_;
+  Progress& progress_;
+  std::mutex mu_;
+  std::set<std::string> forced_;  // with --force: points already re-run by this run
+};
+
+// The grid, one combination: batches in order; past an OOM, larger batches are implied.
+void run_combination(Runner& runner, const std::vector<Point>& points, bool prune,
+                     const std::string& gpu) {
+  std::optional<int64_t> oom_at;
+  for (const auto& p : points) {
+    if (prune && oom_at && p.batch > *oom_at) {
+      runner.skip(p, "batch " + std::to_string(*oom_at) + " already ran out of memory");
+      continue;
+    }
+    if (runner.run(p, gpu).status == "oom" && !oom_at) oom_at = p.batch;
+  }
+}
+
+// Max-batch search over one combination, from its smallest grid batch to search_max_batch.
+void search_combination(Runner& runner, const std::vector<Point>& points, int64_t max_batch,
+                        const std::string& gpu, const std::string& prefix) {
+  const Point base = points.front();
+  const int64_t lo = base.batch, hi = std::max(lo, max_batch);
+  const SearchResult r = search_max_batch(
+      lo, hi, static_cast<double>(base.budget_bytes), [&](int64_t batch) {
+        Point p = base;
+        p.batch = batch;
+        return runner.run(p, gpu, "max_batch", prefix);
+      });
+  Point shown = base;
+  shown.batch = r.largest_fit.value_or(0);
+  std::string line = prefix + "max batch " +
+                     (r.largest_fit ? std::to_string(*r.largest_fit) : std::string("none")) +
+                     " for " + shown.label() + " (" + std::to_string(r.probed.size()) +
+                     " probes in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  if (!r.stopped.empty()) line += "; stopped at " + r.stopped;
+  runner.note(line + ")");
+}
+
+// --gpus "0,1" -> {"0", "1"}
+std::vector<std::string> split_gpus(const std::string& list) {
+  std::vector<std::string> out;
+  std::stringstream in(list);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
 }  // namespace
 
 int run_sweep(const RunOptions& opt) {
-  const Config cfg = load_config(opt.config);
+  Config cfg = load_config(opt.config);
+  if (!opt.search.empty()) cfg.search = opt.search == "none" ? "" : "max_batch";
   RunSettings run;
   run.device = resolve_device(opt.device_given ? opt.device : cfg.device, cfg.path);
-  if (cfg.budget_gib > 0) run.budget_bytes = static_cast<int64_t>(cfg.budget_gib * (1ull << 30));
-  if (cfg.gpu && run.device == "cpu") {
-    // No CUDA context on the CPU: the emulated card's memory less the configured allowance.
-    const double usable = cfg.gpu->memory_gib - cfg.gpu->context_gib.value_or(0.0);
-    run.budget_bytes = static_cast<int64_t>(usable * (1ull << 30));
-    run.budget_emulated = true;
-  }
+  std::vector<std::string> gpus = split_gpus(opt.gpus);
+  if (!gpus.empty() && run.device != "cuda")
+    throw ConfigError(opt.config, 0, "--gpus", "--gpus needs device cuda (this run is on the CPU)",
+                      "drop --gpus, or run with --device cuda on a GPU host");
+  for (const auto& g : gpus)
+    if (g.find_first_not_of("0123456789") != std::string::npos || std::stoi(g) >= cuda_device_count())
+      throw ConfigError(opt.config, 0, "--gpus", "no GPU " + g + " on this host (" +
+                        std::to_string(cuda_device_count()) + " visible)",
+                        "list local GPU indices, e.g. --gpus 0,1");
+  // The budget: measured GPUs only where it matters (a target card on CUDA).
+  std::vector<HostGpu> probed;
+  if (run.device == "cuda" && cfg.gpu && cfg.budget_gib <= 0 && !opt.dry_run)
+    probed = probe_gpus(self_exe(), gpus.empty() ? std::vector<std::string>{"0"} : gpus);
+  const Budget budget = resolve_budget(cfg, run.device, probed);
+  run.budget_bytes = budget.bytes;
+  run.budget_emulated = budget.emulated;
   const auto points = expand_grid(cfg, run);
+  const auto combos = combinations(points);
   const std::string out = opt.out.empty() ? cfg.out : opt.out;
+  const bool search = cfg.search == "max_batch";
   if (opt.dry_run) {
+    if (search) {
+      for (const auto& c : combos) std::cout << "search  " << c.front().label() << "\n";
+      std::cout << combos.size() << " combinations to search for their largest batch (up to "
+                << cfg.search_max_batch << "), device " << run.device << ", output " << out << "\n";
+      return 0;
+    }
     for (const auto& p : points) std::cout << p.id() << "  " << p.label() << "\n";
     std::cout << points.size() << " points, device " << run.device << ", output " << out << "\n";
     return 0;
@@ -140,50 +321,36 @@ int run_sweep(const RunOptions& opt) {
                       "wait for it to finish, or choose another --out");
   ResultsStore store(out);
   std::filesystem::create_directories(std::filesystem::path(out) / "logs");
-  Progress progress(points.size(), opt.quiet);
-  std::map<std::string, int64_t> oom_at;  // prune key -> smallest batch that OOMed
-  const std::string exe = self_exe();
-  for (const auto& p : points) {
-    const std::string id = p.id();
-    if (!opt.force && store.recorded().count(id)) {
-      progress.finish(p, "done", "already in " + store.path());
-      continue;
+  Progress progress(search ? 0 : points.size(), opt.quiet);
+  if (!budget.note.empty() && !opt.quiet) std::fprintf(stderr, "%s\n", budget.note.c_str());
+  if (opt.snapshot) {
+    if (run.device == "cuda")
+      std::filesystem::create_directories(std::filesystem::path(out) / "snapshots");
+    else
+      std::fprintf(stderr, "note: --snapshot records the CUDA allocator's history; on the CPU "
+                           "there is none, so no snapshots are written\n");
+  }
+  Runner runner(opt, out, store, progress);
+
+  // One thread per GPU (one in all without --gpus), each taking the next combination.
+  std::atomic<std::size_t> next{0};
+  auto work = [&](const std::string& gpu) {
+    for (std::size_t i; (i = next++) < combos.size();) {
+      if (search) {
+        const std::string prefix = "search " + std::to_string(i + 1) + "/" +
+                                   std::to_string(combos.size()) + ": ";
+        search_combination(runner, combos[i], cfg.search_max_batch, gpu, prefix);
+      } else {
+        run_combination(runner, combos[i], cfg.prune_oom, gpu);
+      }
     }
-    auto row = point_columns(p);
-    auto pk = prune_key(p);
-    if (cfg.prune_oom && oom_at.count(pk) && p.batch > oom_at[pk]) {
-      row["status"] = schema::kSkipped;
-      row["reason"] = "implied-oom";
-      row["message"] = "batch " + std::to_string(oom_at[pk]) + " already ran out of memory";
-      store.append(row);
-      progress.finish(p, "skipped", "implied-oom");
-      continue;
-    }
-    progress.start(p);
-    IsolateOptions iso;
-    iso.exe = exe;
-    iso.log_path = (std::filesystem::path(out) / "logs" / (id + ".log")).string();
-    iso.env["PYTORCH_CUDA_ALLOC_CONF"] = p.alloc_conf;
-    const WorkerResult r = run_isolated(p, iso);
-    for (const auto& [k, v] : r.record.items())
-      if (k != "status") row[k] = v;
-    row["status"] = r.status;
-    if (!r.message.empty()) row["message"] = r.message;
-    if (r.exit_code) row["exit_code"] = *r.exit_code;
-    if (r.signal) {
-      row["signal"] = *r.signal;
-      row["reason"] = std::string("SIG") + sigabbrev_np(*r.signal);
-    }
-    row["wall_s"] = std::round(r.wall_s * 1000) / 1000;
-    store.append(row);
-    std::string detail;
-    if (r.status == "ok" || r.status == "oom")
-      detail = "peak " + gib(row.value("peak_allocated_bytes", 0.0));
-    if (r.status == "ok" && row.contains("step_ms"))
-      detail += ", " + std::to_string(static_cast<int64_t>(row["tokens_per_s"].get<double>())) + " tokens/s";
-    if (r.status != "ok") detail += (detail.empty() ? "" : ", ") + r.message;
-    if (r.status == "oom" && (!oom_at.count(pk) || p.batch < oom_at[pk])) oom_at[pk] = p.batch;
-    progress.finish(p, r.status, detail);
+  };
+  if (gpus.size() <= 1) {
+    work(gpus.empty() ? "" : gpus.front());
+  } else {
+    std::vector<std::thread> threads;
+    for (const auto& g : gpus) threads.emplace_back(work, g);
+    for (auto& t : threads) t.join();
   }
   if (!opt.quiet) std::fprintf(stderr, "results: %s\n", store.path().c_str());
   // The report reads only the results file, like any later `sweep report`.

@@ -13,6 +13,9 @@ struct RunOptions {
   bool dry_run = false;
   bool quiet = false;
   bool force = false;  // re-run points already recorded
+  std::string search;  // "max-batch" | "none" overrides the config's `search`; "" keeps it
+  std::string gpus;    // "0,1": one worker per GPU at a time, points spread over them
+  bool snapshot = false;  // CUDA allocator history per point: OUT/snapshots/<point_id>.pickle
 };
 
 // Returns the process exit code. Throws ConfigError for bad input (caller prints, exit 2).

@@ -31,6 +31,12 @@ class MemoryTracker {
   virtual int64_t gap_at_oom() { return 0; }
   // Frees cached, unused blocks (CUDA); no-op on the CPU.
   virtual void empty_cache() {}
+  // Memory snapshots for PyTorch's visualizer (pytorch.org/memory_viz), CUDA only: records
+  // the allocator's history from now on, writes `prefix.oom.pickle` at the moment of an
+  // out-of-memory failure, and write_snapshot(path) writes the history so far. Returns false
+  // where there is no allocator history (the CPU).
+  virtual bool record_history(const std::string& /*prefix*/) { return false; }
+  virtual void write_snapshot(const std::string& /*path*/) {}
 };
 
 // Installs the tracking allocator as c10's CPU allocator (once per process) and returns a

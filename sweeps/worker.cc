@@ -83,7 +83,11 @@ int worker_main(const std::string& point_json, int result_fd) {
       timer = make_cpu_timer();
     }
     const DeviceInfo dev = query_device(p.device);
+    // --snapshot: the runner names the file prefix; CUDA records the allocator history.
+    const char* snapshot = std::getenv("SWEEP_SNAPSHOT");
+    const bool recording = snapshot && *snapshot && mem->record_history(snapshot);
     const Measurement m = run_burst(p, *mem, *timer, fault);
+    if (recording) mem->write_snapshot(std::string(snapshot) + ".pickle");
     record = to_record(m);
     // MFU against the card's dense peak for the precision; unknown cards leave it empty.
     if (const auto* gpu = p.device == "cuda" ? reports::find_gpu(dev.name) : nullptr; gpu && m.tflops)

@@ -3,6 +3,15 @@
 // `crash` with its signal, a hanging one is `timeout`, and the sweep always goes on.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <thread>
 
@@ -183,6 +192,145 @@ TEST(SweepEndToEnd, SecondRunIntoTheSameDirectoryRefuses) {
   EXPECT_FALSE(std::filesystem::exists(out + "/results.csv"));
   std::system(("pkill -f 'sleep 17.25' ; true"));
   pclose(holder);
+}
+
+// --- max-batch search -------------------------------------------------------------------
+
+std::string search_config(const std::filesystem::path& dir, const std::string& batch,
+                          const std::string& extra) {
+  return testing::write_file(dir / "search.yaml", R"(
+device: cpu
+steps: 1
+warmup_steps: 1
+repetitions: 1
+timeout_s: 60
+budget_gib: 0.02
+models: [gpt2-test]
+grid: {seq: 64, checkpointing: [none, block], batch: )" + batch + "}\n" + extra);
+}
+
+// Largest ok batch per checkpointing setting, and the rows each took.
+std::map<std::string, std::pair<int, int>> largest_ok(const std::string& dir) {
+  std::map<std::string, std::pair<int, int>> m;
+  for (const auto& r : read_results(dir).rows) {
+    auto& [best, rows] = m[r.at(column("checkpointing"))];
+    ++rows;
+    if (r.at(column("status")) == "ok") best = std::max(best, std::stoi(r.at(column("batch"))));
+  }
+  return m;
+}
+
+TEST(SweepEndToEnd, MaxBatchSearchFindsTheExhaustiveAnswerInFewProbes) {
+  auto dir = testing::temp_dir("e2e_search");
+  std::string all = "[";
+  for (int b = 1; b <= 32; ++b) all += (b > 1 ? ", " : "") + std::to_string(b);
+  all += "]";
+  const std::string grid_out = (dir / "grid").string(), search_out = (dir / "search").string();
+  auto grid = testing::run_sweep_cli("run " + search_config(dir, all, "") + " --out " + grid_out + " -q");
+  ASSERT_EQ(grid.exit_code, 0) << grid.output;
+  auto cfg = search_config(dir, "1", "search: max_batch\nsearch_max_batch: 32\n");
+  auto search = testing::run_sweep_cli("run " + cfg + " --out " + search_out);
+  ASSERT_EQ(search.exit_code, 0) << search.output;
+
+  const auto expected = largest_ok(grid_out), found = largest_ok(search_out);
+  const int bound = 5 + 2;  // ceil(log2(32)) + 2
+  ASSERT_EQ(found.size(), 2u);
+  for (const auto& [checkpointing, answer] : found) {
+    std::printf("checkpointing %s: grid says %d, search says %d after %d probes\n",
+                checkpointing.c_str(), expected.at(checkpointing).first, answer.first, answer.second);
+    EXPECT_GT(answer.first, 1) << "the budget should let more than one sample fit";
+    EXPECT_LT(answer.first, 32) << "the budget should run out inside the range";
+    EXPECT_EQ(answer.first, expected.at(checkpointing).first) << checkpointing;
+    EXPECT_LE(answer.second, bound) << checkpointing;
+  }
+  for (const auto& r : read_results(search_out).rows) EXPECT_EQ(r.at(column("search")), "max_batch");
+  EXPECT_NE(search.output.find("max batch "), std::string::npos) << search.output;
+  // The report answers it from the results file alone.
+  std::ifstream report(search_out + "/report.md");
+  std::string text((std::istreambuf_iterator<char>(report)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("Largest batch that fits (max-batch search)"), std::string::npos);
+  // Searching again reuses every probe on record and runs nothing.
+  auto again = testing::run_sweep_cli("run " + cfg + " --out " + search_out);
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_EQ(largest_ok(search_out), found);
+}
+
+// --- interruption ----------------------------------------------------------------------
+
+class KilledParent : public ::testing::TestWithParam<int> {};
+
+TEST_P(KilledParent, RerunCompletesWithEachPointExactlyOnce) {
+  const int sig = GetParam();
+  auto dir = testing::temp_dir(std::string("e2e_kill_") + sigabbrev_np(sig));
+  auto cfg = testing::write_file(dir / "kill.yaml", R"(
+device: cpu
+steps: 2
+warmup_steps: 1
+repetitions: 2
+timeout_s: 60
+models: [gpt2-test]
+grid: {seq: 64, checkpointing: [none, block], batch: [1, 2, 3, 4, 5, 6]}
+)");
+  const std::string out = (dir / "out").string();
+  const std::string csv = out + "/results.csv";
+  auto rows_now = [&] {
+    std::ifstream in(csv);
+    int n = -1;  // the header
+    for (std::string line; std::getline(in, line);) ++n;
+    return n;
+  };
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    int devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, 1);
+    dup2(devnull, 2);
+    execl(SWEEP_BINARY, SWEEP_BINARY, "run", cfg.c_str(), "--out", out.c_str(), "-q",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Kill it in the middle: after three points, while the fourth is in flight.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (rows_now() < 3 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_GE(rows_now(), 3) << "the sweep did not get going";
+  kill(pid, sig);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  const int interrupted = rows_now();
+  EXPECT_LT(interrupted, 12) << "it finished before the signal: nothing was tested";
+
+  auto r = testing::run_sweep_cli("run " + cfg + " --out " + out + " -q");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::map<std::string, int> seen;
+  for (const auto& row : read_results(out).rows) {
+    ++seen[row.at(column("point_id"))];
+    EXPECT_EQ(row.at(column("status")), "ok") << row.at(column("message"));
+  }
+  EXPECT_EQ(seen.size(), 12u);
+  for (const auto& [id, n] : seen) EXPECT_EQ(n, 1) << id;
+}
+
+INSTANTIATE_TEST_SUITE_P(Signals, KilledParent, ::testing::Values(SIGINT, SIGTERM, SIGKILL),
+                         [](const auto& info) { return std::string(sigabbrev_np(info.param)); });
+
+TEST(SweepEndToEnd, SnapshotOnTheCpuSaysThereIsNoneAndRuns) {
+  auto dir = testing::temp_dir("e2e_snapshot");
+  auto r = testing::run_sweep_cli("run " + tiny_config(dir, "") + " --snapshot --out " +
+                                  (dir / "out").string());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("no snapshots are written"), std::string::npos) << r.output;
+  EXPECT_EQ(read_results((dir / "out").string()).rows.size(), 4u);
+  EXPECT_FALSE(std::filesystem::exists(dir / "out" / "snapshots"));
+}
+
+TEST(SweepEndToEnd, GpusOnTheCpuIsRefused) {
+  auto dir = testing::temp_dir("e2e_gpus");
+  auto r = testing::run_sweep_cli("run " + tiny_config(dir, "") + " --gpus 0,1 --out " +
+                                  (dir / "out").string());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--gpus needs device cuda"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "out" / "results.csv"));
 }
 
 }  // namespace
