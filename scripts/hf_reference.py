@@ -1,0 +1,210 @@
+#!/usr/bin/env python3
+"""The reference side of sweep's fidelity check: the same training burst, written the way a
+PyTorch + Hugging Face user writes it, measured the way sweep measures.
+
+    # one point, JSON on stdout
+    python3 scripts/hf_reference.py point --model gpt2-medium --batch 8 --seq 1024 \\
+        --precision bf16-amp --checkpointing block
+    # every `ok` CUDA row of a sweep's results.csv, each in its own process, as a Markdown table
+    python3 scripts/hf_reference.py compare results/fidelity > docs/fidelity-table.md
+
+What the reference does, per point (fresh process, CUDA):
+  * transformers model built from the checkpoint's configuration (no download), SDPA attention,
+    .to(cuda), .train(); gradient_checkpointing_enable() for checkpointing "block";
+  * precision fp32 | fp16-amp (torch.autocast + torch.amp.GradScaler) | bf16-amp (autocast) |
+    bf16 (model.to(bfloat16));
+  * optimizer torch.optim.AdamW (PyTorch's default implementation choice), fused AdamW, SGD
+    (momentum 0.9) or torch.optim.Adafactor, lr 1e-3, weight decay 0.01;
+  * synthetic batches as sweep's: uniform token ids, labels = inputs (GPT-2), random labels
+    (T5), Gaussian log-mel features and random class labels (Whisper); accumulation k with
+    the loss scaled by 1/k;
+  * peak = torch.cuda.max_memory_allocated / max_memory_reserved since before the model was
+    built; step time = median over repetitions of the mean CUDA-event time of `steps` steps,
+    after `warmup` steps.
+"""
+import argparse
+import csv
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+
+# name -> (family, configuration); the checkpoints' published configurations (see models/zoo.cc).
+ZOO = {
+    "gpt2": ("gpt2", dict(n_embd=768, n_layer=12, n_head=12)),
+    "gpt2-medium": ("gpt2", dict(n_embd=1024, n_layer=24, n_head=16)),
+    "gpt2-large": ("gpt2", dict(n_embd=1280, n_layer=36, n_head=20)),
+    "gpt2-xl": ("gpt2", dict(n_embd=1600, n_layer=48, n_head=25)),
+    "t5-small": ("t5", dict(d_model=512, d_ff=2048, num_layers=6, num_heads=8)),
+    "t5-base": ("t5", dict(d_model=768, d_ff=3072, num_layers=12, num_heads=12)),
+    "t5-large": ("t5", dict(d_model=1024, d_ff=4096, num_layers=24, num_heads=16)),
+    "whisper-tiny": ("whisper", dict(d_model=384, encoder_layers=4, encoder_attention_heads=6)),
+    "whisper-base": ("whisper", dict(d_model=512, encoder_layers=6, encoder_attention_heads=8)),
+    "whisper-small": ("whisper", dict(d_model=768, encoder_layers=12, encoder_attention_heads=12)),
+    "whisper-medium": ("whisper", dict(d_model=1024, encoder_layers=24, encoder_attention_heads=16)),
+    "whisper-large-v3": ("whisper", dict(d_model=1280, encoder_layers=32, encoder_attention_heads=20,
+                                         num_mel_bins=128)),
+}
+
+
+def build(name):
+    import transformers as tf
+    family, cfg = ZOO[name]
+    if family == "gpt2":
+        return family, tf.GPT2LMHeadModel(tf.GPT2Config(**cfg, attn_implementation="sdpa"))
+    if family == "t5":
+        return family, tf.T5ForConditionalGeneration(
+            tf.T5Config(**cfg, decoder_start_token_id=0, attn_implementation="sdpa"))
+    cfg = dict(cfg, encoder_ffn_dim=4 * cfg["d_model"], decoder_layers=1, num_labels=2,
+               attn_implementation="sdpa")
+    return family, tf.WhisperForAudioClassification(tf.WhisperConfig(**cfg))
+
+
+def batch(family, model, a, gen, device):
+    import torch
+    if family == "gpt2":
+        ids = torch.randint(model.config.vocab_size, (a.batch, a.seq), generator=gen).to(device)
+        return dict(input_ids=ids, labels=ids), a.batch * a.seq
+    if family == "t5":
+        v = model.config.vocab_size
+        ids = torch.randint(v, (a.batch, a.seq), generator=gen).to(device)
+        labels = torch.randint(v, (a.batch, a.target_seq), generator=gen).to(device)
+        return dict(input_ids=ids, labels=labels), a.batch * (a.seq + a.target_seq)
+    frames = round(a.audio_s * 100)
+    feats = torch.randn((a.batch, model.config.num_mel_bins, frames), generator=gen).to(device)
+    if a.precision == "bf16":
+        feats = feats.to(torch.bfloat16)
+    labels = torch.randint(2, (a.batch,), generator=gen).to(device)
+    return dict(input_features=feats, labels=labels), a.batch * ((frames + 1) // 2)
+
+
+def optimizer(name, params):
+    import torch
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01)
+    if name == "adamw-fused":
+        return torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01, fused=True)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=1e-3, momentum=0.9, weight_decay=0.01)
+    if name == "adafactor":
+        return torch.optim.Adafactor(params, lr=1e-3, weight_decay=0.01)
+    raise SystemExit(f"unknown optimizer {name}")
+
+
+def point(a):
+    import torch
+    device = torch.device("cuda")
+    torch.manual_seed(a.seed)
+    torch.cuda.reset_peak_memory_stats()
+    family, model = build(a.model)
+    model.to(device)
+    if a.precision == "bf16":
+        model.to(torch.bfloat16)
+    model.train()
+    if a.checkpointing == "block":
+        model.gradient_checkpointing_enable()
+    opt = optimizer(a.optimizer, [p for p in model.parameters() if p.requires_grad])
+    scaler = torch.amp.GradScaler("cuda") if a.precision == "fp16-amp" else None
+    amp = {"fp16-amp": torch.float16, "bf16-amp": torch.bfloat16}.get(a.precision)
+    gen = torch.Generator().manual_seed(a.seed + 1)
+    batches = [batch(family, model, a, gen, device) for _ in range(a.accumulation)]
+
+    def step():
+        for inputs, _ in batches:
+            with torch.autocast("cuda", dtype=amp or torch.float32, enabled=amp is not None):
+                loss = model(**inputs).loss
+            loss = loss / a.accumulation
+            (scaler.scale(loss) if scaler else loss).backward()
+        if scaler:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    for _ in range(a.warmup):
+        step()
+    times = []
+    for _ in range(a.repetitions):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(a.steps):
+            step()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop) / a.steps)
+    step_ms = statistics.median(times)
+    tokens = sum(t for _, t in batches)
+    return dict(model=a.model, batch=a.batch, precision=a.precision, checkpointing=a.checkpointing,
+                accumulation=a.accumulation, optimizer=a.optimizer,
+                peak_allocated_bytes=torch.cuda.max_memory_allocated(),
+                peak_reserved_bytes=torch.cuda.max_memory_reserved(), step_ms=step_ms,
+                tokens_per_s=tokens / (step_ms / 1000), device_name=torch.cuda.get_device_name(),
+                torch=torch.__version__, transformers=__import__("transformers").__version__)
+
+
+def compare(results_dir, extra):
+    path = os.path.join(results_dir, "results.csv") if os.path.isdir(results_dir) else results_dir
+    rows = [r for r in csv.DictReader(open(path)) if r["status"] == "ok" and r["device"] == "cuda"
+            and r["model"] in ZOO]
+    print("| model | batch | input | technique | sweep peak GiB | transformers peak GiB | "
+          "peak ratio | sweep tokens/s | transformers tokens/s | throughput ratio |")
+    print("| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in rows:
+        args = [sys.executable, __file__, "point", "--model", r["model"], "--batch", r["batch"],
+                "--precision", r["precision"], "--checkpointing", r["checkpointing"],
+                "--accumulation", r["accumulation"], "--optimizer", r["optimizer"],
+                "--steps", r["steps"], "--warmup", r["warmup_steps"],
+                "--repetitions", r["repetitions"]] + extra
+        for axis in ("seq", "target_seq", "audio_s"):
+            if r[axis]:
+                args += ["--" + axis, r[axis]]
+        env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=r["alloc_conf"])
+        done = subprocess.run(args, capture_output=True, text=True, env=env)
+        if done.returncode != 0:
+            tail = (done.stderr.strip().splitlines() or ["?"])[-1]
+            print(f"| {r['model']} | {r['batch']} | | failed: {tail} | | | | | | |")
+            continue
+        ref = json.loads(done.stdout.strip().splitlines()[-1])
+        ours = float(r["peak_allocated_bytes"])
+        mine_tps = float(r["tokens_per_s"])
+        shape = " ".join(f"{k} {r[k]}" for k in ("seq", "target_seq", "audio_s") if r[k])
+        tech = f"{r['precision']} / {r['checkpointing']} / acc {r['accumulation']} / {r['optimizer']}"
+        print(f"| {r['model']} | {r['batch']} | {shape} | {tech} | {ours / 2**30:.3f} | "
+              f"{ref['peak_allocated_bytes'] / 2**30:.3f} | {ours / ref['peak_allocated_bytes']:.3f} | "
+              f"{mine_tps:.0f} | {ref['tokens_per_s']:.0f} | {mine_tps / ref['tokens_per_s']:.3f} |",
+              flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("point", help="measure one point, JSON on stdout")
+    p.add_argument("--model", required=True, choices=sorted(ZOO))
+    p.add_argument("--batch", type=int, required=True)
+    p.add_argument("--seq", type=int, default=128)
+    p.add_argument("--target_seq", type=int, default=128)
+    p.add_argument("--audio_s", type=float, default=30)
+    p.add_argument("--precision", default="fp32", choices=["fp32", "fp16-amp", "bf16-amp", "bf16"])
+    p.add_argument("--checkpointing", default="none", choices=["none", "block"])
+    p.add_argument("--accumulation", type=int, default=1)
+    p.add_argument("--optimizer", default="adamw", choices=["adamw", "adamw-fused", "sgd", "adafactor"])
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--repetitions", type=int, default=3)
+    p.add_argument("--seed", type=int, default=0)
+    c = sub.add_parser("compare", help="reference for every ok CUDA row of a results directory")
+    c.add_argument("results")
+    a = ap.parse_args()
+    if a.cmd == "point":
+        if a.audio_s and not math.isclose(a.audio_s, 30) and ZOO[a.model][0] == "whisper":
+            raise SystemExit("transformers' Whisper encoder takes only 30 s of audio")
+        print(json.dumps(point(a)))
+    else:
+        compare(a.results, [])
+
+
+if __name__ == "__main__":
+    main()
