@@ -80,8 +80,10 @@ class Progress {
       : total_(total), quiet_(quiet), tty_(isatty(STDERR_FILENO)), t0_(clock::now()) {}
   void start(const Point& p) {
     if (quiet_ || !tty_) return;
-    std::fprintf(stderr, "\r\033[K[%zu/%zu] ok %d oom %d skipped %d | %s%s", done_, total_, ok_,
-                 oom_, skipped_, p.label().c_str(), eta().c_str());
+    const std::string count = total_ ? std::to_string(done_) + "/" + std::to_string(total_)
+                                     : std::to_string(done_);
+    std::fprintf(stderr, "\r\033[K[%s] ok %d oom %d skipped %d | %s%s", count.c_str(), ok_, oom_,
+                 skipped_, p.label().c_str(), eta().c_str());
   }
   void finish(const Point& p, const std::string& status, const std::string& detail,
               const std::string& prefix = "") {
@@ -91,7 +93,10 @@ class Progress {
     else if (status == "skipped") ++skipped_;
     if (quiet_) return;
     if (tty_) std::fprintf(stderr, "\r\033[K");
-    std::fprintf(stderr, "[%zu/%zu] %s%-7s %s%s%s\n", done_, total_, prefix.c_str(), status.c_str(),
+    // A search does not know its number of probes in advance: it counts without a total.
+    const std::string count = total_ ? std::to_string(done_) + "/" + std::to_string(total_)
+                                     : std::to_string(done_);
+    std::fprintf(stderr, "[%s] %s%-7s %s%s%s\n", count.c_str(), prefix.c_str(), status.c_str(),
                  p.label().c_str(), detail.empty() ? "" : "  ", detail.c_str());
   }
   // One line that counts no point (search summaries).
@@ -100,7 +105,6 @@ class Progress {
     if (tty_) std::fprintf(stderr, "\r\033[K");
     std::fprintf(stderr, "%s\n", line.c_str());
   }
-  void add_total(std::size_t n) { total_ += n; }
 
  private:
   using clock = std::chrono::steady_clock;
@@ -193,7 +197,8 @@ class Runner {
       detail = "peak " + gib(row.value("peak_allocated_bytes", 0.0));
     if (r.status == "ok" && row.contains("tokens_per_s"))
       detail += ", " + std::to_string(static_cast<int64_t>(row["tokens_per_s"].get<double>())) + " tokens/s";
-    if (r.status != "ok") detail += (detail.empty() ? "" : ", ") + r.message;
+    const std::string message = row.value("message", std::string());
+    if (r.status != "ok" && !message.empty()) detail += (detail.empty() ? "" : ", ") + message;
     if (!gpu.empty()) detail += " [gpu " + gpu + "]";
     std::lock_guard lock(mu_);
     store_.append(row);
