@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <atomic>
@@ -180,6 +181,10 @@ class Runner {
     if (!gpu.empty()) {
       iso.env["CUDA_VISIBLE_DEVICES"] = gpu;
       row["gpu_index"] = gpu;
+    } else if (p.device == "cuda") {
+      const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+      row["gpu_index"] = visible && *visible ? std::string(visible).substr(0, std::string(visible).find(','))
+                                             : std::string("0");
     }
     const WorkerResult r = run_isolated(p, iso);
     for (const auto& [k, v] : r.record.items())
