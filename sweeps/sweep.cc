@@ -214,7 +214,7 @@ class Runner {
 
   void skip(const Point& p, const std::string& message) {
     std::lock_guard lock(mu_);
-    if (!opt_.force && store_.outcome(p.id())) {
+    if ((!opt_.force || forced_.count(p.id())) && store_.outcome(p.id())) {
       progress_.finish(p, "done", "already in " + store_.path());
       return;
     }
