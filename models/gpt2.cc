@@ -8,15 +8,19 @@
 namespace sweep::models {
 
 Conv1DImpl::Conv1DImpl(int64_t nf, int64_t nx) {
-  // Hugging Face initialises Conv1D with N(0, 0.02) and zero bias.
-  weight = register_parameter("weight", torch::randn({nx, nf}) * 0.02);
+  // Hugging Face initialises Conv1D with N(0, 0.02) and zero bias, in place.
+  weight = register_parameter("weight", torch::empty({nx, nf}));
   bias = register_parameter("bias", torch::zeros({nf}));
+  torch::NoGradGuard no_grad;
+  weight.normal_(0, 0.02);
 }
 
 torch::Tensor Conv1DImpl::forward(const torch::Tensor& x) {
-  auto out_shape = x.sizes().vec();
-  out_shape.back() = weight.size(1);
-  return torch::addmm(bias, x.reshape({-1, x.size(-1)}), weight).view(out_shape);
+  // transformers' Conv1D.forward: addmm on a view, then a view back.
+  auto size_out = x.sizes().vec();
+  size_out.back() = weight.size(1);
+  auto y = torch::addmm(bias, x.view({-1, x.size(-1)}), weight);
+  return y.view(size_out);
 }
 
 GPT2BlockImpl::GPT2BlockImpl(const GPT2Config& c) : c_(c) {
@@ -35,20 +39,68 @@ GPT2BlockImpl::GPT2BlockImpl(const GPT2Config& c) : c_(c) {
   mlp_c_proj = mlp->register_module("c_proj", Conv1D(c.n_embd, 4 * c.n_embd));
 }
 
-torch::Tensor GPT2BlockImpl::forward(const torch::Tensor& x) {
-  const int64_t B = x.size(0), T = x.size(1), C = c_.n_embd, H = c_.n_head;
+// The model code below is transcribed statement by statement from transformers 5.23's
+// modeling_gpt2.py: a Python temporary dies as soon as it is consumed and a local lives until
+// its function returns, so each Python statement is one C++ statement and each Python local
+// one C++ local, which keeps the same tensors alive at the same moments (what the peak sees).
+
+// NewGELUActivation ("gelu_new"): the composite expression, not gelu(approximate="tanh").
+// Autograd keeps 0.5*x, tanh(...) and 1+tanh(...) besides x: about 12 more bytes per element
+// of the (B, T, 4C) activation than the fused op, and CUDA autocast runs pow in fp32.
+torch::Tensor gelu_new(const torch::Tensor& input) {
+  // 0.5 * input * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (input + 0.044715 *
+  // torch.pow(input, 3.0)))), evaluated left to right as Python does.
+  auto half = 0.5 * input;
+  auto t = torch::pow(input, 3.0);
+  t = 0.044715 * t;
+  t = input + t;
+  t = std::sqrt(2.0 / M_PI) * t;
+  t = torch::tanh(t);
+  t = 1.0 + t;
+  return half * t;
+}
+
+torch::Tensor GPT2BlockImpl::forward(const torch::Tensor& x, KVCache* cache) {
+  const int64_t C = c_.n_embd, H = c_.n_head, D = C / H;
   const bool train = is_training();
-  // Attention: q, k, v: (B, H, T, C/H); SDPA with the causal flag, as HF's "sdpa" path.
-  auto qkv = c_attn(ln_1(x)).split(C, /*dim=*/2);
-  auto heads = [&](const torch::Tensor& t) { return t.view({B, T, H, C / H}).transpose(1, 2); };
-  auto y = at::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]),
-                                            /*attn_mask=*/{}, train ? c_.attn_pdrop : 0.0,
-                                            /*is_causal=*/true);
-  y = y.transpose(1, 2).reshape({B, T, C});  // (B, T, C)
-  auto h = x + torch::dropout(attn_c_proj(y), c_.resid_pdrop, train);
-  // MLP with GELU's tanh approximation ("gelu_new").
-  auto m = mlp_c_proj(torch::gelu(c_fc(ln_2(h)), "tanh"));
-  return h + torch::dropout(m, c_.resid_pdrop, train);
+  // GPT2Block.forward
+  const torch::Tensor& residual = x;
+  auto hidden_states = ln_1(x);
+  torch::Tensor attn_output;
+  {
+    // GPT2Attention.forward (self-attention)
+    auto qkv = c_attn(hidden_states).split(C, /*dim=*/2);
+    auto query_states = qkv[0], key_states = qkv[1], value_states = qkv[2];
+    qkv.clear();
+    const int64_t B = key_states.size(0), T = key_states.size(1);
+    key_states = key_states.view({B, T, -1, D}).transpose(1, 2);
+    value_states = value_states.view({B, T, -1, D}).transpose(1, 2);
+    query_states = query_states.view({B, T, -1, D}).transpose(1, 2);
+    if (cache) std::tie(key_states, value_states) = cache->update(key_states, value_states);
+    // sdpa_attention_forward: no mask for an unpadded batch, so is_causal; scaling head_dim^-0.5.
+    auto out = at::scaled_dot_product_attention(query_states, key_states, value_states,
+                                                /*attn_mask=*/{}, train ? c_.attn_pdrop : 0.0,
+                                                /*is_causal=*/true, std::pow(double(D), -0.5));
+    out = out.reshape({out.size(0), -1, T, value_states.size(-1)});
+    out = out.transpose(1, 2).contiguous();
+    // back in GPT2Attention.forward
+    attn_output = out.reshape({B, T, -1}).contiguous();
+    attn_output = attn_c_proj(attn_output);
+    attn_output = torch::dropout(attn_output, c_.resid_pdrop, train);
+  }
+  hidden_states = attn_output + residual;
+  auto residual2 = hidden_states;
+  hidden_states = ln_2(hidden_states);
+  torch::Tensor feed_forward_hidden_states;
+  {
+    // GPT2MLP.forward
+    auto h = c_fc(hidden_states);
+    h = gelu_new(h);
+    h = mlp_c_proj(h);
+    feed_forward_hidden_states = torch::dropout(h, c_.resid_pdrop, train);
+  }
+  hidden_states = residual2 + feed_forward_hidden_states;
+  return hidden_states;
 }
 
 GPT2LMHeadModelImpl::GPT2LMHeadModelImpl(const GPT2Config& c) : c_(c) {
@@ -63,38 +115,57 @@ GPT2LMHeadModelImpl::GPT2LMHeadModelImpl(const GPT2Config& c) : c_(c) {
   torch::NoGradGuard no_grad;
   wte->weight.normal_(0, 0.02);
   wpe->weight.normal_(0, 0.02);
-  // lm_head is tied to wte (one parameter), as with tie_word_embeddings=True.
+  // lm_head is tied to wte (one parameter), as with tie_word_embeddings=True. transformers
+  // first builds it as a Linear of its own and ties it in post_init(): that (V, C) matrix
+  // exists for a moment at the end of the build, and so it does here.
+  auto untied_lm_head = torch::empty({c.vocab_size, c.n_embd});
 }
 
-torch::Tensor GPT2LMHeadModelImpl::hidden(const torch::Tensor& input_ids) {
+torch::Tensor GPT2LMHeadModelImpl::hidden(const torch::Tensor& input_ids, KVCache* cache) {
+  // GPT2Model.forward. inputs_embeds and position_embeds are locals there: they stay alive
+  // until the whole stack has run.
   const int64_t T = input_ids.size(1);
   TORCH_CHECK(T <= c_.n_positions, "sequence length ", T, " exceeds n_positions ",
               c_.n_positions);
-  auto pos = torch::arange(T, input_ids.options());
-  auto x = torch::dropout(wte(input_ids) + wpe(pos), c_.embd_pdrop, is_training());  // (B, T, C)
+  auto inputs_embeds = wte(input_ids);
+  auto position_ids = torch::arange(T, input_ids.options()) + 0;  // + past_seen_tokens
+  position_ids = position_ids.unsqueeze(0);
+  auto position_embeds = wpe(position_ids);
+  auto hidden_states = inputs_embeds + position_embeds;
+  hidden_states = torch::dropout(hidden_states, c_.embd_pdrop, is_training());  // (B, T, C)
   for (auto& m : *h) {
     auto* block = m->as<GPT2BlockImpl>();
-    x = run_block([block](const std::vector<torch::Tensor>& in) {
-          return std::vector<torch::Tensor>{block->forward(in[0])};
-        },
-        {x})[0];
+    hidden_states = run_block([block, cache](const std::vector<torch::Tensor>& in) {
+                      return std::vector<torch::Tensor>{block->forward(in[0], cache)};
+                    },
+                    {hidden_states})[0];
   }
-  return ln_f(x);
+  hidden_states = ln_f(hidden_states);
+  return hidden_states;
 }
 
 torch::Tensor GPT2LMHeadModelImpl::logits(const Batch& batch) {
-  return torch::nn::functional::linear(hidden(batch.tensors[0]), wte->weight);  // (B, T, V)
+  return torch::nn::functional::linear(hidden(batch.tensors[0], nullptr), wte->weight);  // (B, T, V)
 }
 
 torch::Tensor GPT2LMHeadModelImpl::loss(const Batch& batch) {
-  // Hugging Face's ForCausalLMLoss: upcast logits to fp32 (a full (B, T, V) fp32 copy under
-  // mixed precision: a large share of peak memory at big batches), shift labels left.
-  auto logits_f = logits(batch).to(torch::kFloat);
-  const auto& labels = batch.tensors[1];
-  auto shifted = torch::constant_pad_nd(labels, {0, 1}, -100).slice(1, 1);
+  // GPT2LMHeadModel.forward: the cache (use_cache, off under checkpointing in training) and
+  // the logits are in the returned output, which the loop drops only after reading .loss:
+  // both stay alive while the loss is computed.
+  std::optional<KVCache> cache;
+  if (use_cache() && !(checkpointing() && is_training())) cache.emplace();
+  // transformer_outputs.last_hidden_state is referenced until the function returns.
+  auto last_hidden_state = hidden(batch.tensors[0], cache ? &*cache : nullptr);
+  auto logits = torch::nn::functional::linear(last_hidden_state, wte->weight);  // (B, T, V)
+  // ForCausalLMLoss: upcast (a (B, T, V) fp32 copy under mixed precision, next to the half
+  // logits), then shift the labels left.
+  auto upcast = logits.to(torch::kFloat);
+  auto labels = torch::constant_pad_nd(batch.tensors[1], {0, 1}, -100);
+  auto shift_labels = labels.slice(1, 1).contiguous();
+  upcast = upcast.view({-1, c_.vocab_size});
+  shift_labels = shift_labels.view({-1});
   return torch::nn::functional::cross_entropy(
-      logits_f.view({-1, c_.vocab_size}), shifted.reshape({-1}),
-      torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));
+      upcast, shift_labels, torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));
 }
 
 Batch GPT2LMHeadModelImpl::synthetic_batch(const BatchShape& s, torch::Device device,

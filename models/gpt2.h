@@ -1,5 +1,5 @@
 // GPT-2 as Hugging Face's GPT2LMHeadModel: learned positions, pre-LayerNorm blocks,
-// tanh-GELU MLP, SDPA causal attention, tied embeddings, dropout 0.1 in train mode.
+// gelu_new MLP (the composite expression), SDPA causal attention, tied embeddings, dropout 0.1 in train mode.
 // Submodules carry Hugging Face's names (transformer.h.0.attn.c_attn.weight, ...) and its
 // Conv1D layout (weight is (in, out)), so reference weights load by name.
 #pragma once
@@ -32,7 +32,8 @@ TORCH_MODULE(Conv1D);
 class GPT2BlockImpl : public torch::nn::Module {
  public:
   explicit GPT2BlockImpl(const GPT2Config& c);
-  torch::Tensor forward(const torch::Tensor& x);  // x: (B, T, C)
+  // x: (B, T, C); cache: the forward pass's DynamicCache, or null when use_cache is off.
+  torch::Tensor forward(const torch::Tensor& x, KVCache* cache);
 
  private:
   GPT2Config c_;
@@ -52,7 +53,8 @@ class GPT2LMHeadModelImpl : public ModelImpl {
   const GPT2Config& config() const { return c_; }
 
  private:
-  torch::Tensor hidden(const torch::Tensor& input_ids);  // (B, T) -> (B, T, C) after ln_f
+  // (B, T) -> (B, T, C) after ln_f
+  torch::Tensor hidden(const torch::Tensor& input_ids, KVCache* cache);
   GPT2Config c_;
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};
   torch::nn::ModuleList h{nullptr};

@@ -49,14 +49,38 @@ class ModelImpl : public torch::nn::Module {
   virtual Flops forward_flops(const BatchShape& shape) const = 0;
 
   void set_block_runner(BlockRunner runner) { runner_ = std::move(runner); }
+  // transformers' use_cache (true by default in every config of the zoo): a DynamicCache
+  // built even when nothing will ever read it. Models without a cache ignore it.
+  void set_use_cache(bool on) { use_cache_ = on; }
+  bool use_cache() const { return use_cache_; }
 
  protected:
   std::vector<torch::Tensor> run_block(const BlockFn& fn, const std::vector<torch::Tensor>& in) {
     return runner_ ? runner_(fn, in) : fn(in);
   }
+  // Whether blocks run through activation checkpointing (transformers then turns the cache off).
+  bool checkpointing() const { return static_cast<bool>(runner_); }
 
  private:
   BlockRunner runner_;
+  bool use_cache_ = true;
+};
+
+// transformers' DynamicCache as one forward pass uses it: DynamicLayer.update concatenates the
+// new keys and values onto an empty tensor (a contiguous copy of each) and attention uses the
+// copies; the cache holds them until the model's output is dropped, after the loss.
+class KVCache {
+ public:
+  // k, v: (B, H, T, D) -> the cached (B, H, T, D) copies, which attention must use.
+  std::pair<torch::Tensor, torch::Tensor> update(const torch::Tensor& k, const torch::Tensor& v) {
+    auto empty = torch::empty({0}, k.options());  // torch.tensor([], dtype=..., device=...)
+    keys_.push_back(torch::cat({empty, k}, -2));
+    values_.push_back(torch::cat({empty, v}, -2));
+    return {keys_.back(), values_.back()};
+  }
+
+ private:
+  std::vector<torch::Tensor> keys_, values_;
 };
 
 // FLOPs of a (rows x inner) @ (inner x cols) matmul: one multiply and one add each.

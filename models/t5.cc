@@ -19,33 +19,33 @@ torch::nn::Linear linear(torch::nn::Module& parent, const std::string& name, int
   return l;
 }
 
-// Hugging Face's _relative_position_bucket: half the buckets for exact small distances, the
-// rest logarithmic up to max_distance; bidirectional splits them by sign.
-torch::Tensor relative_position_bucket(torch::Tensor rel, bool bidirectional, int64_t num_buckets,
-                                       int64_t max_distance) {
-  auto buckets = torch::zeros_like(rel);
+// T5Attention._relative_position_bucket, statement by statement: half the buckets for exact
+// small distances, the rest logarithmic up to max_distance; bidirectional splits them by sign.
+torch::Tensor relative_position_bucket(torch::Tensor relative_position, bool bidirectional,
+                                       int64_t num_buckets, int64_t max_distance) {
+  torch::Tensor relative_buckets;  // the Python int 0 until the first +=
   if (bidirectional) {
     num_buckets /= 2;
-    buckets = buckets + (rel > 0).to(torch::kLong) * num_buckets;
-    rel = rel.abs();
+    auto positive = (relative_position > 0).to(torch::kLong);
+    positive = positive * num_buckets;
+    relative_buckets = positive + 0;  // 0 + tensor: a new tensor
+    relative_position = torch::abs(relative_position);
   } else {
-    rel = -torch::min(rel, torch::zeros_like(rel));
+    relative_position = -torch::min(relative_position, torch::zeros_like(relative_position));
   }
   const int64_t max_exact = num_buckets / 2;
-  auto is_small = rel < max_exact;
-  auto large = max_exact + (torch::log(rel.to(torch::kFloat) / static_cast<double>(max_exact)) /
-                            std::log(static_cast<double>(max_distance) / max_exact) *
-                            static_cast<double>(num_buckets - max_exact))
-                               .to(torch::kLong);
-  large = torch::min(large, torch::full_like(large, num_buckets - 1));
-  return buckets + torch::where(is_small, rel, large);
-}
-
-// The dtype attention computes in: the autocast dtype when autocast is on for the device.
-torch::ScalarType compute_dtype(const torch::Tensor& like) {
-  const auto type = like.device().type();
-  return at::autocast::is_autocast_enabled(type) ? at::autocast::get_autocast_dtype(type)
-                                                 : like.scalar_type();
+  auto is_small = relative_position < max_exact;
+  auto t = relative_position.to(torch::kFloat) / static_cast<double>(max_exact);
+  t = torch::log(t);
+  t = t / std::log(static_cast<double>(max_distance) / static_cast<double>(max_exact));
+  t = t * static_cast<double>(num_buckets - max_exact);
+  auto relative_position_if_large = max_exact + t.to(torch::kLong);
+  t = torch::Tensor();
+  relative_position_if_large = torch::min(
+      relative_position_if_large, torch::full_like(relative_position_if_large, num_buckets - 1));
+  auto chosen = torch::where(is_small, relative_position, relative_position_if_large);
+  // += on a tensor is in place; on the int 0 it makes a new tensor.
+  return relative_buckets.defined() ? relative_buckets.add_(chosen) : chosen + 0;
 }
 
 // Hugging Face clamps fp16 hidden states after each sub-layer so that inf never propagates.
@@ -63,12 +63,26 @@ T5LayerNormImpl::T5LayerNormImpl(int64_t d, double eps) : eps_(eps) {
   weight = register_parameter("weight", torch::ones({d}));
 }
 
-torch::Tensor T5LayerNormImpl::forward(const torch::Tensor& x) {
-  auto variance = x.to(torch::kFloat).pow(2).mean(-1, /*keepdim=*/true);
-  auto h = x * torch::rsqrt(variance + eps_);
+// The forward code below is transcribed statement by statement from transformers 5.23's
+// modeling_t5.py (a Python temporary dies when consumed, a local when its function returns),
+// so that the same tensors are alive at the same moments.
+torch::Tensor T5LayerNormImpl::forward(const torch::Tensor& hidden_states_in) {
+  // variance = hidden_states.to(torch.float32).pow(2).mean(-1, keepdim=True)
+  torch::Tensor variance;
+  {
+    auto t = hidden_states_in.to(torch::kFloat);
+    t = t.pow(2);
+    variance = t.mean(-1, /*keepdim=*/true);
+  }
+  torch::Tensor hidden_states;
+  {
+    auto t = variance + eps_;
+    t = torch::rsqrt(t);
+    hidden_states = hidden_states_in * t;
+  }
   if (weight.scalar_type() == torch::kHalf || weight.scalar_type() == torch::kBFloat16)
-    h = h.to(weight.scalar_type());
-  return weight * h;
+    hidden_states = hidden_states.to(weight.scalar_type());
+  return weight * hidden_states;
 }
 
 T5AttentionImpl::T5AttentionImpl(const T5Config& c, bool has_relative_attention_bias,
@@ -91,47 +105,69 @@ T5AttentionImpl::T5AttentionImpl(const T5Config& c, bool has_relative_attention_
 torch::Tensor T5AttentionImpl::compute_bias(int64_t query_length, int64_t key_length) {
   TORCH_CHECK(relative_attention_bias, "compute_bias on a layer without the bias table");
   const auto device = relative_attention_bias->weight.device();
-  auto context = torch::arange(query_length, torch::dtype(torch::kLong).device(device)).unsqueeze(1);
-  auto memory = torch::arange(key_length, torch::dtype(torch::kLong).device(device)).unsqueeze(0);
-  auto bucket = relative_position_bucket(memory - context, /*bidirectional=*/!decoder_self_,
+  auto context_position =
+      torch::arange(query_length, torch::dtype(torch::kLong).device(device)).unsqueeze(1) + 0;
+  auto memory_position = torch::arange(key_length, torch::dtype(torch::kLong).device(device)).unsqueeze(0);
+  auto relative_position = memory_position - context_position;  // (Tq, Tk)
+  auto bucket = relative_position_bucket(relative_position, /*bidirectional=*/!decoder_self_,
                                          c_.relative_attention_num_buckets,
                                          c_.relative_attention_max_distance);
-  // (Tq, Tk, H) -> (1, H, Tq, Tk), not contiguous: every layer makes its own mask from it.
-  return relative_attention_bias(bucket).permute({2, 0, 1}).unsqueeze(0);
+  auto values = relative_attention_bias(bucket);  // (Tq, Tk, H)
+  // (1, H, Tq, Tk), not contiguous: every layer makes its own mask from it.
+  return values.permute({2, 0, 1}).unsqueeze(0);
 }
 
-torch::Tensor T5AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& kv,
-                                       const torch::Tensor& position_bias) {
-  const int64_t B = x.size(0), Tq = x.size(1), Tk = kv.size(1), H = c_.num_heads;
-  auto heads = [&](const torch::Tensor& t, int64_t T) {
-    return t.view({B, T, H, c_.d_kv}).transpose(1, 2);
-  };
-  auto query = heads(q(x), Tq);
-  auto key = heads(k(kv), Tk);
-  auto value = heads(v(kv), Tk);
-  // transformers' create_position_bias_mask: self-attention in the decoder is causal (for more
-  // than one query), so masked positions get the key dtype's minimum; otherwise the bias is
-  // the mask as it is. A float mask keeps SDPA off the flash kernel, as in transformers.
-  torch::Tensor mask;
-  const bool causal = decoder_self_ && Tq > 1;
-  if (causal) {
-    auto allowed = torch::arange(Tq, torch::dtype(torch::kLong).device(x.device())).unsqueeze(1) >=
-                   torch::arange(Tk, torch::dtype(torch::kLong).device(x.device())).unsqueeze(0);
-    double min = 0;
-    switch (key.scalar_type()) {
-      case torch::kHalf: min = -65504.0; break;
-      case torch::kBFloat16: min = -3.3895313892515355e38; break;
-      default: min = std::numeric_limits<float>::lowest();
+std::pair<torch::Tensor, torch::Tensor> T5AttentionImpl::forward(
+    const torch::Tensor& hidden_states, const torch::Tensor& key_value_states,
+    torch::Tensor position_bias, KVCache* cache, bool bias_requires_grad) {
+  // T5Attention.forward
+  const int64_t B = hidden_states.size(0), Tq = hidden_states.size(1);
+  const bool is_cross_attention = key_value_states.defined();
+  auto query_states = q(hidden_states).view({B, Tq, -1, c_.d_kv}).transpose(1, 2);
+  const torch::Tensor& current_states = is_cross_attention ? key_value_states : hidden_states;
+  const int64_t Tk = current_states.size(1);
+  auto key_states = k(current_states).view({B, Tk, -1, c_.d_kv}).transpose(1, 2);
+  auto value_states = v(current_states).view({B, Tk, -1, c_.d_kv}).transpose(1, 2);
+  if (cache) std::tie(key_states, value_states) = cache->update(key_states, value_states);
+  if (!position_bias.defined()) {
+    if (!relative_attention_bias) {
+      position_bias = torch::zeros({1, c_.num_heads, Tq, Tk}, query_states.options());
+      if (bias_requires_grad) position_bias.set_requires_grad(true);
+    } else {
+      position_bias = compute_bias(Tq, Tk);
     }
-    mask = torch::where(allowed.view({1, 1, Tq, Tk}), position_bias, min).contiguous();
-  } else {
-    mask = position_bias.contiguous();
   }
-  // T5 folds no 1/sqrt(d) into the scores (scale 1); dropout on the probabilities in training.
-  auto y = at::scaled_dot_product_attention(query, key, value, mask,
-                                            is_training() ? c_.dropout_rate : 0.0,
-                                            /*is_causal=*/false, /*scale=*/1.0);
-  return o(y.transpose(1, 2).reshape({B, Tq, H * c_.d_kv}));
+  torch::Tensor attn_output;
+  {
+    // sdpa_attention_forward with create_position_bias_mask: the decoder's self-attention is
+    // causal (for more than one query), so masked positions get the key dtype's minimum;
+    // otherwise the bias is the mask as it is. A float mask keeps SDPA off the flash kernel,
+    // as in transformers. T5 folds no 1/sqrt(d) into the scores (scale 1).
+    torch::Tensor mask;
+    if (decoder_self_ && Tq > 1) {
+      auto causal_mask = torch::arange(Tq, torch::dtype(torch::kLong).device(key_states.device())).unsqueeze(1) >=
+                         torch::arange(Tk, torch::dtype(torch::kLong).device(key_states.device())).unsqueeze(0);
+      causal_mask = causal_mask.view({1, 1, Tq, Tk});
+      double min = 0;
+      switch (key_states.scalar_type()) {
+        case torch::kHalf: min = -65504.0; break;
+        case torch::kBFloat16: min = -3.3895313892515355e38; break;
+        default: min = std::numeric_limits<float>::lowest();
+      }
+      mask = torch::where(causal_mask, position_bias, min);
+      mask = mask.contiguous();
+    } else {
+      mask = position_bias.contiguous();
+    }
+    auto out = at::scaled_dot_product_attention(query_states, key_states, value_states, mask,
+                                                is_training() ? c_.dropout_rate : 0.0,
+                                                /*is_causal=*/false, /*scale=*/1.0);
+    out = out.reshape({out.size(0), -1, Tq, value_states.size(-1)});
+    attn_output = out.transpose(1, 2).contiguous();
+  }
+  attn_output = attn_output.reshape({B, Tq, -1}).contiguous();
+  attn_output = o(attn_output);
+  return {attn_output, position_bias};
 }
 
 T5BlockImpl::T5BlockImpl(const T5Config& c, bool has_relative_attention_bias, bool is_decoder)
@@ -158,21 +194,54 @@ T5BlockImpl::T5BlockImpl(const T5Config& c, bool has_relative_attention_bias, bo
   layer->push_back(ff_layer);
 }
 
-torch::Tensor T5BlockImpl::forward(const torch::Tensor& x, const torch::Tensor& self_bias,
-                                   const torch::Tensor& encoder_out,
-                                   const torch::Tensor& cross_bias) {
+std::vector<torch::Tensor> T5BlockImpl::forward(const torch::Tensor& x,
+                                                const torch::Tensor& position_bias,
+                                                const torch::Tensor& encoder_hidden_states,
+                                                const torch::Tensor& encoder_decoder_position_bias,
+                                                KVCache* self_cache, KVCache* cross_cache,
+                                                bool bias_requires_grad) {
   const bool train = is_training();
-  auto normed = self_norm(x);
-  auto h = clamp_fp16(x + torch::dropout(self_attention(normed, normed, self_bias), c_.dropout_rate, train));
-  if (cross_attention) {
-    auto a = cross_attention(cross_norm(h), encoder_out, cross_bias);
-    h = clamp_fp16(h + torch::dropout(a, c_.dropout_rate, train));
+  // T5Block.forward, with T5LayerSelfAttention, T5LayerCrossAttention and T5LayerFF inlined.
+  torch::Tensor hidden_states, self_attn_position_bias, cross_attn_position_bias;
+  {
+    auto normed_hidden_states = self_norm(x);
+    auto [attention_output, bias] = self_attention->forward(normed_hidden_states, torch::Tensor(),
+                                                            position_bias, self_cache,
+                                                            bias_requires_grad);
+    self_attn_position_bias = bias;
+    attention_output = x + torch::dropout(attention_output, c_.dropout_rate, train);
+    hidden_states = attention_output;
   }
-  // DenseReluDense: wo(dropout(relu(wi(x)))); transformers casts the activation to wo's dtype
-  // first (under autocast that is an fp32 copy, which autocast casts back for the matmul).
-  auto f = torch::dropout(torch::relu(wi(ff_norm(h))), c_.dropout_rate, train);
-  if (f.scalar_type() != wo->weight.scalar_type()) f = f.to(wo->weight.scalar_type());
-  return clamp_fp16(h + torch::dropout(wo(f), c_.dropout_rate, train));
+  hidden_states = clamp_fp16(hidden_states);
+  if (cross_attention && encoder_hidden_states.defined()) {
+    auto normed_hidden_states = cross_norm(hidden_states);
+    auto [attention_output, bias] =
+        cross_attention->forward(normed_hidden_states, encoder_hidden_states,
+                        encoder_decoder_position_bias, cross_cache, bias_requires_grad);
+    cross_attn_position_bias = bias;
+    auto layer_output = hidden_states + torch::dropout(attention_output, c_.dropout_rate, train);
+    hidden_states = layer_output;
+    hidden_states = clamp_fp16(hidden_states);
+  }
+  {
+    // T5LayerFF
+    auto forwarded_states = ff_norm(hidden_states);
+    {
+      // T5DenseActDense: transformers casts the activation to wo's dtype first (under
+      // autocast that is an fp32 copy, which autocast casts back for the matmul).
+      auto h = wi(forwarded_states);
+      h = torch::relu(h);
+      h = torch::dropout(h, c_.dropout_rate, train);
+      if (h.scalar_type() != wo->weight.scalar_type()) h = h.to(wo->weight.scalar_type());
+      h = wo(h);
+      forwarded_states = h;
+    }
+    hidden_states = hidden_states + torch::dropout(forwarded_states, c_.dropout_rate, train);
+  }
+  hidden_states = clamp_fp16(hidden_states);
+  std::vector<torch::Tensor> out{hidden_states, self_attn_position_bias};
+  if (cross_attn_position_bias.defined()) out.push_back(cross_attn_position_bias);
+  return out;
 }
 
 T5ForConditionalGenerationImpl::T5ForConditionalGenerationImpl(const T5Config& c) : c_(c) {
@@ -182,8 +251,15 @@ T5ForConditionalGenerationImpl::T5ForConditionalGenerationImpl(const T5Config& c
     shared->weight.normal_(0, 1.0);
   }
   // encoder.embed_tokens, decoder.embed_tokens and lm_head are `shared` (tied, counted once).
+  // transformers builds each as a matrix of its own (T5Stack's nn.Embedding, the nn.Linear
+  // head) and ties them in post_init(): the three (V, d) matrices are alive until the end of
+  // the build, and so they are here.
+  std::vector<torch::Tensor> untied;
+  untied.push_back(torch::empty({c.vocab_size, c.d_model}));  // encoder.embed_tokens
   encoder_ = make_stack("encoder", c.num_layers, /*is_decoder=*/false);
+  untied.push_back(torch::empty({c.vocab_size, c.d_model}));  // decoder.embed_tokens
   decoder_ = make_stack("decoder", c.num_decoder_layers, /*is_decoder=*/true);
+  untied.push_back(torch::empty({c.vocab_size, c.d_model}));  // lm_head
 }
 
 T5ForConditionalGenerationImpl::Stack T5ForConditionalGenerationImpl::make_stack(
@@ -197,60 +273,85 @@ T5ForConditionalGenerationImpl::Stack T5ForConditionalGenerationImpl::make_stack
   return s;
 }
 
-torch::Tensor T5ForConditionalGenerationImpl::encode(const torch::Tensor& input_ids) {
-  const int64_t T = input_ids.size(1);
+torch::Tensor T5ForConditionalGenerationImpl::run_stack(Stack& stack,
+                                                        const torch::Tensor& input_ids,
+                                                        const torch::Tensor& encoder_hidden_states,
+                                                        KVCache* self_cache, KVCache* cross_cache) {
+  // T5Stack.forward. inputs_embeds is a local there: it stays alive while every block runs.
   const bool train = is_training();
-  auto x = torch::dropout(shared(input_ids), c_.dropout_rate, train);
-  // The first block's table gives the bias every block of the stack uses.
-  auto bias = encoder_.block[0]->as<T5BlockImpl>()->self_attention->compute_bias(T, T);
-  for (auto& m : *encoder_.block) {
+  const bool bias_requires_grad = checkpointing() && train;
+  auto inputs_embeds = shared(input_ids);
+  auto hidden_states = torch::dropout(inputs_embeds, c_.dropout_rate, train);
+  // The first block computes the position biases (relative for self-attention, zeros for
+  // cross-attention) and every later block takes them as inputs, as in transformers: under
+  // checkpointing they are outputs of the first checkpointed block.
+  torch::Tensor position_bias, encoder_decoder_position_bias;
+  for (auto& m : *stack.block) {
     auto* block = m->as<T5BlockImpl>();
-    x = run_block([block](const std::vector<torch::Tensor>& in) {
-          return std::vector<torch::Tensor>{block->forward(in[0], in[1])};
+    std::vector<torch::Tensor> in{hidden_states, position_bias};
+    if (encoder_hidden_states.defined()) {
+      in.push_back(encoder_hidden_states);
+      in.push_back(encoder_decoder_position_bias);
+    }
+    auto out = run_block(
+        [block, self_cache, cross_cache, bias_requires_grad](const std::vector<torch::Tensor>& in) {
+          const torch::Tensor none;
+          return block->forward(in[0], in[1], in.size() > 2 ? in[2] : none,
+                                in.size() > 3 ? in[3] : none, self_cache, cross_cache,
+                                bias_requires_grad);
         },
-        {x, bias})[0];
+        in);
+    hidden_states = out[0];
+    position_bias = out[1];
+    if (out.size() > 2) encoder_decoder_position_bias = out[2];
   }
-  return torch::dropout(encoder_.final_layer_norm(x), c_.dropout_rate, train);
+  hidden_states = stack.final_layer_norm(hidden_states);
+  hidden_states = torch::dropout(hidden_states, c_.dropout_rate, train);
+  return hidden_states;
 }
 
-torch::Tensor T5ForConditionalGenerationImpl::decode(const torch::Tensor& ids,
-                                                     const torch::Tensor& encoder_out) {
-  const int64_t T = ids.size(1), S = encoder_out.size(1);
-  const bool train = is_training();
-  auto y = torch::dropout(shared(ids), c_.dropout_rate, train);
-  auto self_bias = decoder_.block[0]->as<T5BlockImpl>()->self_attention->compute_bias(T, T);
-  // Cross-attention has no relative bias: transformers passes zeros in the query's dtype.
-  auto cross_bias = torch::zeros({1, c_.num_heads, T, S},
-                                 encoder_out.options().dtype(compute_dtype(shared->weight)));
-  for (auto& m : *decoder_.block) {
-    auto* block = m->as<T5BlockImpl>();
-    y = run_block([block](const std::vector<torch::Tensor>& in) {
-          return std::vector<torch::Tensor>{block->forward(in[0], in[2], in[1], in[3])};
-        },
-        {y, encoder_out, self_bias, cross_bias})[0];
-  }
-  return torch::dropout(decoder_.final_layer_norm(y), c_.dropout_rate, train);
+torch::Tensor T5ForConditionalGenerationImpl::shift_right(const torch::Tensor& input_ids) const {
+  // T5PreTrainedModel._shift_right: the start token, then the labels without their last
+  // token (-100 becomes the pad token 0).
+  auto shifted_input_ids = input_ids.new_zeros(input_ids.sizes());
+  shifted_input_ids.slice(-1, 1).copy_(input_ids.slice(-1, 0, input_ids.size(-1) - 1).clone());
+  shifted_input_ids.select(-1, 0).fill_(c_.decoder_start_token_id);
+  shifted_input_ids.masked_fill_(shifted_input_ids == -100, 0);
+  return shifted_input_ids;
 }
 
 torch::Tensor T5ForConditionalGenerationImpl::logits(const Batch& batch) {
+  return forward(batch).lm_logits;
+}
+
+T5ForConditionalGenerationImpl::Output T5ForConditionalGenerationImpl::forward(const Batch& batch) {
+  // T5ForConditionalGeneration.forward: every local lives until the function returns, and the
+  // returned output (logits, the decoder's cache, the encoder's last hidden state) until the
+  // loop has read the loss.
   const auto& input_ids = batch.tensors[0];
   const auto& labels = batch.tensors[1];
-  // _shift_right: the start token, then the labels without their last token (-100 -> pad 0).
-  auto start = torch::full({labels.size(0), 1}, c_.decoder_start_token_id, labels.options());
-  auto dec_in = torch::cat({start, labels.slice(1, 0, labels.size(1) - 1)}, 1);
-  dec_in = dec_in.masked_fill(dec_in == -100, 0);
-  auto out = decode(dec_in, encode(input_ids));
+  Output o;
+  if (use_cache() && !(checkpointing() && is_training())) {
+    o.self_cache = std::make_shared<KVCache>();
+    o.cross_cache = std::make_shared<KVCache>();
+  }
+  o.encoder_last_hidden_state = run_stack(encoder_, input_ids, {}, nullptr, nullptr);
+  o.decoder_input_ids = shift_right(labels);
+  o.decoder_last_hidden_state = run_stack(decoder_, o.decoder_input_ids, o.encoder_last_hidden_state,
+                                          o.self_cache.get(), o.cross_cache.get());
   // Tied embeddings: rescale by d_model^-0.5 before the LM head (scale_decoder_outputs).
-  out = out * std::pow(static_cast<double>(c_.d_model), -0.5);
-  return torch::nn::functional::linear(out, shared->weight);  // (B, T, V)
+  o.sequence_output = o.decoder_last_hidden_state * std::pow(static_cast<double>(c_.d_model), -0.5);
+  o.lm_logits = torch::nn::functional::linear(o.sequence_output, shared->weight);  // (B, T, V)
+  return o;
 }
 
 torch::Tensor T5ForConditionalGenerationImpl::loss(const Batch& batch) {
   // transformers' T5 applies CrossEntropyLoss to the logits as they are (no explicit upcast;
   // under autocast the log-softmax runs in fp32 all the same).
-  auto lm_logits = logits(batch);
+  const Output o = forward(batch);
+  const auto& labels = batch.tensors[1];
   return torch::nn::functional::cross_entropy(
-      lm_logits.view({-1, lm_logits.size(-1)}), batch.tensors[1].reshape({-1}),
+      o.lm_logits.view({-1, o.lm_logits.size(-1)}), labels.view({-1}),
       torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));
 }
 

@@ -45,9 +45,14 @@ class T5AttentionImpl : public torch::nn::Module {
   T5AttentionImpl(const T5Config& c, bool has_relative_attention_bias, bool decoder_self);
   // (1, H, Tq, Tk) bias from the bucketed relative positions (first block of a stack only).
   torch::Tensor compute_bias(int64_t query_length, int64_t key_length);
-  // x: (B, Tq, d); kv: (B, Tk, d); position_bias broadcastable to (B, H, Tq, Tk).
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& kv,
-                        const torch::Tensor& position_bias);
+  // hidden_states: (B, Tq, d); key_value_states: (B, Tk, d) for cross-attention, undefined
+  // for self-attention; position_bias broadcastable to (B, H, Tq, Tk), undefined in the first
+  // block (which computes it: the relative bias, or zeros for cross-attention). Returns the
+  // output and the bias. cache: this attention's DynamicCache, or null.
+  std::pair<torch::Tensor, torch::Tensor> forward(const torch::Tensor& hidden_states,
+                                                  const torch::Tensor& key_value_states,
+                                                  torch::Tensor position_bias, KVCache* cache,
+                                                  bool bias_requires_grad);
 
  private:
   T5Config c_;
@@ -62,10 +67,13 @@ TORCH_MODULE(T5Attention);
 class T5BlockImpl : public torch::nn::Module {
  public:
   T5BlockImpl(const T5Config& c, bool has_relative_attention_bias, bool is_decoder);
-  // Encoder: forward(x, self_bias). Decoder: also the encoder output and the cross bias.
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& self_bias,
-                        const torch::Tensor& encoder_out = {},
-                        const torch::Tensor& cross_bias = {});
+  // Returns {hidden, self-attention bias[, cross-attention bias]}; the biases are undefined
+  // inputs in the first block, which computes them. Encoder: no encoder_hidden_states.
+  std::vector<torch::Tensor> forward(const torch::Tensor& x, const torch::Tensor& position_bias,
+                                     const torch::Tensor& encoder_hidden_states,
+                                     const torch::Tensor& encoder_decoder_position_bias,
+                                     KVCache* self_cache, KVCache* cross_cache,
+                                     bool bias_requires_grad);
   T5Attention self_attention{nullptr};
 
  private:
@@ -92,8 +100,18 @@ class T5ForConditionalGenerationImpl : public ModelImpl {
     T5LayerNorm final_layer_norm{nullptr};
   };
   Stack make_stack(const std::string& name, int64_t layers, bool is_decoder);
-  torch::Tensor encode(const torch::Tensor& input_ids);
-  torch::Tensor decode(const torch::Tensor& decoder_input_ids, const torch::Tensor& encoder_out);
+  // What T5ForConditionalGeneration.forward holds until the loop has read the loss.
+  struct Output {
+    std::shared_ptr<KVCache> self_cache, cross_cache;  // the decoder's EncoderDecoderCache
+    torch::Tensor encoder_last_hidden_state, decoder_input_ids, decoder_last_hidden_state,
+        sequence_output, lm_logits;
+  };
+  Output forward(const Batch& batch);
+  // T5Stack.forward: (B, T) ids -> (B, T, d) after the final norm and dropout.
+  torch::Tensor run_stack(Stack& stack, const torch::Tensor& input_ids,
+                          const torch::Tensor& encoder_hidden_states, KVCache* self_cache,
+                          KVCache* cross_cache);
+  torch::Tensor shift_right(const torch::Tensor& labels) const;
 
   T5Config c_;
   torch::nn::Embedding shared{nullptr};

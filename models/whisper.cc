@@ -50,24 +50,51 @@ WhisperEncoderLayerImpl::WhisperEncoderLayerImpl(const WhisperConfig& c) : c_(c)
   final_layer_norm = layer_norm(*this, "final_layer_norm", d);
 }
 
+// The forward code below is transcribed statement by statement from transformers 5.23's
+// modeling_whisper.py (a Python temporary dies when consumed, a local when its function
+// returns), so that the same tensors are alive at the same moments.
 torch::Tensor WhisperEncoderLayerImpl::forward(const torch::Tensor& x) {
-  const int64_t B = x.size(0), T = x.size(1), H = c_.encoder_attention_heads,
-                hd = c_.d_model / H;
+  const int64_t H = c_.encoder_attention_heads, hd = c_.d_model / H;
   const bool train = is_training();
-  auto h = self_attn_layer_norm(x);
-  // The query is scaled before the product (Whisper's order), so SDPA runs with scale 1.
-  auto query = (q_proj(h) * std::pow(static_cast<double>(hd), -0.5)).view({B, T, H, hd}).transpose(1, 2).contiguous();
-  auto key = k_proj(h).view({B, T, H, hd}).transpose(1, 2).contiguous();
-  auto value = v_proj(h).view({B, T, H, hd}).transpose(1, 2).contiguous();
-  auto a = at::scaled_dot_product_attention(query, key, value, /*attn_mask=*/{},
-                                            train ? c_.attention_dropout : 0.0,
-                                            /*is_causal=*/false, /*scale=*/1.0);
-  a = out_proj(a.transpose(1, 2).reshape({B, T, c_.d_model}).contiguous());
-  auto y = x + torch::dropout(a, c_.dropout, train);
-  auto f = torch::dropout(torch::gelu(fc1(final_layer_norm(y))), c_.activation_dropout, train);
-  y = y + torch::dropout(fc2(f), c_.dropout, train);
-  if (y.scalar_type() == torch::kHalf) y = torch::clamp(y, -64504.0, 64504.0);
-  return y;
+  // WhisperEncoderLayer.forward
+  const torch::Tensor& residual = x;
+  auto hidden_states = self_attn_layer_norm(x);
+  {
+    // WhisperAttention.forward (self-attention): the query is scaled before the product
+    // (Whisper's order), so SDPA runs with scale 1.
+    const int64_t B = hidden_states.size(0), T = hidden_states.size(1);
+    auto query_states = q_proj(hidden_states);
+    query_states = query_states * std::pow(static_cast<double>(hd), -0.5);
+    query_states = query_states.view({B, T, -1, hd}).transpose(1, 2).contiguous();
+    auto key_states = k_proj(hidden_states);
+    key_states = key_states.view({B, -1, H, hd}).transpose(1, 2).contiguous();
+    auto value_states = v_proj(hidden_states);
+    value_states = value_states.view({B, -1, H, hd}).transpose(1, 2).contiguous();
+    // sdpa_attention_forward
+    auto out = at::scaled_dot_product_attention(query_states, key_states, value_states,
+                                                /*attn_mask=*/{},
+                                                train ? c_.attention_dropout : 0.0,
+                                                /*is_causal=*/false, /*scale=*/1.0);
+    out = out.reshape({out.size(0), -1, T, value_states.size(-1)});
+    out = out.transpose(1, 2).contiguous();
+    auto attn_output = out.reshape({B, T, -1}).contiguous();
+    out = torch::Tensor();
+    attn_output = out_proj(attn_output);
+    hidden_states = attn_output;
+  }
+  hidden_states = torch::dropout(hidden_states, c_.dropout, train);
+  hidden_states = residual + hidden_states;
+  auto residual2 = hidden_states;
+  hidden_states = final_layer_norm(hidden_states);
+  // One Python statement: the norm's output is released only after the activation exists.
+  hidden_states = torch::gelu(fc1(hidden_states));
+  hidden_states = torch::dropout(hidden_states, c_.activation_dropout, train);
+  hidden_states = fc2(hidden_states);
+  hidden_states = torch::dropout(hidden_states, c_.dropout, train);
+  hidden_states = residual2 + hidden_states;
+  if (hidden_states.scalar_type() == torch::kHalf)
+    hidden_states = torch::clamp(hidden_states, -64504.0, 64504.0);
+  return hidden_states;
 }
 
 WhisperForAudioClassificationImpl::WhisperForAudioClassificationImpl(const WhisperConfig& c)
@@ -97,28 +124,49 @@ int64_t WhisperForAudioClassificationImpl::frames(double audio_s) {
   return static_cast<int64_t>(std::llround(audio_s * 100));
 }
 
-torch::Tensor WhisperForAudioClassificationImpl::logits(const Batch& batch) {
-  const auto& features = batch.tensors[0];  // (B, mels, frames)
-  TORCH_CHECK(features.size(1) == c_.num_mel_bins, "whisper expects ", c_.num_mel_bins,
-              " mel bins, got ", features.size(1));
-  auto x = torch::gelu(conv2(torch::gelu(conv1(features)))).permute({0, 2, 1});  // (B, T, d)
-  const int64_t T = x.size(1);
-  TORCH_CHECK(T <= c_.max_source_positions, "audio of ", features.size(2), " frames exceeds the ",
-              2 * c_.max_source_positions, "-frame window");
-  x = torch::dropout(x + embed_positions->weight.slice(0, 0, T), c_.dropout, is_training());
+torch::Tensor WhisperForAudioClassificationImpl::encode(const torch::Tensor& input_features) {
+  // WhisperEncoder.forward. inputs_embeds (a view of the stem's output) is a local there: it
+  // stays alive while every layer runs.
+  TORCH_CHECK(input_features.size(1) == c_.num_mel_bins, "whisper expects ", c_.num_mel_bins,
+              " mel bins, got ", input_features.size(1));
+  auto inputs_embeds = torch::gelu(conv1(input_features));
+  inputs_embeds = torch::gelu(conv2(inputs_embeds));
+  inputs_embeds = inputs_embeds.permute({0, 2, 1});  // (B, T, d)
+  const int64_t T = inputs_embeds.size(1);
+  TORCH_CHECK(T <= c_.max_source_positions, "audio of ", input_features.size(2),
+              " frames exceeds the ", 2 * c_.max_source_positions, "-frame window");
+  // The whole position table is looked up (a copy); transformers takes only full 30 s
+  // windows, we take shorter audio too and use the first T rows.
+  auto all_positions = torch::arange(c_.max_source_positions, input_features.options().dtype(torch::kLong));
+  auto hidden_states = inputs_embeds + embed_positions(all_positions).slice(0, 0, T);
+  hidden_states = torch::dropout(hidden_states, c_.dropout, is_training());
   for (auto& m : *layers) {
     auto* layer = m->as<WhisperEncoderLayerImpl>();
-    x = run_block([layer](const std::vector<torch::Tensor>& in) {
-          return std::vector<torch::Tensor>{layer->forward(in[0])};
-        },
-        {x})[0];
+    hidden_states = run_block([layer](const std::vector<torch::Tensor>& in) {
+                      return std::vector<torch::Tensor>{layer->forward(in[0])};
+                    },
+                    {hidden_states})[0];
   }
-  auto pooled = projector(layer_norm(x)).mean(1);  // (B, 256)
-  return classifier(pooled);
+  hidden_states = layer_norm(hidden_states);
+  return hidden_states;
+}
+
+torch::Tensor WhisperForAudioClassificationImpl::logits(const Batch& batch) {
+  auto encoder_output = encode(batch.tensors[0]);
+  auto hidden_states = projector(encoder_output);
+  auto pooled_output = hidden_states.mean(1);  // (B, 256)
+  return classifier(pooled_output);
 }
 
 torch::Tensor WhisperForAudioClassificationImpl::loss(const Batch& batch) {
-  return torch::nn::functional::cross_entropy(logits(batch), batch.tensors[1]);
+  // WhisperForAudioClassification.forward: encoder_outputs (its last hidden state) and the
+  // locals stay alive until the loss is computed.
+  auto encoder_output = encode(batch.tensors[0]);
+  auto hidden_states = projector(encoder_output);
+  auto pooled_output = hidden_states.mean(1);  // (B, 256)
+  auto logits = classifier(pooled_output);
+  return torch::nn::functional::cross_entropy(logits.view({-1, c_.num_labels}),
+                                              batch.tensors[1].view({-1}));
 }
 
 Batch WhisperForAudioClassificationImpl::synthetic_batch(const BatchShape& s, torch::Device device,

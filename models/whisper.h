@@ -45,6 +45,8 @@ class WhisperForAudioClassificationImpl : public ModelImpl {
   explicit WhisperForAudioClassificationImpl(const WhisperConfig& c);
   torch::Tensor loss(const Batch& batch) override;
   torch::Tensor logits(const Batch& batch) override;  // (B, num_labels)
+  // WhisperEncoder.forward: (B, mels, frames) -> (B, T, d) after the final layer norm.
+  torch::Tensor encode(const torch::Tensor& input_features);
   Batch synthetic_batch(const BatchShape& shape, torch::Device device,
                         torch::Generator& gen) const override;
   Flops forward_flops(const BatchShape& shape) const override;

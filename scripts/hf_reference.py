@@ -31,7 +31,8 @@ import statistics
 import subprocess
 import sys
 
-# name -> (family, configuration); the checkpoints' published configurations (see models/zoo.cc).
+# name -> (family, configuration); the checkpoints' published configurations (see models/zoo.cc),
+# and the zoo's test models (the configurations tests/fixtures/make_reference.py builds).
 ZOO = {
     "gpt2": ("gpt2", dict(n_embd=768, n_layer=12, n_head=12)),
     "gpt2-medium": ("gpt2", dict(n_embd=1024, n_layer=24, n_head=16)),
@@ -46,6 +47,12 @@ ZOO = {
     "whisper-medium": ("whisper", dict(d_model=1024, encoder_layers=24, encoder_attention_heads=16)),
     "whisper-large-v3": ("whisper", dict(d_model=1280, encoder_layers=32, encoder_attention_heads=20,
                                          num_mel_bins=128)),
+    "gpt2-test": ("gpt2", dict(vocab_size=1024, n_positions=256, n_embd=64, n_layer=2, n_head=4,
+                               bos_token_id=1023, eos_token_id=1023)),
+    "t5-test": ("t5", dict(vocab_size=1024, d_model=64, d_kv=16, d_ff=128, num_layers=2,
+                           num_decoder_layers=2, num_heads=4)),
+    "whisper-test": ("whisper", dict(num_mel_bins=16, d_model=64, encoder_layers=2,
+                                     encoder_attention_heads=4, max_source_positions=200)),
 }
 
 
@@ -57,7 +64,7 @@ def build(name):
     if family == "t5":
         return family, tf.T5ForConditionalGeneration(
             tf.T5Config(**cfg, decoder_start_token_id=0, attn_implementation="sdpa"))
-    cfg = dict(cfg, encoder_ffn_dim=4 * cfg["d_model"], decoder_layers=1, num_labels=2,
+    cfg = dict(dict(encoder_ffn_dim=4 * cfg["d_model"], decoder_layers=1, num_labels=2), **cfg,
                attn_implementation="sdpa")
     return family, tf.WhisperForAudioClassification(tf.WhisperConfig(**cfg))
 
@@ -93,37 +100,59 @@ def optimizer(name, params):
     raise SystemExit(f"unknown optimizer {name}")
 
 
-def point(a):
+def burst(a, device, phase=None):
+    """The training (or eval) loop as a user writes it. `phase(name)` returns a context manager
+    around each phase (build, forward, backward, optimizer): the CPU fixtures mark phases with
+    it. Returns (model, step function, tokens per step)."""
+    import contextlib
     import torch
-    device = torch.device("cuda")
+    phase = phase or (lambda name: contextlib.nullcontext())
+    train = a.mode == "train"
+    k = a.accumulation if train else 1
     torch.manual_seed(a.seed)
-    torch.cuda.reset_peak_memory_stats()
-    family, model = build(a.model)
-    model.to(device)
-    if a.precision == "bf16":
-        model.to(torch.bfloat16)
-    model.train()
-    if a.checkpointing == "block":
-        model.gradient_checkpointing_enable()
-    opt = optimizer(a.optimizer, [p for p in model.parameters() if p.requires_grad])
-    scaler = torch.amp.GradScaler("cuda") if a.precision == "fp16-amp" else None
-    amp = {"fp16-amp": torch.float16, "bf16-amp": torch.bfloat16}.get(a.precision)
-    gen = torch.Generator().manual_seed(a.seed + 1)
-    batches = [batch(family, model, a, gen, device) for _ in range(a.accumulation)]
+    with phase("build"):
+        family, model = build(a.model)
+        model.to(device)
+        if a.precision == "bf16":
+            model.to(torch.bfloat16)
+        model.train(train)
+        if train and a.checkpointing == "block":
+            model.gradient_checkpointing_enable()
+        opt = optimizer(a.optimizer, [p for p in model.parameters() if p.requires_grad]) if train else None
+        scaler = torch.amp.GradScaler(device.type) if train and a.precision == "fp16-amp" else None
+        amp = {"fp16-amp": torch.float16, "bf16-amp": torch.bfloat16}.get(a.precision)
+        gen = torch.Generator().manual_seed(a.seed + 1)
+        batches = [batch(family, model, a, gen, device) for _ in range(k)]
+    # use_cache: transformers' default unless the point turns it off (Whisper's encoder has none).
+    extra = {} if a.use_cache or family == "whisper" else dict(use_cache=False)
 
     def step():
         for inputs, _ in batches:
-            with torch.autocast("cuda", dtype=amp or torch.float32, enabled=amp is not None):
-                loss = model(**inputs).loss
-            loss = loss / a.accumulation
-            (scaler.scale(loss) if scaler else loss).backward()
-        if scaler:
-            scaler.step(opt)
-            scaler.update()
-        else:
-            opt.step()
-        opt.zero_grad(set_to_none=True)
+            with phase("forward"), torch.set_grad_enabled(train):
+                with torch.autocast(device.type, dtype=amp or torch.float32, enabled=amp is not None):
+                    loss = model(**inputs, **extra).loss
+                if train:
+                    loss = loss / k
+            if train:
+                with phase("backward"):
+                    (scaler.scale(loss) if scaler else loss).backward()
+        if train:
+            with phase("optimizer"):
+                if scaler:
+                    scaler.step(opt)
+                    scaler.update()
+                else:
+                    opt.step()
+                opt.zero_grad(set_to_none=True)
 
+    return model, step, sum(t for _, t in batches)
+
+
+def point(a):
+    import torch
+    device = torch.device("cuda")
+    torch.cuda.reset_peak_memory_stats()
+    model, step, tokens = burst(a, device)
     for _ in range(a.warmup):
         step()
     times = []
@@ -136,9 +165,8 @@ def point(a):
         stop.synchronize()
         times.append(start.elapsed_time(stop) / a.steps)
     step_ms = statistics.median(times)
-    tokens = sum(t for _, t in batches)
     return dict(model=a.model, batch=a.batch, precision=a.precision, checkpointing=a.checkpointing,
-                accumulation=a.accumulation, optimizer=a.optimizer,
+                accumulation=a.accumulation, optimizer=a.optimizer, use_cache=a.use_cache,
                 peak_allocated_bytes=torch.cuda.max_memory_allocated(),
                 peak_reserved_bytes=torch.cuda.max_memory_reserved(), step_ms=step_ms,
                 tokens_per_s=tokens / (step_ms / 1000), device_name=torch.cuda.get_device_name(),
@@ -157,11 +185,14 @@ def compare(results_dir, extra):
                 "--precision", r["precision"], "--checkpointing", r["checkpointing"],
                 "--accumulation", r["accumulation"], "--optimizer", r["optimizer"],
                 "--steps", r["steps"], "--warmup", r["warmup_steps"],
-                "--repetitions", r["repetitions"]] + extra
+                "--repetitions", r["repetitions"], "--mode", r.get("mode") or "train",
+                "--use_cache", r.get("use_cache") or "true"] + extra
         for axis in ("seq", "target_seq", "audio_s"):
             if r[axis]:
                 args += ["--" + axis, r[axis]]
-        env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=r["alloc_conf"])
+        # Both allocator variables, as the worker sets them (PYTORCH_ALLOC_CONF wins for the
+        # generic settings in torch 2.11).
+        env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=r["alloc_conf"], PYTORCH_ALLOC_CONF=r["alloc_conf"])
         done = subprocess.run(args, capture_output=True, text=True, env=env)
         if done.returncode != 0:
             tail = (done.stderr.strip().splitlines() or ["?"])[-1]
@@ -195,12 +226,16 @@ def main():
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--repetitions", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--mode", default="train", choices=["train", "eval"])
+    p.add_argument("--use_cache", default="true", choices=["true", "false"],
+                   help="false passes use_cache=False to the model; true keeps transformers' default")
     c = sub.add_parser("compare", help="reference for every ok CUDA row of a results directory")
     c.add_argument("results")
     a = ap.parse_args()
     if a.cmd == "point":
         if a.audio_s and not math.isclose(a.audio_s, 30) and ZOO[a.model][0] == "whisper":
             raise SystemExit("transformers' Whisper encoder takes only 30 s of audio")
+        a.use_cache = a.use_cache == "true"
         print(json.dumps(point(a)))
     else:
         compare(a.results, [])

@@ -1,15 +1,18 @@
-// The training burst; see burst.h. Step = k micro-batches (forward under autocast, loss/k,
-// backward) then one optimizer step and zero_grad(set_to_none=True), as a PyTorch + HF loop.
+// The training burst; see burst.h. A step is k micro-batches (forward under autocast, loss/k,
+// backward) then one optimizer step and zero_grad(set_to_none=True): the loop of
+// scripts/hf_reference.py, which is the loop a PyTorch + Hugging Face user writes. The parts:
+// build (model, optimizer, batches), step, measure (PeakMeter, the ledger), time (Google
+// Benchmark over the same step).
 #include "sweeps/burst.h"
 
 #include <benchmark/benchmark.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <chrono>
-#include <csignal>
-#include <thread>
+#include <map>
 
 #include "models/zoo.h"
 #include "sweeps/checkpoint.h"
@@ -19,20 +22,25 @@
 namespace sweep {
 namespace {
 
-// Follows the phase the burst is in and folds each phase's peak into the burst's peak.
+int64_t grad_bytes(const std::vector<torch::Tensor>& params) {
+  int64_t n = 0;
+  for (const auto& p : params)
+    if (p.grad().defined()) n += p.grad().nbytes();
+  return n;
+}
+
+// Follows the phase the burst is in: each phase's peak (over every step) and the burst's
+// peak with the ledger as it stood then. Reads only allocator counters (no device sync).
 class PeakMeter {
  public:
-  PeakMeter(MemoryTracker& mem, const Fault& fault) : mem_(mem), fault_(fault) {}
+  PeakMeter(MemoryTracker& mem, const BurstHooks& hooks) : mem_(mem), hooks_(hooks) {}
   // Closes the current phase and returns its peak allocated bytes.
   int64_t enter(const std::string& phase) {
     const int64_t closed = close();
     phase_ = phase;
     mem_.reset_peaks();
-    if (fault_.kind == "oom" && fault_.phase == phase) inject_oom();
-    if ((fault_.kind == "crash" || fault_.kind == "hang") && phase == "forward") {
-      if (fault_.kind == "crash") std::raise(SIGSEGV);
-      std::this_thread::sleep_for(std::chrono::hours(24));
-    }
+    mem_.note_reset();
+    if (hooks_.on_phase) hooks_.on_phase(phase, mem_);
     return closed;
   }
   int64_t close() {
@@ -40,39 +48,116 @@ class PeakMeter {
     if (a > peak_allocated_) {
       peak_allocated_ = a;
       peak_phase_ = phase_;
+      at_peak_ = mem_.peak_breakdown();
     }
+    auto& phase_peak = phase_peaks_[phase_];
+    phase_peak = std::max(phase_peak, a);
     peak_reserved_ = std::max(peak_reserved_, mem_.peak_reserved());
-    if (mem_.peak_reserved() >= peak_reserved_) device_used_at_peak_ = device_used_estimate();
     return a;
   }
   const std::string& phase() const { return phase_; }
-  int64_t peak_allocated() const { return peak_allocated_; }
-  int64_t peak_reserved() const { return peak_reserved_; }
-  const std::string& peak_phase() const { return peak_phase_; }
-  int64_t device_used() const { return device_used_at_peak_; }
+  void fill(Measurement& m) const {
+    m.peak_allocated_bytes = peak_allocated_;
+    m.peak_reserved_bytes = peak_reserved_;
+    m.peak_phase = peak_phase_;
+    m.at_peak_weights_bytes = at_peak_.weights;
+    m.at_peak_grads_bytes = at_peak_.grads;
+    m.at_peak_optimizer_bytes = at_peak_.optimizer;
+    m.at_peak_activations_bytes =
+        peak_allocated_ - at_peak_.weights - at_peak_.grads - at_peak_.optimizer;
+    auto get = [&](const char* phase) -> std::optional<int64_t> {
+      auto it = phase_peaks_.find(phase);
+      return it == phase_peaks_.end() ? std::nullopt : std::optional<int64_t>(it->second);
+    };
+    m.forward_peak_bytes = get("forward");
+    m.backward_peak_bytes = get("backward");
+    m.optimizer_peak_bytes = get("optimizer");
+    // Whole-device use had the reserved peak been held: what the device uses besides the
+    // allocator (context, workspaces) is (used now - reserved now), read once, after the steps.
+    m.device_used_bytes = mem_.device_used() - mem_.reserved() + peak_reserved_;
+  }
 
  private:
-  // Whole-device use had the reserved peak been held: what the device uses besides the
-  // allocator (context, workspaces) is (used now - reserved now).
-  int64_t device_used_estimate() {
-    return mem_.device_used() - mem_.reserved() + mem_.peak_reserved();
-  }
-  void inject_oom() {
-    // Test switch: the next allocation past what is held now fails, as on a full device.
-    mem_.set_budget(std::max<int64_t>(1, mem_.allocated()));
-  }
   MemoryTracker& mem_;
-  const Fault& fault_;
+  const BurstHooks& hooks_;
   std::string phase_ = "build";
   std::string peak_phase_;
-  int64_t peak_allocated_ = 0, peak_reserved_ = 0, device_used_at_peak_ = 0;
+  std::map<std::string, int64_t> phase_peaks_;
+  int64_t peak_allocated_ = 0, peak_reserved_ = 0;
+  Breakdown at_peak_;
 };
 
-int64_t grad_bytes(const std::vector<torch::Tensor>& params) {
-  int64_t n = 0;
-  for (const auto& p : params)
-    if (p.grad().defined()) n += p.grad().nbytes();
-  return n;
+// Keeps the ledger's gradient bytes current: runs after each AccumulateGrad (every leaf's
+// gradient, also those a checkpointed block's recompute produces).
+class GradLedgerHook final : public torch::autograd::FunctionPostHook {
+ public:
+  GradLedgerHook(Ledger& ledger, const std::vector<torch::Tensor>& params)
+      : ledger_(ledger), params_(params) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    ledger_.grads = grad_bytes(params_);
+    return outputs;
+  }
+
+ private:
+  Ledger& ledger_;
+  const std::vector<torch::Tensor>& params_;
+};
+
+// Everything a step uses, built once.
+struct Workload {
+  std::shared_ptr<models::ModelImpl> model;
+  std::vector<torch::Tensor> params;  // those the optimizer updates
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // hold the ledger hooks
+  std::unique_ptr<Optimizer> opt;
+  std::unique_ptr<GradScaler> scaler;
+  std::vector<models::Batch> batches;  // one per micro-batch
+  bool train = true, autocast = false;
+  at::ScalarType autocast_dtype = at::kBFloat16;
+  torch::Device device = torch::kCPU;
+  int64_t k = 1;  // micro-batches per step
+  int64_t weights_bytes = 0;  // what the model holds once built
+};
+
+Workload build(const Point& p, Ledger& ledger, MemoryTracker& mem) {
+  Workload w;
+  const int64_t base = mem.allocated();
+  w.device = p.device == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::kCPU;
+  w.train = p.mode == "train";
+  w.k = w.train ? p.accumulation : 1;
+  const auto* spec = models::find_model(p.model);
+  TORCH_CHECK(spec, "unknown model ", p.model);
+  w.model = spec->make();
+  w.model->to(w.device);
+  if (p.precision == "bf16") w.model->to(torch::kBFloat16);
+  w.model->train(w.train);  // train mode: dropout on, as in a training loop
+  if (w.train && p.checkpointing == "block") w.model->set_block_runner(&checkpoint_block);
+  w.model->set_use_cache(p.use_cache);
+  // The parameters a training loop updates: all but those the model freezes (Whisper's
+  // sinusoidal positions), as with transformers. Eval needs no gradients at all.
+  for (auto& t : w.model->parameters()) {
+    if (!w.train) t.set_requires_grad(false);
+    if (t.requires_grad()) w.params.push_back(t);
+  }
+  w.weights_bytes = mem.allocated() - base;
+  ledger.weights = w.weights_bytes;
+  for (const auto& t : w.params) {
+    w.accumulators.push_back(torch::autograd::impl::grad_accumulator(t));
+    w.accumulators.back()->add_post_hook(std::make_unique<GradLedgerHook>(ledger, w.params));
+  }
+  if (w.train) w.opt = make_optimizer({p.optimizer, p.lr, p.weight_decay}, w.params);
+  if (w.train && p.precision == "fp16-amp") w.scaler = std::make_unique<GradScaler>(w.device);
+  w.autocast = p.precision == "fp16-amp" || p.precision == "bf16-amp";
+  w.autocast_dtype = p.precision == "fp16-amp" ? torch::kHalf : torch::kBFloat16;
+  const models::BatchShape shape{p.batch, p.seq, p.target_seq, p.audio_s};
+  auto gen = at::detail::createCPUGenerator(p.seed + 1);
+  for (int64_t i = 0; i < w.k; ++i) {
+    w.batches.push_back(w.model->synthetic_batch(shape, w.device, gen));
+    if (p.precision == "bf16")
+      for (auto& t : w.batches.back().tensors)
+        if (t.is_floating_point()) t = t.to(torch::kBFloat16);
+  }
+  return w;
 }
 
 // Google Benchmark reporter that keeps the per-repetition times and the aggregates.
@@ -93,161 +178,127 @@ class Collector : public benchmark::BenchmarkReporter {
   std::optional<double> mean, median, stddev, cv;
 };
 
-}  // namespace
-
-Fault Fault::parse(const std::string& spec, const Point& p) {
-  Fault f;
-  if (spec.empty()) return f;
-  std::string s = spec;
-  if (auto at = s.find('@'); at != std::string::npos) {
-    if (std::stoll(s.substr(at + 1)) != p.batch) return f;
-    s = s.substr(0, at);
+// Google Benchmark runs `steps` iterations, `repetitions` times, with the step time we
+// measure (CUDA events on a GPU) as manual time.
+void time_steps(const Point& p, StepTimer& timer, const std::function<void()>& step,
+                Measurement& m) {
+  std::exception_ptr failure;
+  auto* bm = benchmark::RegisterBenchmark("burst", [&](benchmark::State& st) {
+    for (auto _ : st) {
+      try {
+        timer.start();
+        step();
+        st.SetIterationTime(timer.stop_seconds());
+      } catch (...) {
+        failure = std::current_exception();
+        st.SkipWithError("step failed");
+        break;
+      }
+    }
+  });
+  bm->UseManualTime()->Iterations(p.steps)->Repetitions(p.repetitions)->Unit(benchmark::kMillisecond);
+  Collector collector;
+  benchmark::RunSpecifiedBenchmarks(&collector);
+  benchmark::ClearRegisteredBenchmarks();
+  if (failure) std::rethrow_exception(failure);
+  m.step_ms_samples = collector.samples;
+  if (collector.samples.size() == 1) {
+    m.step_ms = m.step_ms_mean = collector.samples[0];
+  } else {
+    m.step_ms = collector.median;
+    m.step_ms_mean = collector.mean;
+    m.step_ms_stddev = collector.stddev;
+    m.step_ms_cv = collector.cv;
   }
-  if (auto colon = s.find(':'); colon != std::string::npos) {
-    f.phase = s.substr(colon + 1);
-    s = s.substr(0, colon);
-  }
-  f.kind = s;
-  return f;
 }
 
-Measurement run_burst(const Point& p, MemoryTracker& mem, StepTimer& timer, const Fault& fault) {
+void throughput(const Point& p, const Workload& w, Measurement& m) {
+  if (!m.step_ms || *m.step_ms <= 0) return;
+  const double step_s = *m.step_ms / 1000.0;
+  const double tokens = static_cast<double>(w.batches[0].tokens * w.k);
+  const double samples = static_cast<double>(w.batches[0].samples * w.k);
+  m.tokens_per_s = tokens / step_s;
+  m.samples_per_s = samples / step_s;
+  const auto f = w.model->forward_flops({p.batch, p.seq, p.target_seq, p.audio_s});
+  const double per_sample =
+      w.train ? 3 * f.forward + (p.checkpointing == "block" ? f.blocks_forward : 0) : f.forward;
+  m.tflops = per_sample * samples / step_s / 1e12;
+}
+
+}  // namespace
+
+Measurement run_burst(const Point& p, MemoryTracker& mem, StepTimer& timer,
+                      const BurstHooks& hooks) {
   Measurement m;
-  PeakMeter meter(mem, fault);
+  Ledger ledger;
+  mem.set_ledger(&ledger);
+  PeakMeter meter(mem, hooks);
   mem.set_budget(p.budget_bytes);  // 0 clears a cap left by an earlier burst in this process
-  const torch::Device device = p.device == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::kCPU;
-  const bool train = p.mode == "train";
-  const int64_t k = train ? p.accumulation : 1;
   try {
     torch::manual_seed(p.seed);
-    mem.reset_peaks();
     meter.enter("build");
-    const int64_t base = mem.allocated();
-    const auto* spec = models::find_model(p.model);
-    TORCH_CHECK(spec, "unknown model ", p.model);
-    auto model = spec->make();
-    model->to(device);
-    if (p.precision == "bf16") model->to(torch::kBFloat16);
-    model->train(train);  // train mode: dropout on, as in a training loop
-    if (p.checkpointing == "block") model->set_block_runner(&checkpoint_block);
-    // The parameters a training loop updates: all but those the model freezes (Whisper's
-    // sinusoidal positions), as with transformers. Eval needs no gradients at all.
-    std::vector<torch::Tensor> params;
-    for (auto& t : model->parameters()) {
-      if (!train) t.set_requires_grad(false);
-      if (t.requires_grad()) params.push_back(t);
-    }
-    m.weights_bytes = mem.allocated() - base;
-
-    std::unique_ptr<Optimizer> opt;
-    if (train) opt = make_optimizer({p.optimizer, p.lr, p.weight_decay}, params);
-    std::unique_ptr<GradScaler> scaler;
-    if (train && p.precision == "fp16-amp") scaler = std::make_unique<GradScaler>(device);
-    const bool autocast = p.precision == "fp16-amp" || p.precision == "bf16-amp";
-    const auto autocast_dtype = p.precision == "fp16-amp" ? torch::kHalf : torch::kBFloat16;
-
-    const models::BatchShape shape{p.batch, p.seq, p.target_seq, p.audio_s};
-    auto gen = at::detail::createCPUGenerator(p.seed + 1);
-    std::vector<models::Batch> batches;
-    for (int64_t i = 0; i < k; ++i) {
-      batches.push_back(model->synthetic_batch(shape, device, gen));
-      if (p.precision == "bf16")
-        for (auto& t : batches.back().tensors)
-          if (t.is_floating_point()) t = t.to(torch::kBFloat16);
-    }
+    Workload w = build(p, ledger, mem);
+    m.weights_bytes = w.weights_bytes;
 
     bool first_step = true;
     std::vector<int64_t> allocated_after;
+    torch::Tensor last_loss;
     auto step = [&] {
-      for (int64_t i = 0; i < k; ++i) {
+      // `loss` is a local of the reference's step function: the last micro-batch's loss (and
+      // with it the graph's nodes, and any non-parameter leaf they hold, such as T5's
+      // checkpointed cross-attention bias and its gradient) lives until the step returns.
+      torch::Tensor loss;
+      for (int64_t i = 0; i < w.k; ++i) {
         const int64_t start = mem.allocated();
-        const int64_t grads_before = train ? grad_bytes(params) : 0;
+        const int64_t grads_before = ledger.grads;
         meter.enter("forward");
-        torch::Tensor loss;
         {
           std::optional<torch::NoGradGuard> no_grad;
-          if (!train) no_grad.emplace();
-          AutocastScope amp(device.type(), autocast, autocast_dtype);
-          loss = model->loss(batches[i]);
+          if (!w.train) no_grad.emplace();
+          AutocastScope amp(w.device.type(), w.autocast, w.autocast_dtype);
+          loss = w.model->loss(w.batches[i]);
         }
-        if (!train) {
+        if (!w.train) {
           m.activations_bytes = std::max(m.activations_bytes, meter.enter("idle") - start);
-          m.loss = loss.item<double>();
           continue;
         }
-        if (k > 1) loss = loss / static_cast<double>(k);
+        loss = loss / static_cast<double>(w.k);  // the reference divides even by 1
         const int64_t fwd_peak = meter.enter("backward");
-        (scaler ? scaler->scale(loss) : loss).backward();
+        (w.scaler ? w.scaler->scale(loss) : loss).backward();
         const int64_t bwd_peak = meter.enter("idle");
-        const int64_t grads_after = grad_bytes(params);
-        // Activations: what the micro-batch held above its start, less the gradients
-        // it created (those are counted as gradients).
+        // Activations: what the micro-batch held above its start, less the gradients it
+        // created (those are counted as gradients).
         m.activations_bytes = std::max({m.activations_bytes, fwd_peak - start,
-                                        bwd_peak - start - (grads_after - grads_before)});
-        if (first_step) m.grads_bytes = grads_after;
-        m.loss = loss.item<double>() * static_cast<double>(k);
+                                        bwd_peak - start - (ledger.grads - grads_before)});
+        if (first_step) m.grads_bytes = ledger.grads;
       }
-      if (train) {
+      if (w.train) {
         meter.enter("optimizer");
-        if (scaler) {
-          if (!scaler->step(*opt)) ++m.skipped_steps;
-          scaler->update();
+        if (w.scaler) {
+          if (!w.scaler->step(*w.opt)) ++m.skipped_steps;
+          w.scaler->update();
         } else {
-          opt->step();
+          w.opt->step();
         }
-        opt->zero_grad();
+        ledger.optimizer = w.opt->state_bytes();
+        w.opt->zero_grad();
+        ledger.grads = 0;
         meter.enter("idle");
-        if (first_step) m.optimizer_bytes = opt->state_bytes();
+        if (first_step) m.optimizer_bytes = ledger.optimizer;
       }
+      last_loss = loss.detach();
       first_step = false;
       allocated_after.push_back(mem.allocated());
     };
 
     for (int i = 0; i < p.warmup_steps; ++i) step();
-
-    // Timed steps: Google Benchmark runs `steps` iterations, `repetitions` times, with the
-    // step time we measure (CUDA events on a GPU) as manual time.
-    std::exception_ptr failure;
-    auto* bm = benchmark::RegisterBenchmark("burst", [&](benchmark::State& st) {
-      for (auto _ : st) {
-        try {
-          timer.start();
-          step();
-          st.SetIterationTime(timer.stop_seconds());
-        } catch (...) {
-          failure = std::current_exception();
-          st.SkipWithError("step failed");
-          break;
-        }
-      }
-    });
-    bm->UseManualTime()->Iterations(p.steps)->Repetitions(p.repetitions)->Unit(benchmark::kMillisecond);
-    Collector collector;
-    benchmark::RunSpecifiedBenchmarks(&collector);
-    benchmark::ClearRegisteredBenchmarks();
-    if (failure) std::rethrow_exception(failure);
+    if (hooks.after_warmup) hooks.after_warmup();
+    time_steps(p, timer, step, m);
     meter.close();
-
-    m.step_ms_samples = collector.samples;
-    if (collector.samples.size() == 1) {
-      m.step_ms = m.step_ms_mean = collector.samples[0];
-    } else {
-      m.step_ms = collector.median;
-      m.step_ms_mean = collector.mean;
-      m.step_ms_stddev = collector.stddev;
-      m.step_ms_cv = collector.cv;
-    }
-    if (m.step_ms && *m.step_ms > 0) {
-      const double step_s = *m.step_ms / 1000.0;
-      const double tokens = static_cast<double>(batches[0].tokens * k);
-      const double samples = static_cast<double>(batches[0].samples * k);
-      m.tokens_per_s = tokens / step_s;
-      m.samples_per_s = samples / step_s;
-      const auto f = model->forward_flops(shape);
-      const double per_sample = train ? 3 * f.forward + (p.checkpointing == "block" ? f.blocks_forward : 0)
-                                      : f.forward;
-      m.tflops = per_sample * samples / step_s / 1e12;
-    }
+    // The loss is read once, after the timed steps: a read per micro-batch would add a device
+    // sync to every step that the reference loop does not have.
+    if (last_loss.defined()) m.loss = last_loss.item<double>() * static_cast<double>(w.k);
+    throughput(p, w, m);
     // Leak: allocated memory after each step still growing after the second step.
     const auto& a = allocated_after;
     if (a.size() >= 4) {
@@ -264,10 +315,8 @@ Measurement run_burst(const Point& p, MemoryTracker& mem, StepTimer& timer, cons
     m.oom_gap_bytes = mem.gap_at_oom();
     meter.close();
   }
-  m.peak_allocated_bytes = meter.peak_allocated();
-  m.peak_reserved_bytes = meter.peak_reserved();
-  m.peak_phase = meter.peak_phase();
-  m.device_used_bytes = meter.device_used();
+  meter.fill(m);
+  mem.set_ledger(nullptr);
   return m;
 }
 

@@ -1,105 +1,190 @@
-// Reentrant checkpointing as a custom autograd Function; see checkpoint.h.
+// Non-reentrant checkpointing through saved-tensor hooks; see checkpoint.h. A transcription of
+// torch/utils/checkpoint.py (torch 2.11): _checkpoint_without_reentrant_generator,
+// _CheckpointFrame, _checkpoint_hook (forward: a placeholder per saved tensor) and
+// _recomputation_hook (backward: the recomputed tensors, early stop).
 #include "sweeps/checkpoint.h"
 
 #include <ATen/autocast_mode.h>
 #include <ATen/cuda/CUDAGeneratorImpl.h>
-#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/saved_variable_hooks.h>
+
+#include <memory>
+#include <mutex>
 
 #include "sweeps/precision.h"
 
 namespace sweep {
 namespace {
 
-// Keeps the block function alive from forward to backward inside the autograd context.
-struct FnHolder : torch::CustomClassHolder {
-  models::BlockFn fn;
-  explicit FnHolder(models::BlockFn f) : fn(std::move(f)) {}
+// _Holder with its _Handle: where the recomputed tensor waits until backward unpacks it.
+struct Holder {
+  torch::Tensor recomputed;
+  bool filled = false, unpacked = false;
 };
 
-at::Generator default_generator(const torch::Device& d) {
-  return d.is_cuda() ? at::cuda::detail::getDefaultCUDAGenerator(d.index())
-                     : at::detail::getDefaultCPUGenerator();
+// _CheckpointFrame: one per checkpointed call, alive while any of its placeholders is.
+struct Frame {
+  models::BlockFn fn;
+  std::vector<torch::Tensor> inputs;  // _NoopSaveInputs: the inputs stay alive
+  torch::Tensor cpu_rng, dev_rng;     // preserve_rng_state
+  std::optional<at::Generator> dev_gen;
+  bool cpu_autocast = false, dev_autocast = false;
+  at::ScalarType cpu_dtype = at::kBFloat16, dev_dtype = at::kHalf;
+  std::vector<std::weak_ptr<Holder>> holders;  // weak_holders, in the order saved
+  std::size_t recomp_counter = 0;
+  bool recomputed = false;
+};
+
+// Which hooks this thread's saved tensors get: none, the forward's placeholders, or the
+// recomputation's. Thread-local like Python's saved_tensors_hooks stack.
+enum class Mode { kNone, kForward, kRecompute };
+thread_local Mode tl_mode = Mode::kNone;
+thread_local std::shared_ptr<Frame> tl_frame;
+
+class ModeGuard {
+ public:
+  ModeGuard(Mode mode, std::shared_ptr<Frame> frame)
+      : prev_mode_(tl_mode), prev_frame_(std::move(tl_frame)) {
+    tl_mode = mode;
+    tl_frame = std::move(frame);
+  }
+  ~ModeGuard() {
+    tl_mode = prev_mode_;
+    tl_frame = std::move(prev_frame_);
+  }
+  ModeGuard(const ModeGuard&) = delete;
+  ModeGuard& operator=(const ModeGuard&) = delete;
+
+ private:
+  Mode prev_mode_;
+  std::shared_ptr<Frame> prev_frame_;
+};
+
+// _StopRecomputationError: every saved tensor is back; the rest of the block is not run.
+struct StopRecomputation {};
+
+void recompute(const std::shared_ptr<Frame>& frame);
+
+// _checkpoint_hook: the forward keeps a placeholder instead of the tensor.
+class PlaceholderHooks final : public torch::autograd::SavedVariableHooks {
+ public:
+  explicit PlaceholderHooks(std::shared_ptr<Frame> frame) : frame_(std::move(frame)) {}
+  void call_pack_hook(const at::Tensor&) override {
+    holder_ = std::make_shared<Holder>();
+    frame_->holders.push_back(holder_);
+  }
+  at::Tensor call_unpack_hook() override {
+    if (!frame_->recomputed) recompute(frame_);
+    TORCH_CHECK(holder_->filled, "checkpoint: a saved tensor was not recomputed");
+    TORCH_CHECK(!holder_->unpacked,
+                "checkpoint: a saved tensor was unpacked twice (backward through the same "
+                "checkpointed graph twice is not supported)");
+    holder_->unpacked = true;
+    // Handed over: freed once the backward node that unpacked it has run.
+    return std::move(holder_->recomputed);
+  }
+
+ private:
+  std::shared_ptr<Frame> frame_;
+  std::shared_ptr<Holder> holder_;
+};
+
+// _recomputation_hook: the recomputed tensors go to the forward's holders, in order.
+class RecomputeHooks final : public torch::autograd::SavedVariableHooks {
+ public:
+  explicit RecomputeHooks(std::shared_ptr<Frame> frame) : frame_(std::move(frame)) {}
+  void call_pack_hook(const at::Tensor& t) override {
+    x_ = t.requires_grad() ? t.detach() : t;
+    Frame& f = *frame_;
+    const std::size_t idx = f.recomp_counter++;
+    TORCH_CHECK(idx < f.holders.size(),
+                "checkpoint: the recomputation saved more tensors than the forward");
+    if (auto holder = f.holders[idx].lock()) {
+      holder->recomputed = x_;
+      holder->filled = true;
+    }
+    if (f.recomp_counter == f.holders.size()) throw StopRecomputation{};  // early_stop
+  }
+  at::Tensor call_unpack_hook() override { return x_; }
+
+ private:
+  std::shared_ptr<Frame> frame_;
+  torch::Tensor x_;
+};
+
+// The default engine, with the hooks of the mode this thread is in.
+struct CheckpointEngine final : torch::autograd::Engine {
+  std::unique_ptr<torch::autograd::SavedVariableHooks> get_default_saved_variable_hooks() override {
+    if (tl_mode == Mode::kForward) return std::make_unique<PlaceholderHooks>(tl_frame);
+    if (tl_mode == Mode::kRecompute) return std::make_unique<RecomputeHooks>(tl_frame);
+    return nullptr;
+  }
+};
+
+torch::autograd::Engine& checkpoint_engine() {
+  // One engine for the process's lifetime, as the base engine (never destroyed: its
+  // destructor would join worker threads at exit).
+  static auto* engine = new CheckpointEngine();
+  return *engine;
 }
 
-class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
- public:
-  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
-                                                c10::intrusive_ptr<FnHolder> holder,
-                                                at::TensorList input_list) {
-    // Taken as a TensorList: that is what apply() recognises as differentiable inputs (a
-    // std::vector argument would be treated as an opaque non-tensor and cut the graph).
-    const auto inputs = input_list.vec();
-    const auto device = inputs.at(0).device();
-    ctx->saved_data["fn"] = c10::IValue::make_capsule(holder);
-    ctx->saved_data["cpu_rng"] = at::detail::getDefaultCPUGenerator().get_state();
-    if (device.is_cuda()) ctx->saved_data["dev_rng"] = default_generator(device).get_state();
-    ctx->saved_data["cpu_autocast"] = at::autocast::is_autocast_enabled(at::kCPU);
-    ctx->saved_data["cpu_dtype"] = at::autocast::get_autocast_dtype(at::kCPU);
-    ctx->saved_data["dev_autocast"] = at::autocast::is_autocast_enabled(at::kCUDA);
-    ctx->saved_data["dev_dtype"] = at::autocast::get_autocast_dtype(at::kCUDA);
-    ctx->save_for_backward(inputs);
-    // Autograd is off here (custom Function forward): nothing inside the block is saved.
-    return holder->fn(inputs);
+void install_engine() {
+  static std::once_flag once;
+  std::call_once(once, [] { torch::autograd::set_default_engine_stub(&checkpoint_engine); });
+}
+
+void recompute(const std::shared_ptr<Frame>& frame) {
+  Frame& f = *frame;
+  // recompute_fn: torch.random.fork_rng with the forward's states, the forward's autocast,
+  // grad enabled; the block's own outputs are dropped.
+  auto cpu_gen = at::detail::getDefaultCPUGenerator();
+  auto cpu_now = cpu_gen.get_state();
+  cpu_gen.set_state(f.cpu_rng);
+  torch::Tensor dev_now;
+  if (f.dev_gen) {
+    dev_now = f.dev_gen->get_state();
+    f.dev_gen->set_state(f.dev_rng);
   }
-
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grad_out) {
-    auto saved = ctx->get_saved_variables();
-    auto holder = ctx->saved_data["fn"].toCapsule();
-    auto* fn = static_cast<FnHolder*>(holder.get());
-    const auto device = saved.at(0).device();
-
-    // Replay with the first run's RNG state, then put the current state back.
-    auto cpu_gen = at::detail::getDefaultCPUGenerator();
-    auto cpu_now = cpu_gen.get_state();
-    cpu_gen.set_state(ctx->saved_data["cpu_rng"].toTensor());
-    std::optional<at::Generator> dev_gen;
-    torch::Tensor dev_now;
-    if (device.is_cuda()) {
-      dev_gen = default_generator(device);
-      dev_now = dev_gen->get_state();
-      dev_gen->set_state(ctx->saved_data["dev_rng"].toTensor());
+  {
+    ModeGuard mode(Mode::kRecompute, frame);
+    torch::AutoGradMode grad(true);
+    AutocastScope cpu(at::kCPU, f.cpu_autocast, f.cpu_dtype);
+    AutocastScope cuda(at::kCUDA, f.dev_autocast, f.dev_dtype);
+    try {
+      f.fn(f.inputs);
+    } catch (const StopRecomputation&) {
     }
-
-    std::vector<torch::Tensor> detached;
-    for (const auto& t : saved) {
-      detached.push_back(t.defined() ? t.detach().requires_grad_(t.requires_grad()) : t);
-    }
-    torch::autograd::variable_list outputs;
-    {
-      torch::AutoGradMode grad(true);
-      AutocastScope cpu(at::kCPU, ctx->saved_data["cpu_autocast"].toBool(),
-                        ctx->saved_data["cpu_dtype"].toScalarType());
-      AutocastScope cuda(at::kCUDA, ctx->saved_data["dev_autocast"].toBool(),
-                         ctx->saved_data["dev_dtype"].toScalarType());
-      outputs = fn->fn(detached);
-    }
-    cpu_gen.set_state(cpu_now);
-    if (dev_gen) dev_gen->set_state(dev_now);
-
-    torch::autograd::variable_list outs, grads;
-    for (std::size_t i = 0; i < outputs.size(); ++i) {
-      if (outputs[i].requires_grad() && grad_out[i].defined()) {
-        outs.push_back(outputs[i]);
-        grads.push_back(grad_out[i]);
-      }
-    }
-    if (!outs.empty()) torch::autograd::backward(outs, grads);
-    torch::autograd::variable_list result;
-    result.push_back(torch::Tensor());  // for the holder argument
-    for (const auto& d : detached)
-      result.push_back(d.defined() && d.requires_grad() ? d.grad() : torch::Tensor());
-    return result;
   }
-};
+  cpu_gen.set_state(cpu_now);
+  if (f.dev_gen) f.dev_gen->set_state(dev_now);
+  f.recomputed = true;
+}
 
 }  // namespace
 
 std::vector<torch::Tensor> checkpoint_block(const models::BlockFn& fn,
                                             const std::vector<torch::Tensor>& inputs) {
-  // Like use_reentrant=True: without grad mode there is nothing to save or recompute.
+  // Without grad mode there is nothing to save or recompute (input_saver has no grad_fn).
   if (!torch::GradMode::is_enabled()) return fn(inputs);
-  return CheckpointFunction::apply(c10::make_intrusive<FnHolder>(fn), at::TensorList(inputs));
+  install_engine();
+  auto f = std::make_shared<Frame>();
+  f->fn = fn;
+  f->inputs = inputs;
+  f->cpu_rng = at::detail::getDefaultCPUGenerator().get_state();
+  for (const auto& t : inputs) {
+    if (t.defined() && t.is_cuda()) {
+      f->dev_gen = at::cuda::detail::getDefaultCUDAGenerator(t.device().index());
+      f->dev_rng = f->dev_gen->get_state();
+      break;
+    }
+  }
+  f->cpu_autocast = at::autocast::is_autocast_enabled(at::kCPU);
+  f->cpu_dtype = at::autocast::get_autocast_dtype(at::kCPU);
+  f->dev_autocast = at::autocast::is_autocast_enabled(at::kCUDA);
+  f->dev_dtype = at::autocast::get_autocast_dtype(at::kCUDA);
+  ModeGuard mode(Mode::kForward, f);
+  return fn(inputs);
 }
 
 }  // namespace sweep

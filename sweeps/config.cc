@@ -16,7 +16,8 @@ namespace sweep {
 
 const std::vector<std::string> kAxes = {"mode",          "seq",       "target_seq",
                                         "audio_s",       "precision", "checkpointing",
-                                        "optimizer",     "accumulation", "alloc_conf", "batch"};
+                                        "optimizer",     "accumulation", "alloc_conf", "batch",
+                                        "use_cache"};
 
 namespace {
 
@@ -25,6 +26,7 @@ const std::map<std::string, std::vector<std::string>> kChoices = {
     {"precision", {"fp32", "fp16-amp", "bf16-amp", "bf16"}},
     {"checkpointing", {"none", "block"}},
     {"optimizer", {"adamw", "adamw-fused", "sgd", "adafactor"}},
+    {"use_cache", {"true", "false"}},
 };
 
 std::string join(const std::vector<std::string>& v) {

@@ -7,6 +7,8 @@
 #include <c10/util/Exception.h>
 
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <chrono>
 #include <fstream>
 #include <mutex>
@@ -34,8 +36,18 @@ class TrackingCpuAllocator final : public c10::Allocator {
                        " bytes");
     }
     int64_t peak = peak_.load();
-    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
+    while (now > peak) {
+      if (peak_.compare_exchange_weak(peak, now)) {
+        // A new peak: what the ledger says the memory holds at this moment.
+        if (const Ledger* l = ledger_.load()) {
+          at_peak_weights_.store(l->weights.load());
+          at_peak_grads_.store(l->grads.load());
+          at_peak_optimizer_.store(l->optimizer.load());
+        }
+        break;
+      }
     }
+    if (FILE* t = trace()) std::fprintf(t, "%zu\n", n);
     auto* base = static_cast<char*>(c10::alloc_cpu(n + kHeader));
     *reinterpret_cast<std::size_t*>(base) = n;
     void* data = base + kHeader;
@@ -49,8 +61,20 @@ class TrackingCpuAllocator final : public c10::Allocator {
   static void free_block(void* data) {
     if (!data) return;
     char* base = static_cast<char*>(data) - kHeader;
-    instance().current_.fetch_sub(static_cast<int64_t>(*reinterpret_cast<std::size_t*>(base)));
+    const auto n = *reinterpret_cast<std::size_t*>(base);
+    if (FILE* t = trace()) std::fprintf(t, "-%zu\n", n);
+    instance().current_.fetch_sub(static_cast<int64_t>(n));
     c10::free_cpu(base);
+  }
+  // SWEEP_TRACE_ALLOC=FILE: every allocation and free as a signed size, one a line, to compare
+  // with the `[memory]` events of tests/fixtures/make_memory_fixtures.py --trace (a debugging
+  // aid for fidelity work: the first line where the two differ is the first op that differs).
+  static FILE* trace() {
+    static FILE* f = [] {
+      const char* path = std::getenv("SWEEP_TRACE_ALLOC");
+      return path && *path ? std::fopen(path, "w") : nullptr;
+    }();
+    return f;
   }
   static TrackingCpuAllocator& instance() {
     static TrackingCpuAllocator a;
@@ -58,6 +82,8 @@ class TrackingCpuAllocator final : public c10::Allocator {
   }
 
   std::atomic<int64_t> current_{0}, peak_{0}, budget_{0}, gap_at_oom_{0};
+  std::atomic<const Ledger*> ledger_{nullptr};
+  std::atomic<int64_t> at_peak_weights_{0}, at_peak_grads_{0}, at_peak_optimizer_{0};
 };
 
 class CpuTracker final : public MemoryTracker {
@@ -66,7 +92,20 @@ class CpuTracker final : public MemoryTracker {
   int64_t reserved() override { return allocated(); }
   int64_t peak_allocated() override { return a().peak_.load(); }
   int64_t peak_reserved() override { return peak_allocated(); }
-  void reset_peaks() override { a().peak_.store(a().current_.load()); }
+  void reset_peaks() override {
+    a().peak_.store(a().current_.load());
+    const Breakdown now = read_ledger();
+    a().at_peak_weights_.store(now.weights);
+    a().at_peak_grads_.store(now.grads);
+    a().at_peak_optimizer_.store(now.optimizer);
+  }
+  void set_ledger(const Ledger* ledger) override {
+    MemoryTracker::set_ledger(ledger);
+    a().ledger_.store(ledger);
+  }
+  Breakdown peak_breakdown() override {
+    return {a().at_peak_weights_.load(), a().at_peak_grads_.load(), a().at_peak_optimizer_.load()};
+  }
   int64_t device_used() override {
     long pages = 0, resident = 0;
     std::ifstream("/proc/self/statm") >> pages >> resident;

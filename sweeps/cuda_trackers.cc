@@ -69,6 +69,8 @@ class CudaTracker final : public MemoryTracker {
     return true;
   }
   void write_snapshot(const std::string& path) override { write_pickle(path); }
+  // torch.cuda.memory._record_memory_history(enabled=None): stop recording, keep what is there.
+  void stop_history() override { torch::cuda::_record_memory_history(std::nullopt); }
   void empty_cache() override { alloc::emptyCache(); }
 
  private:

@@ -15,7 +15,7 @@ namespace {
 const std::map<std::string, std::string> kDefaults = {
     {"mode", "train"},      {"seq", "128"},       {"target_seq", "128"}, {"audio_s", "30"},
     {"precision", "fp32"},  {"checkpointing", "none"}, {"optimizer", "adamw"},
-    {"accumulation", "1"},  {"alloc_conf", ""},   {"batch", "1"},
+    {"accumulation", "1"},  {"alloc_conf", ""},   {"batch", "1"}, {"use_cache", "true"},
 };
 
 std::string axis_value(const Point& p, const std::string& axis) {
@@ -30,6 +30,7 @@ std::string axis_value(const Point& p, const std::string& axis) {
   else if (axis == "optimizer") return p.optimizer;
   else if (axis == "accumulation") s << p.accumulation;
   else if (axis == "alloc_conf") return p.alloc_conf;
+  else if (axis == "use_cache") return p.use_cache ? "true" : "false";
   else if (axis == "batch") s << p.batch;
   return s.str();
 }
@@ -44,6 +45,7 @@ void set_axis(Point& p, const std::string& axis, const std::string& v) {
   else if (axis == "optimizer") p.optimizer = v;
   else if (axis == "accumulation") p.accumulation = std::stoll(v);
   else if (axis == "alloc_conf") p.alloc_conf = v;
+  else if (axis == "use_cache") p.use_cache = v == "true";
   else if (axis == "batch") p.batch = std::stoll(v);
 }
 

@@ -69,6 +69,8 @@ class AdamW final : public Optimizer {
   void single_tensor(std::vector<torch::Tensor>& p, std::vector<torch::Tensor>& g,
                      std::vector<torch::Tensor>& m, std::vector<torch::Tensor>& v,
                      std::vector<torch::Tensor>& s) {
+    // As in Python, `denom` lives until the next iteration replaces it.
+    torch::Tensor denom;
     for (std::size_t i = 0; i < p.size(); ++i) {
       s[i].add_(1);
       if (wd_ != 0) p[i].mul_(1 - lr_ * wd_);
@@ -76,7 +78,7 @@ class AdamW final : public Optimizer {
       v[i].mul_(kBeta2).addcmul_(g[i], g[i], 1 - kBeta2);
       const double step = s[i].item<double>();
       const double bc1 = 1 - std::pow(kBeta1, step), bc2 = 1 - std::pow(kBeta2, step);
-      auto denom = (v[i].sqrt() / std::sqrt(bc2)).add_(kEps);
+      denom = (v[i].sqrt() / std::sqrt(bc2)).add_(kEps);
       p[i].addcdiv_(m[i], denom, -lr_ / bc1);
     }
   }
@@ -131,67 +133,77 @@ class Sgd final : public Optimizer {
   std::vector<torch::Tensor> buf_;
 };
 
-// torch.optim.Adafactor (_single_tensor_adafactor): beta2_decay -0.8, eps (dtype eps, 1e-3), d 1.
+// torch.optim.Adafactor (_init_group, then _single_tensor_adafactor): beta2_decay -0.8, eps
+// (dtype eps, 1e-3), d 1. Python's loop variables (row_mean, col_mean, var_estimate/update,
+// grad_squared) live until the next iteration rebinds them, so one parameter's update is
+// still held while the next one's is computed: they are kept outside the loop here too.
 class Adafactor final : public Optimizer {
  public:
   Adafactor(std::vector<torch::Tensor> params, double lr, double wd)
       : Optimizer(std::move(params)), lr_(lr), wd_(wd), row_(params_.size()), col_(params_.size()),
-        var_(params_.size()), steps_(params_.size(), 0) {}
+        var_(params_.size()), steps_(params_.size()) {}
   int64_t state_bytes() const override {
-    return bytes_of(row_) + bytes_of(col_) + bytes_of(var_);
+    return bytes_of(row_) + bytes_of(col_) + bytes_of(var_) + bytes_of(steps_);
   }
   void step(const torch::Tensor&, const torch::Tensor&) override {
     torch::NoGradGuard no_grad;
+    // _init_group: state for every parameter with a gradient, before any update.
+    std::vector<std::size_t> with_grad;
     for (std::size_t i = 0; i < params_.size(); ++i) {
-      auto& p = params_[i];
-      auto g = p.grad();
+      const auto& g = params_[i].grad();
       if (!g.defined()) continue;
-      if (!row_[i].defined() && !var_[i].defined()) {
-        if (g.dim() > 1) {
-          auto rs = g.sizes().vec(), cs = g.sizes().vec();
-          rs.back() = 1;
-          cs[cs.size() - 2] = 1;
-          row_[i] = g.new_zeros(rs);
-          col_[i] = g.new_zeros(cs);
-        } else {
-          var_[i] = torch::zeros_like(g, at::MemoryFormat::Preserve);
-        }
-      }
-      const double step = static_cast<double>(++steps_[i]);
-      // eps1 defaults to torch.finfo(grad.dtype).eps.
-      const double eps1 = g.scalar_type() == torch::kBFloat16 ? 0.0078125
-                          : g.scalar_type() == torch::kHalf   ? 0.0009765625
-                                                              : std::numeric_limits<float>::epsilon();
-      const double one_minus_beta2 = std::pow(step, kBeta2Decay);
-      const double rho = std::min(lr_, 1.0 / std::sqrt(step));
-      const double alpha =
-          std::max(kEps2, p.norm().item<double>() / std::sqrt(double(p.numel()))) * rho;
-      if (wd_ != 0) p.mul_(1 - lr_ * wd_);
-      torch::Tensor var_estimate;
+      with_grad.push_back(i);
+      if (steps_[i].defined()) continue;
+      steps_[i] = torch::tensor(0.0, torch::kFloat);
       if (g.dim() > 1) {
-        auto row_mean = torch::norm(g, 2, {-1}, true).square_().div_(g.size(-1));
-        row_[i].lerp_(row_mean, one_minus_beta2);
-        auto col_mean = torch::norm(g, 2, {-2}, true).square_().div_(g.size(-2));
-        col_[i].lerp_(col_mean, one_minus_beta2);
+        auto rs = g.sizes().vec(), cs = g.sizes().vec();
+        rs.back() = 1;
+        cs[cs.size() - 2] = 1;
+        row_[i] = g.new_zeros(rs);
+        col_[i] = g.new_zeros(cs);
+      } else {
+        var_[i] = torch::zeros_like(g, at::MemoryFormat::Preserve);
+      }
+    }
+    torch::Tensor row_mean, col_mean, var_estimate, update, grad_squared;
+    for (std::size_t i : with_grad) {
+      auto& param = params_[i];
+      const auto grad = param.grad();
+      // eps1 defaults to torch.finfo(param.dtype).eps.
+      const double eps1 = param.scalar_type() == torch::kBFloat16 ? 0.0078125
+                          : param.scalar_type() == torch::kHalf   ? 0.0009765625
+                                                                  : std::numeric_limits<float>::epsilon();
+      steps_[i].add_(1);
+      const double step_float = steps_[i].item<double>();
+      const double one_minus_beta2_t = std::pow(step_float, kBeta2Decay);
+      const double rho_t = std::min(lr_, 1.0 / std::sqrt(step_float));
+      const double alpha =
+          std::max(kEps2, param.norm(2).item<double>() / std::sqrt(double(param.numel()))) * rho_t;
+      if (wd_ != 0) param.mul_(1 - lr_ * wd_);
+      if (grad.dim() > 1) {
+        row_mean = torch::norm(grad, 2, {-1}, true).square_().div_(grad.size(-1));
+        row_[i].lerp_(row_mean, one_minus_beta2_t);
+        col_mean = torch::norm(grad, 2, {-2}, true).square_().div_(grad.size(-2));
+        col_[i].lerp_(col_mean, one_minus_beta2_t);
         var_estimate = row_[i].matmul(col_[i]);
         var_estimate.div_(row_[i].mean({-2}, true).clamp_(eps1));
       } else {
-        var_[i].lerp_(g.square(), one_minus_beta2);
+        grad_squared = grad * grad;
+        var_[i].lerp_(grad_squared, one_minus_beta2_t);
         var_estimate = var_[i].clone();
       }
-      auto update = var_estimate.clamp_(eps1 * eps1).rsqrt_();
-      update.mul_(g);
+      update = var_estimate.clamp_(eps1 * eps1).rsqrt_();
+      update.mul_(grad);
       const double denom =
-          std::max(1.0, update.norm().item<double>() / std::sqrt(double(update.numel())));
-      p.add_(update, -alpha / denom);
+          std::max(1.0, update.norm(2).item<double>() / std::sqrt(double(update.numel())));
+      param.add_(update, -alpha / denom);
     }
   }
 
  private:
   static constexpr double kBeta2Decay = -0.8, kEps2 = 1e-3;
   double lr_, wd_;
-  std::vector<torch::Tensor> row_, col_, var_;
-  std::vector<int64_t> steps_;
+  std::vector<torch::Tensor> row_, col_, var_, steps_;
 };
 
 }  // namespace

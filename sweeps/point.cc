@@ -17,6 +17,9 @@ std::string Point::id() const {
     << ";optimizer=" << optimizer << ";alloc_conf=" << alloc_conf << ";steps=" << steps
     << ";warmup_steps=" << warmup_steps << ";repetitions=" << repetitions
     << ";budget_bytes=" << budget_bytes << ";suite_version=" << SWEEP_VERSION;
+  // Added after the first release: written only when it differs from the default, so that
+  // the points measured before it keep their ids.
+  if (!use_cache) s << ";use_cache=false";
   uint64_t h = 1469598103934665603ull;  // FNV-1a 64
   for (unsigned char c : s.str()) {
     h ^= c;
@@ -35,6 +38,7 @@ std::string Point::label() const {
   if (audio_s) s << " audio=" << audio_s << "s";
   s << " " << precision << " ckpt=" << checkpointing << " acc=" << accumulation << " "
     << optimizer;
+  if (!use_cache) s << " no-cache";
   if (mode != "train") s << " " << mode;
   if (!alloc_conf.empty()) s << " [" << alloc_conf << "]";
   return s.str();
@@ -42,7 +46,7 @@ std::string Point::label() const {
 
 #define SWEEP_POINT_FIELDS(X)                                                              \
   X(model) X(family) X(mode) X(batch) X(seq) X(target_seq) X(audio_s) X(precision)         \
-  X(checkpointing) X(accumulation) X(optimizer) X(alloc_conf) X(steps) X(warmup_steps)     \
+  X(checkpointing) X(accumulation) X(optimizer) X(use_cache) X(alloc_conf) X(steps) X(warmup_steps)     \
   X(repetitions) X(budget_bytes) X(budget_emulated) X(timeout_s) X(device) X(lr)           \
   X(weight_decay) X(seed)
 

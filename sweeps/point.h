@@ -22,6 +22,7 @@ struct Point {
   std::string checkpointing = "none";
   int64_t accumulation = 1;
   std::string optimizer = "adamw";
+  bool use_cache = true;  // transformers' use_cache (its default); off under checkpointing
   std::string alloc_conf;
   // how it runs
   int steps = 3;

@@ -29,6 +29,7 @@ inline constexpr std::array kColumns = std::to_array<std::string_view>({
     "checkpointing",      // "none" | "block"
     "accumulation",       // micro-batches per optimizer step
     "optimizer",          // "adamw" | "adamw-fused" | "sgd" | "adafactor"
+    "use_cache",          // 1: transformers' default cache (off under checkpointing); 0: use_cache=False
     "alloc_conf",         // PYTORCH_CUDA_ALLOC_CONF of the worker, "" for the default
     "steps",              // timed optimizer steps per repetition
     "warmup_steps",       // untimed steps before them
@@ -52,6 +53,14 @@ inline constexpr std::array kColumns = std::to_array<std::string_view>({
     "peak_reserved_bytes",  // caching allocator's reserved peak (= allocated on the CPU)
     "device_used_bytes",    // whole-device use at peak (CUDA context included); CPU: peak RSS
     "peak_phase",           // phase in which peak_allocated_bytes was reached
+    // what memory held at the moment of peak_allocated_bytes; the four add up to it exactly
+    "at_peak_weights_bytes",
+    "at_peak_grads_bytes",
+    "at_peak_optimizer_bytes",
+    "at_peak_activations_bytes",  // the rest: activations, inputs and temporaries
+    "forward_peak_bytes",         // each phase's peak over every step
+    "backward_peak_bytes",
+    "optimizer_peak_bytes",
     "leak_bytes_per_step",  // growth of allocated memory per step after the second; empty if none
     "oom_retries",          // allocator retries (CUDA) at failure
     "oom_gap_bytes",        // reserved minus allocated at failure

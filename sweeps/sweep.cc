@@ -59,6 +59,7 @@ nlohmann::json point_columns(const Point& p) {
   j["checkpointing"] = p.checkpointing;
   j["accumulation"] = p.accumulation;
   j["optimizer"] = p.optimizer;
+  j["use_cache"] = p.use_cache ? 1 : 0;
   j["alloc_conf"] = p.alloc_conf;
   j["steps"] = p.steps;
   j["warmup_steps"] = p.warmup_steps;

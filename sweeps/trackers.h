@@ -5,21 +5,39 @@
 // c10::OutOfMemoryError past the point's budget, so OOM behaves on the CPU as on a GPU.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
 
 namespace sweep {
 
+// What memory holds by kind, kept current by the burst (weights after the build, gradients
+// after each accumulation, optimizer state around each step).
+struct Ledger {
+  std::atomic<int64_t> weights{0}, grads{0}, optimizer{0};
+};
+// The ledger as it stood at a peak.
+struct Breakdown {
+  int64_t weights = 0, grads = 0, optimizer = 0;
+};
+
 class MemoryTracker {
  public:
   virtual ~MemoryTracker() = default;
+  // The ledger to read at peaks. The CPU tracker copies it at every new peak, so
+  // peak_breakdown() is exact; the CUDA allocator reports no per-allocation event, so there
+  // it is the ledger as it stood when the peaks were last reset (a phase's start).
+  virtual void set_ledger(const Ledger* ledger) { ledger_ = ledger; }
+  virtual Breakdown peak_breakdown() { return at_reset_; }
   virtual int64_t allocated() = 0;  // bytes held by live tensors now
   virtual int64_t reserved() = 0;   // bytes the allocator holds now (>= allocated)
   // Peaks since the last reset_peaks().
   virtual int64_t peak_allocated() = 0;
   virtual int64_t peak_reserved() = 0;
   virtual void reset_peaks() = 0;
+  // Call after reset_peaks(): remembers the ledger for trackers without per-peak snapshots.
+  void note_reset() { at_reset_ = read_ledger(); }
   // Whole-device use now (CUDA: total - free, context included; CPU: resident set size).
   virtual int64_t device_used() = 0;
   // Caps what the allocator may hold (0 = no cap).
@@ -37,6 +55,16 @@ class MemoryTracker {
   // where there is no allocator history (the CPU).
   virtual bool record_history(const std::string& /*prefix*/) { return false; }
   virtual void write_snapshot(const std::string& /*path*/) {}
+  // Stops recording the allocator history (before the timed steps, which it would slow).
+  virtual void stop_history() {}
+
+ protected:
+  Breakdown read_ledger() const {
+    if (!ledger_) return {};
+    return {ledger_->weights.load(), ledger_->grads.load(), ledger_->optimizer.load()};
+  }
+  const Ledger* ledger_ = nullptr;
+  Breakdown at_reset_;
 };
 
 // Installs the tracking allocator as c10's CPU allocator (once per process) and returns a

@@ -11,6 +11,7 @@
 #include "reports/gpus.h"
 #include "sweeps/burst.h"
 #include "sweeps/env.h"
+#include "sweeps/fault.h"
 
 namespace sweep {
 namespace {
@@ -44,6 +45,13 @@ nlohmann::json to_record(const Measurement& m) {
   j["peak_reserved_bytes"] = m.peak_reserved_bytes;
   j["device_used_bytes"] = m.device_used_bytes;
   j["peak_phase"] = m.peak_phase;
+  j["at_peak_weights_bytes"] = m.at_peak_weights_bytes;
+  j["at_peak_grads_bytes"] = m.at_peak_grads_bytes;
+  j["at_peak_optimizer_bytes"] = m.at_peak_optimizer_bytes;
+  j["at_peak_activations_bytes"] = m.at_peak_activations_bytes;
+  put(j, "forward_peak_bytes", m.forward_peak_bytes);
+  put(j, "backward_peak_bytes", m.backward_peak_bytes);
+  put(j, "optimizer_peak_bytes", m.optimizer_peak_bytes);
   put(j, "leak_bytes_per_step", m.leak_bytes_per_step);
   put(j, "oom_retries", m.oom_retries);
   put(j, "oom_gap_bytes", m.oom_gap_bytes);
@@ -83,11 +91,22 @@ int worker_main(const std::string& point_json, int result_fd) {
       timer = make_cpu_timer();
     }
     const DeviceInfo dev = query_device(p.device);
-    // --snapshot: the runner names the file prefix; CUDA records the allocator history.
+    // --snapshot: the runner names the file prefix; CUDA records the allocator history of
+    // the build and the warm-up steps, and stops before the timed steps, which recording
+    // stacks would slow down. An OOM in the timed steps still writes PREFIX.oom.pickle: the
+    // allocator's segments and blocks then, without the history.
     const char* snapshot = std::getenv("SWEEP_SNAPSHOT");
     const bool recording = snapshot && *snapshot && mem->record_history(snapshot);
-    const Measurement m = run_burst(p, *mem, *timer, fault);
-    if (recording) mem->write_snapshot(std::string(snapshot) + ".pickle");
+    BurstHooks hooks = fault_hooks(fault);
+    bool written = false;
+    if (recording)
+      hooks.after_warmup = [&] {
+        mem->write_snapshot(std::string(snapshot) + ".pickle");
+        mem->stop_history();
+        written = true;
+      };
+    const Measurement m = run_burst(p, *mem, *timer, hooks);
+    if (recording && !written) mem->write_snapshot(std::string(snapshot) + ".pickle");
     record = to_record(m);
     // MFU against the card's dense peak for the precision; unknown cards leave it empty.
     if (const auto* gpu = p.device == "cuda" ? reports::find_gpu(dev.name) : nullptr; gpu && m.tflops)

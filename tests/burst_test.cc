@@ -5,6 +5,7 @@
 #include "models/zoo.h"
 #include "sweeps/burst.h"
 #include "sweeps/checkpoint.h"
+#include "sweeps/fault.h"
 #include "sweeps/optim.h"
 #include "sweeps/precision.h"
 
@@ -26,7 +27,7 @@ Point tiny(int64_t batch = 4) {
 Measurement burst(const Point& p) {
   static auto mem = make_cpu_tracker();
   static auto timer = make_cpu_timer();
-  auto m = run_burst(p, *mem, *timer, Fault{});
+  auto m = run_burst(p, *mem, *timer);
   EXPECT_EQ(m.status, "ok") << m.message;
   return m;
 }
@@ -101,7 +102,7 @@ TEST(Burst, OomInEachPhaseIsRecordedWithThatPhase) {
     Fault f;
     f.kind = "oom";
     f.phase = phase;
-    auto m = run_burst(tiny(), *mem, *timer, f);
+    auto m = run_burst(tiny(), *mem, *timer, fault_hooks(f));
     EXPECT_EQ(m.status, "oom") << phase;
     EXPECT_EQ(m.phase, phase);
   }

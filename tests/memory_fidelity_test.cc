@@ -1,0 +1,112 @@
+// Memory fidelity on the CPU: our bursts' peak allocated bytes (overall and per phase)
+// against PyTorch + transformers' at the same points, measured with torch.profiler's memory
+// events by tests/fixtures/make_memory_fixtures.py (tests/fixtures/memory_fidelity.json).
+// The bar is 1% for every case; the table printed for each family shows both sides.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "models/zoo.h"
+#include "sweeps/burst.h"
+
+namespace sweep {
+namespace {
+
+constexpr double kTolerance = 0.01;
+
+const nlohmann::json& fixture() {
+  static const nlohmann::json j = [] {
+    std::ifstream in(SWEEP_SOURCE_DIR "/tests/fixtures/memory_fidelity.json");
+    return nlohmann::json::parse(in);
+  }();
+  return j;
+}
+
+Point point_of(const nlohmann::json& c) {
+  Point p;
+  p.model = c.at("model");
+  p.family = models::find_model(p.model)->family;
+  p.mode = c.at("mode");
+  p.batch = c.at("batch");
+  p.seq = c.value("seq", 0);
+  p.target_seq = c.value("target_seq", 0);
+  p.audio_s = c.value("audio_s", 0.0);
+  p.precision = c.at("precision");
+  p.checkpointing = c.at("checkpointing");
+  p.accumulation = c.at("accumulation");
+  p.optimizer = c.at("optimizer");
+  p.use_cache = c.at("use_cache");
+  const auto& steps = fixture().at("steps");
+  p.steps = steps.at("steps");
+  p.warmup_steps = steps.at("warmup");
+  p.repetitions = steps.at("repetitions");
+  p.seed = steps.at("seed");
+  return p;
+}
+
+class MemoryFidelity : public testing::TestWithParam<std::string> {};
+
+TEST_P(MemoryFidelity, PeaksWithinOnePercentOfTransformers) {
+  static auto mem = make_cpu_tracker();
+  static auto timer = make_cpu_timer();
+  int cases = 0, failures = 0;
+  double worst = 0;
+  std::printf("%-44s %12s %12s %8s  %s\n", "case", "sweep", "transformers", "error",
+              "phase errors (forward/backward/optimizer)");
+  // SWEEP_FIDELITY_CASE=N runs only the family's N-th case (with SWEEP_TRACE_ALLOC, to compare
+  // its allocations with make_memory_fixtures.py --only MODEL --case N --trace FILE).
+  const char* only = std::getenv("SWEEP_FIDELITY_CASE");
+  int index = -1;
+  for (const auto& c : fixture().at("cases")) {
+    if (c.at("model") != GetParam()) continue;
+    if (++index, only && *only && std::atoi(only) != index) continue;
+    const Point p = point_of(c);
+    const int64_t base = mem->allocated();
+    const Measurement m = run_burst(p, *mem, *timer);
+    ASSERT_EQ(m.status, "ok") << p.label() << ": " << m.message;
+    auto error = [](int64_t ours, int64_t ref) {
+      return ref ? static_cast<double>(ours - ref) / static_cast<double>(ref) : 0.0;
+    };
+    const int64_t ref = c.at("peak_bytes");
+    const double e = error(m.peak_allocated_bytes - base, ref);
+    std::string phases;
+    bool phase_ok = true;
+    const auto& ref_phases = c.at("phase_peak_bytes");
+    for (auto [name, ours] : {std::pair{"forward", m.forward_peak_bytes},
+                              std::pair{"backward", m.backward_peak_bytes},
+                              std::pair{"optimizer", m.optimizer_peak_bytes}}) {
+      if (!ref_phases.contains(name)) continue;
+      const double pe = ours ? error(*ours - base, ref_phases.at(name)) : -1.0;
+      phase_ok = phase_ok && std::abs(pe) <= kTolerance;
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%s%+.2f%%", phases.empty() ? "" : " ", 100 * pe);
+      phases += buf;
+    }
+    const bool ok = std::abs(e) <= kTolerance && phase_ok;
+    std::printf("%-44s %12lld %12lld %+7.2f%%  %s%s\n", p.label().c_str(),
+                static_cast<long long>(m.peak_allocated_bytes - base), static_cast<long long>(ref),
+                100 * e, phases.c_str(), ok ? "" : "  <-- over 1%");
+    EXPECT_TRUE(ok) << p.label() << ": peak " << m.peak_allocated_bytes - base
+                    << " B vs transformers " << ref << " B (" << 100 * e << "%), phases "
+                    << phases;
+    worst = std::max(worst, std::abs(e));
+    ++cases;
+    failures += ok ? 0 : 1;
+  }
+  std::printf("%s: %d cases, %d over 1%%, worst peak error %.3f%%\n", GetParam().c_str(), cases,
+              failures, 100 * worst);
+  EXPECT_GT(cases, 0) << "no fixture cases for " << GetParam();
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, MemoryFidelity,
+                         testing::Values("gpt2-test", "t5-test", "whisper-test"),
+                         [](const auto& info) {
+                           return info.param.substr(0, info.param.find('-'));
+                         });
+
+}  // namespace
+}  // namespace sweep
