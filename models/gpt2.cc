@@ -145,7 +145,7 @@ torch::Tensor GPT2LMHeadModelImpl::hidden(const torch::Tensor& input_ids, KVCach
 }
 
 torch::Tensor GPT2LMHeadModelImpl::logits(const Batch& batch) {
-  return torch::nn::functional::linear(hidden(batch.tensors[0], nullptr), wte->weight);  // (B, T, V)
+  return at::linear(hidden(batch.tensors[0], nullptr), wte->weight);  // (B, T, V)
 }
 
 torch::Tensor GPT2LMHeadModelImpl::loss(const Batch& batch) {
@@ -156,7 +156,7 @@ torch::Tensor GPT2LMHeadModelImpl::loss(const Batch& batch) {
   if (use_cache() && !(checkpointing() && is_training())) cache.emplace();
   // transformer_outputs.last_hidden_state is referenced until the function returns.
   auto last_hidden_state = hidden(batch.tensors[0], cache ? &*cache : nullptr);
-  auto logits = torch::nn::functional::linear(last_hidden_state, wte->weight);  // (B, T, V)
+  auto logits = at::linear(last_hidden_state, wte->weight);  // (B, T, V)
   // ForCausalLMLoss: upcast (a (B, T, V) fp32 copy under mixed precision, next to the half
   // logits), then shift the labels left.
   auto upcast = logits.to(torch::kFloat);

@@ -83,6 +83,15 @@ class KVCache {
   std::vector<torch::Tensor> keys_, values_;
 };
 
+// torch.nn.functional.linear as Python calls it: at::linear (addmm on the folded batch when
+// there is a bias). LibTorch's C++ torch::nn::Linear and F::linear are an older composite
+// (matmul, then an in-place bias add) whose backward runs other kernels in another order,
+// so every linear layer of the zoo goes through this.
+inline torch::Tensor linear(const torch::nn::Linear& layer, const torch::Tensor& x) {
+  return at::linear(x, layer->weight,
+                    layer->bias.defined() ? std::optional<at::Tensor>(layer->bias) : std::nullopt);
+}
+
 // FLOPs of a (rows x inner) @ (inner x cols) matmul: one multiply and one add each.
 inline double matmul_flops(double rows, double inner, double cols) { return 2 * rows * inner * cols; }
 

@@ -11,7 +11,7 @@
 namespace sweep::models {
 namespace {
 
-torch::nn::Linear linear(torch::nn::Module& parent, const std::string& name, int64_t in,
+torch::nn::Linear make_linear(torch::nn::Module& parent, const std::string& name, int64_t in,
                          int64_t out, double std) {
   auto l = parent.register_module(name, torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)));
   torch::NoGradGuard no_grad;
@@ -90,10 +90,10 @@ T5AttentionImpl::T5AttentionImpl(const T5Config& c, bool has_relative_attention_
     : c_(c), decoder_self_(decoder_self) {
   const int64_t d = c.d_model, inner = c.num_heads * c.d_kv;
   // Hugging Face's T5 initialisation (initializer_factor 1).
-  q = linear(*this, "q", d, inner, std::pow(static_cast<double>(d * c.d_kv), -0.5));
-  k = linear(*this, "k", d, inner, std::pow(static_cast<double>(d), -0.5));
-  v = linear(*this, "v", d, inner, std::pow(static_cast<double>(d), -0.5));
-  o = linear(*this, "o", inner, d, std::pow(static_cast<double>(inner), -0.5));
+  q = make_linear(*this, "q", d, inner, std::pow(static_cast<double>(d * c.d_kv), -0.5));
+  k = make_linear(*this, "k", d, inner, std::pow(static_cast<double>(d), -0.5));
+  v = make_linear(*this, "v", d, inner, std::pow(static_cast<double>(d), -0.5));
+  o = make_linear(*this, "o", inner, d, std::pow(static_cast<double>(inner), -0.5));
   if (has_relative_attention_bias) {
     relative_attention_bias = register_module(
         "relative_attention_bias", torch::nn::Embedding(c.relative_attention_num_buckets, c.num_heads));
@@ -123,11 +123,11 @@ std::pair<torch::Tensor, torch::Tensor> T5AttentionImpl::forward(
   // T5Attention.forward
   const int64_t B = hidden_states.size(0), Tq = hidden_states.size(1);
   const bool is_cross_attention = key_value_states.defined();
-  auto query_states = q(hidden_states).view({B, Tq, -1, c_.d_kv}).transpose(1, 2);
+  auto query_states = linear(q, hidden_states).view({B, Tq, -1, c_.d_kv}).transpose(1, 2);
   const torch::Tensor& current_states = is_cross_attention ? key_value_states : hidden_states;
   const int64_t Tk = current_states.size(1);
-  auto key_states = k(current_states).view({B, Tk, -1, c_.d_kv}).transpose(1, 2);
-  auto value_states = v(current_states).view({B, Tk, -1, c_.d_kv}).transpose(1, 2);
+  auto key_states = linear(k, current_states).view({B, Tk, -1, c_.d_kv}).transpose(1, 2);
+  auto value_states = linear(v, current_states).view({B, Tk, -1, c_.d_kv}).transpose(1, 2);
   if (cache) std::tie(key_states, value_states) = cache->update(key_states, value_states);
   if (!position_bias.defined()) {
     if (!relative_attention_bias) {
@@ -166,7 +166,7 @@ std::pair<torch::Tensor, torch::Tensor> T5AttentionImpl::forward(
     attn_output = out.transpose(1, 2).contiguous();
   }
   attn_output = attn_output.reshape({B, Tq, -1}).contiguous();
-  attn_output = o(attn_output);
+  attn_output = linear(o, attn_output);
   return {attn_output, position_bias};
 }
 
@@ -188,8 +188,8 @@ T5BlockImpl::T5BlockImpl(const T5Config& c, bool has_relative_attention_bias, bo
   }
   auto ff_layer = std::make_shared<torch::nn::Module>();
   auto dense = holder(*ff_layer, "DenseReluDense");
-  wi = linear(*dense, "wi", c.d_model, c.d_ff, std::pow(static_cast<double>(c.d_model), -0.5));
-  wo = linear(*dense, "wo", c.d_ff, c.d_model, std::pow(static_cast<double>(c.d_ff), -0.5));
+  wi = make_linear(*dense, "wi", c.d_model, c.d_ff, std::pow(static_cast<double>(c.d_model), -0.5));
+  wo = make_linear(*dense, "wo", c.d_ff, c.d_model, std::pow(static_cast<double>(c.d_ff), -0.5));
   ff_norm = ff_layer->register_module("layer_norm", T5LayerNorm(c.d_model, c.layer_norm_epsilon));
   layer->push_back(ff_layer);
 }
@@ -229,11 +229,11 @@ std::vector<torch::Tensor> T5BlockImpl::forward(const torch::Tensor& x,
     {
       // T5DenseActDense: transformers casts the activation to wo's dtype first (under
       // autocast that is an fp32 copy, which autocast casts back for the matmul).
-      auto h = wi(forwarded_states);
+      auto h = linear(wi, forwarded_states);
       h = torch::relu(h);
       h = torch::dropout(h, c_.dropout_rate, train);
       if (h.scalar_type() != wo->weight.scalar_type()) h = h.to(wo->weight.scalar_type());
-      h = wo(h);
+      h = linear(wo, h);
       forwarded_states = h;
     }
     hidden_states = hidden_states + torch::dropout(forwarded_states, c_.dropout_rate, train);
@@ -341,7 +341,7 @@ T5ForConditionalGenerationImpl::Output T5ForConditionalGenerationImpl::forward(c
                                           o.self_cache.get(), o.cross_cache.get());
   // Tied embeddings: rescale by d_model^-0.5 before the LM head (scale_decoder_outputs).
   o.sequence_output = o.decoder_last_hidden_state * std::pow(static_cast<double>(c_.d_model), -0.5);
-  o.lm_logits = torch::nn::functional::linear(o.sequence_output, shared->weight);  // (B, T, V)
+  o.lm_logits = at::linear(o.sequence_output, shared->weight);  // (B, T, V)
   return o;
 }
 

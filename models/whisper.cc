@@ -17,7 +17,7 @@ M init_normal(M m) {
   return m;
 }
 
-torch::nn::Linear linear(torch::nn::Module& parent, const std::string& name, int64_t in,
+torch::nn::Linear make_linear(torch::nn::Module& parent, const std::string& name, int64_t in,
                          int64_t out, bool bias = true) {
   return init_normal(
       parent.register_module(name, torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias))));
@@ -40,13 +40,13 @@ torch::Tensor sinusoids(int64_t length, int64_t channels) {
 WhisperEncoderLayerImpl::WhisperEncoderLayerImpl(const WhisperConfig& c) : c_(c) {
   const int64_t d = c.d_model;
   auto attn = holder(*this, "self_attn");
-  k_proj = linear(*attn, "k_proj", d, d, /*bias=*/false);
-  v_proj = linear(*attn, "v_proj", d, d);
-  q_proj = linear(*attn, "q_proj", d, d);
-  out_proj = linear(*attn, "out_proj", d, d);
+  k_proj = make_linear(*attn, "k_proj", d, d, /*bias=*/false);
+  v_proj = make_linear(*attn, "v_proj", d, d);
+  q_proj = make_linear(*attn, "q_proj", d, d);
+  out_proj = make_linear(*attn, "out_proj", d, d);
   self_attn_layer_norm = layer_norm(*this, "self_attn_layer_norm", d);
-  fc1 = linear(*this, "fc1", d, c.encoder_ffn_dim);
-  fc2 = linear(*this, "fc2", c.encoder_ffn_dim, d);
+  fc1 = make_linear(*this, "fc1", d, c.encoder_ffn_dim);
+  fc2 = make_linear(*this, "fc2", c.encoder_ffn_dim, d);
   final_layer_norm = layer_norm(*this, "final_layer_norm", d);
 }
 
@@ -63,12 +63,12 @@ torch::Tensor WhisperEncoderLayerImpl::forward(const torch::Tensor& x) {
     // WhisperAttention.forward (self-attention): the query is scaled before the product
     // (Whisper's order), so SDPA runs with scale 1.
     const int64_t B = hidden_states.size(0), T = hidden_states.size(1);
-    auto query_states = q_proj(hidden_states);
+    auto query_states = linear(q_proj, hidden_states);
     query_states = query_states * std::pow(static_cast<double>(hd), -0.5);
     query_states = query_states.view({B, T, -1, hd}).transpose(1, 2).contiguous();
-    auto key_states = k_proj(hidden_states);
+    auto key_states = linear(k_proj, hidden_states);
     key_states = key_states.view({B, -1, H, hd}).transpose(1, 2).contiguous();
-    auto value_states = v_proj(hidden_states);
+    auto value_states = linear(v_proj, hidden_states);
     value_states = value_states.view({B, -1, H, hd}).transpose(1, 2).contiguous();
     // sdpa_attention_forward
     auto out = at::scaled_dot_product_attention(query_states, key_states, value_states,
@@ -79,7 +79,7 @@ torch::Tensor WhisperEncoderLayerImpl::forward(const torch::Tensor& x) {
     out = out.transpose(1, 2).contiguous();
     auto attn_output = out.reshape({B, T, -1}).contiguous();
     out = torch::Tensor();
-    attn_output = out_proj(attn_output);
+    attn_output = linear(out_proj, attn_output);
     hidden_states = attn_output;
   }
   hidden_states = torch::dropout(hidden_states, c_.dropout, train);
@@ -87,9 +87,9 @@ torch::Tensor WhisperEncoderLayerImpl::forward(const torch::Tensor& x) {
   auto residual2 = hidden_states;
   hidden_states = final_layer_norm(hidden_states);
   // One Python statement: the norm's output is released only after the activation exists.
-  hidden_states = torch::gelu(fc1(hidden_states));
+  hidden_states = torch::gelu(linear(fc1, hidden_states));
   hidden_states = torch::dropout(hidden_states, c_.activation_dropout, train);
-  hidden_states = fc2(hidden_states);
+  hidden_states = linear(fc2, hidden_states);
   hidden_states = torch::dropout(hidden_states, c_.dropout, train);
   hidden_states = residual2 + hidden_states;
   if (hidden_states.scalar_type() == torch::kHalf)
@@ -116,8 +116,8 @@ WhisperForAudioClassificationImpl::WhisperForAudioClassificationImpl(const Whisp
   layers = encoder->register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.encoder_layers; ++i) layers->push_back(WhisperEncoderLayer(c));
   layer_norm = ::sweep::models::layer_norm(*encoder, "layer_norm", d);
-  projector = linear(*this, "projector", d, c.classifier_proj_size);
-  classifier = linear(*this, "classifier", c.classifier_proj_size, c.num_labels);
+  projector = make_linear(*this, "projector", d, c.classifier_proj_size);
+  classifier = make_linear(*this, "classifier", c.classifier_proj_size, c.num_labels);
 }
 
 int64_t WhisperForAudioClassificationImpl::frames(double audio_s) {
@@ -153,18 +153,18 @@ torch::Tensor WhisperForAudioClassificationImpl::encode(const torch::Tensor& inp
 
 torch::Tensor WhisperForAudioClassificationImpl::logits(const Batch& batch) {
   auto encoder_output = encode(batch.tensors[0]);
-  auto hidden_states = projector(encoder_output);
+  auto hidden_states = linear(projector, encoder_output);
   auto pooled_output = hidden_states.mean(1);  // (B, 256)
-  return classifier(pooled_output);
+  return linear(classifier, pooled_output);
 }
 
 torch::Tensor WhisperForAudioClassificationImpl::loss(const Batch& batch) {
   // WhisperForAudioClassification.forward: encoder_outputs (its last hidden state) and the
   // locals stay alive until the loss is computed.
   auto encoder_output = encode(batch.tensors[0]);
-  auto hidden_states = projector(encoder_output);
+  auto hidden_states = linear(projector, encoder_output);
   auto pooled_output = hidden_states.mean(1);  // (B, 256)
-  auto logits = classifier(pooled_output);
+  auto logits = linear(classifier, pooled_output);
   return torch::nn::functional::cross_entropy(logits.view({-1, c_.num_labels}),
                                               batch.tensors[1].view({-1}));
 }

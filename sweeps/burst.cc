@@ -33,7 +33,9 @@ int64_t grad_bytes(const std::vector<torch::Tensor>& params) {
 // peak with the ledger as it stood then. Reads only allocator counters (no device sync).
 class PeakMeter {
  public:
-  PeakMeter(MemoryTracker& mem, const BurstHooks& hooks) : mem_(mem), hooks_(hooks) {}
+  PeakMeter(MemoryTracker& mem, const BurstHooks& hooks) : mem_(mem), hooks_(hooks) {
+    mem_.reset_peaks();  // forget what came before the burst (an earlier one in this process)
+  }
   // Closes the current phase and returns its peak allocated bytes.
   int64_t enter(const std::string& phase) {
     const int64_t closed = close();

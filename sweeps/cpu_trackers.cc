@@ -119,6 +119,10 @@ class CpuTracker final : public MemoryTracker {
 
 }  // namespace
 
+void trace_alloc_note(const std::string& note) {
+  if (FILE* t = TrackingCpuAllocator::trace()) std::fprintf(t, "# %s\n", note.c_str());
+}
+
 std::unique_ptr<MemoryTracker> make_cpu_tracker() {
   static std::once_flag once;
   // Priority above c10's default (0) so that every CPU tensor from now on is tracked.

@@ -70,6 +70,8 @@ class MemoryTracker {
 // Installs the tracking allocator as c10's CPU allocator (once per process) and returns a
 // tracker reading it. Later calls return trackers over the same counters.
 std::unique_ptr<MemoryTracker> make_cpu_tracker();
+// With SWEEP_TRACE_ALLOC set: writes "# NOTE" into the allocation trace (a phase change, say).
+void trace_alloc_note(const std::string& note);
 // Tracker over the CUDA caching allocator of the current device. Compiled on every build
 // (the torch wheel is a CUDA build); only called when a GPU is present.
 std::unique_ptr<MemoryTracker> make_cuda_tracker();

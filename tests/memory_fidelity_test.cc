@@ -66,7 +66,9 @@ TEST_P(MemoryFidelity, PeaksWithinOnePercentOfTransformers) {
     if (++index, only && *only && std::atoi(only) != index) continue;
     const Point p = point_of(c);
     const int64_t base = mem->allocated();
-    const Measurement m = run_burst(p, *mem, *timer);
+    BurstHooks hooks;
+    hooks.on_phase = [](const std::string& phase, MemoryTracker&) { trace_alloc_note(phase); };
+    const Measurement m = run_burst(p, *mem, *timer, hooks);
     ASSERT_EQ(m.status, "ok") << p.label() << ": " << m.message;
     auto error = [](int64_t ours, int64_t ref) {
       return ref ? static_cast<double>(ours - ref) / static_cast<double>(ref) : 0.0;
