@@ -190,7 +190,7 @@ Measurement run_burst(const Point& p, MemoryTracker& mem, StepTimer& timer, cons
       if (train) {
         meter.enter("optimizer");
         if (scaler) {
-          if (!scaler->step(*opt)) ++m.skipped_steps;
+          scaler->step(*opt);
           scaler->update();
         } else {
           opt->step();
@@ -227,6 +227,7 @@ Measurement run_burst(const Point& p, MemoryTracker& mem, StepTimer& timer, cons
     benchmark::ClearRegisteredBenchmarks();
     if (failure) std::rethrow_exception(failure);
     meter.close();
+    if (scaler) m.skipped_steps = scaler->skipped_steps();  // after the timed steps: may sync
 
     m.step_ms_samples = collector.samples;
     if (collector.samples.size() == 1) {
