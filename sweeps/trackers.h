@@ -24,6 +24,9 @@ class MemoryTracker {
   virtual int64_t device_used() = 0;
   // Caps what the allocator may hold (0 = no cap).
   virtual void set_budget(int64_t bytes) = 0;
+  // The allocator settings string the allocator parsed from the environment (CUDA); empty
+  // where there is none (the CPU).
+  virtual std::string allocator_settings() { return ""; }
   // Allocator retries so far (CUDA: cudaMalloc retried after freeing cached blocks).
   virtual int64_t alloc_retries() { return 0; }
   // Reserved minus allocated bytes at the moment of the last out-of-memory failure, taken
@@ -42,8 +45,9 @@ class MemoryTracker {
 // Installs the tracking allocator as c10's CPU allocator (once per process) and returns a
 // tracker reading it. Later calls return trackers over the same counters.
 std::unique_ptr<MemoryTracker> make_cpu_tracker();
-// Tracker over the CUDA caching allocator of the current device. Compiled on every build
-// (the torch wheel is a CUDA build); only called when a GPU is present.
+// Tracker over the CUDA caching allocator of the current device. Initialises CUDA (as the
+// first CUDA tensor would) before any allocator call. Compiled on every build (the torch wheel
+// is a CUDA build); only called when a GPU is present.
 std::unique_ptr<MemoryTracker> make_cuda_tracker();
 
 // Times one step: CUDA events on the current stream on a GPU, a steady clock on the CPU.
