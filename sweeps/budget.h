@@ -17,10 +17,13 @@ namespace sweep {
 
 // What a fresh CUDA process sees on one GPU (from `sweep worker --probe-device`).
 struct HostGpu {
-  std::string index;            // as in CUDA_VISIBLE_DEVICES
+  std::string index;            // the GPU's CUDA_VISIBLE_DEVICES entry
   std::string name;
   int64_t total_bytes = 0;      // cudaMemGetInfo total
-  int64_t context_bytes = 0;    // used on the device, less the caching allocator's reservation
+  // This process's device memory outside the caching allocator after a representative
+  // training step (context, loaded kernels, library handles), other processes excluded.
+  int64_t context_bytes = 0;
+  int64_t other_bytes = 0;      // used by other processes when the probe started
 };
 
 struct Budget {
@@ -35,14 +38,20 @@ struct Budget {
 inline constexpr double kSameCardTolerance = 0.05;
 
 // Pure: the budget for `device` ("cpu" | "cuda"); `gpus` are the probed GPUs (cuda only).
-// Throws ConfigError (the config's gpu line) when a GPU is smaller than the target.
+// Throws ConfigError at the config's line when a GPU is smaller than the target card, or than
+// an explicit budget_gib: a cap cannot add memory.
 Budget resolve_budget(const Config& cfg, const std::string& device, const std::vector<HostGpu>& gpus);
 
-// Starts `exe worker --probe-device` once per GPU index and reads what it reports.
-std::vector<HostGpu> probe_gpus(const std::string& exe, const std::vector<std::string>& indices);
+// Starts `exe worker --probe-device` once per GPU, each with CUDA_VISIBLE_DEVICES set to the
+// GPU's entry (as its workers get), and reads what it reports.
+std::vector<HostGpu> probe_gpus(const std::string& exe, const std::vector<std::string>& devices);
 
-// The worker side: initialises CUDA, cuBLAS and a small matmul on the visible GPU, then prints
-// a HostGpu as JSON on stdout. Returns the exit code.
+// The worker side (`worker --probe-device`), on the one visible GPU: creates the CUDA context,
+// has a second fresh process (`worker --probe-context`) report the device's use with one more
+// bare context, runs a tiny training burst of each family in each precision with each
+// optimizer, and prints a HostGpu as JSON on stdout. Returns the exit code.
 int probe_device_main();
+// `worker --probe-context`: creates a bare CUDA context and prints the device's used bytes.
+int probe_context_main();
 
 }  // namespace sweep

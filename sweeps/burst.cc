@@ -277,7 +277,7 @@ Measurement run_burst(const Point& p, MemoryTracker& mem, StepTimer& timer,
       if (w.train) {
         meter.enter("optimizer");
         if (w.scaler) {
-          if (!w.scaler->step(*w.opt)) ++m.skipped_steps;
+          w.scaler->step(*w.opt);
           w.scaler->update();
         } else {
           w.opt->step();
@@ -300,6 +300,7 @@ Measurement run_burst(const Point& p, MemoryTracker& mem, StepTimer& timer,
     // The loss is read once, after the timed steps: a read per micro-batch would add a device
     // sync to every step that the reference loop does not have.
     if (last_loss.defined()) m.loss = last_loss.item<double>() * static_cast<double>(w.k);
+    if (w.scaler) m.skipped_steps = w.scaler->skipped_steps();  // after the timed steps: may sync
     throughput(p, w, m);
     // Leak: allocated memory after each step still growing after the second step.
     const auto& a = allocated_after;

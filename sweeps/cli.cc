@@ -40,6 +40,9 @@ int guarded(F&& fn) {
     std::cerr << "error: " << e.located() << "\n";
     if (!e.hint().empty()) std::cerr << "hint: " << e.hint() << "\n";
     return 2;
+  } catch (const std::exception& e) {  // e.g. a GPU probe that failed: no user error, no trace
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
   }
 }
 
@@ -79,11 +82,16 @@ void register_commands(CLI::App& app, int& exit_code) {
   auto* worker = app.add_subcommand("worker", "Run one point (internal)");
   worker->group("");  // hidden from --help
   auto probe = std::make_shared<bool>(false);
+  auto probe_context = std::make_shared<bool>(false);
   worker->add_option("--point", *point);
   worker->add_option("--result-fd", *fd);
   worker->add_flag("--probe-device", *probe, "Report the GPU's memory and context size as JSON");
-  worker->callback([point, fd, probe, &exit_code] {
-    exit_code = *probe ? probe_device_main() : worker_main(*point, *fd);
+  worker->add_flag("--probe-context", *probe_context,
+                   "Report the GPU's used bytes with a bare CUDA context of this process");
+  worker->callback([point, fd, probe, probe_context, &exit_code] {
+    exit_code = *probe           ? probe_device_main()
+                : *probe_context ? probe_context_main()
+                                 : worker_main(*point, *fd);
   });
 }
 

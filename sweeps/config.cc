@@ -235,7 +235,10 @@ Config load_config(const std::string& path) {
       if (v["name"]) g.name = c.scalar(v["name"], "gpu.name");
       if (v["context_gib"]) g.context_gib = c.number(v["context_gib"], "gpu.context_gib", 0);
       cfg.gpu = g;
-    } else if (key == "budget_gib") cfg.budget_gib = c.number(v, key, 0);
+    } else if (key == "budget_gib") {
+      cfg.budget_gib = c.number(v, key, 0);
+      cfg.budget_line = v.Mark().line + 1;
+    }
     else if (key == "timeout_s") cfg.timeout_s = c.number(v, key, 0.1);
     else if (key == "steps") cfg.steps = static_cast<int>(c.integer(v, key, 1));
     else if (key == "warmup_steps") cfg.warmup_steps = static_cast<int>(c.integer(v, key, 0));

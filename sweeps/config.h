@@ -62,6 +62,7 @@ struct Config {
   std::string out;              // output directory ("" = results/<name>)
   std::optional<GpuTarget> gpu;
   double budget_gib = 0;  // explicit per-point memory budget (0 = none)
+  int budget_line = 0;    // where budget_gib was set
   double timeout_s = 600;
   int steps = 3;
   int warmup_steps = 1;

@@ -8,6 +8,9 @@
 #include <chrono>
 #include <ctime>
 #include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <vector>
 #include <unistd.h>
 
 namespace sweep {
@@ -27,6 +30,21 @@ int cuda_device_count() {
     return 0;
   }
   return n;
+}
+
+std::string visible_device(const char* visible, std::size_t index) {
+  if (!visible) return std::to_string(index);
+  std::vector<std::string> entries;
+  std::stringstream in(visible);
+  for (std::string item; std::getline(in, item, ',');) {
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    entries.push_back(item);
+  }
+  if (index >= entries.size())
+    throw std::out_of_range("CUDA_VISIBLE_DEVICES='" + std::string(visible) + "' has no entry " +
+                            std::to_string(index));
+  return entries[index];
 }
 
 DeviceInfo query_device(const std::string& device) {

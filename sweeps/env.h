@@ -2,6 +2,7 @@
 // (STYLE.md): every row says where and with what it was measured.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -19,6 +20,11 @@ struct DeviceInfo {
 DeviceInfo query_device(const std::string& device);
 // Number of CUDA devices without creating a context on them (0 when no driver/GPU).
 int cuda_device_count();
+// The CUDA_VISIBLE_DEVICES entry that names this process's GPU `index` (what a child must be
+// given to see that GPU as its device 0): the index-th entry of `visible` (this process's
+// CUDA_VISIBLE_DEVICES: indices, UUIDs or MIG ids), or the index itself when `visible` is
+// unset. Throws std::out_of_range past the list.
+std::string visible_device(const char* visible, std::size_t index);
 std::string torch_version();
 std::string host_name();
 std::string rfc3339_now();  // "2026-11-22T12:34:56Z"

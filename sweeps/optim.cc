@@ -17,19 +17,29 @@ int64_t bytes_of(const std::vector<torch::Tensor>& ts) {
   return n;
 }
 
+// optimizer.py _default_to_fused_or_foreach (fused only when asked for): foreach where the
+// parameters are on a foreach device (CUDA), the for-loop elsewhere (the CPU).
+bool use_foreach(const std::string& impl, const torch::Tensor& param) {
+  TORCH_CHECK(impl.empty() || impl == "for-loop" || impl == "foreach", "unknown optimizer impl '",
+              impl, "'");
+  return impl.empty() ? param.is_cuda() : impl == "foreach";
+}
+
 class AdamW final : public Optimizer {
  public:
-  AdamW(std::vector<torch::Tensor> params, double lr, double wd, bool fused)
-      : Optimizer(std::move(params)), lr_(lr), wd_(wd), fused_(fused) {}
+  AdamW(std::vector<torch::Tensor> params, double lr, double wd, bool fused, std::string impl)
+      : Optimizer(std::move(params)), lr_(lr), wd_(wd), fused_(fused), impl_(std::move(impl)),
+        exp_avg_(params_.size()), exp_avg_sq_(params_.size()), steps_(params_.size()) {}
   bool takes_amp_scaling() const override { return fused_; }
   int64_t state_bytes() const override { return bytes_of(exp_avg_) + bytes_of(exp_avg_sq_); }
 
   void step(const torch::Tensor& grad_scale, const torch::Tensor& found_inf) override {
     torch::NoGradGuard no_grad;
+    // adam.py Adam._init_group: parameters with a gradient, their state created on first use.
     std::vector<torch::Tensor> p, g, m, v, s;
     for (std::size_t i = 0; i < params_.size(); ++i) {
       if (!params_[i].grad().defined()) continue;
-      if (exp_avg_.size() < params_.size()) init_state();
+      if (!steps_[i].defined()) init_state(i);
       p.push_back(params_[i]);
       g.push_back(params_[i].grad());
       m.push_back(exp_avg_[i]);
@@ -37,35 +47,39 @@ class AdamW final : public Optimizer {
       s.push_back(steps_[i]);
     }
     if (p.empty()) return;
-    if (fused_) {
-      at::_fused_adamw_(p, g, m, v, /*max_exp_avg_sqs=*/{}, s, lr_, kBeta1, kBeta2, wd_, kEps,
-                        /*amsgrad=*/false, /*maximize=*/false,
-                        grad_scale.defined() ? std::optional<at::Tensor>(grad_scale) : std::nullopt,
-                        found_inf.defined() ? std::optional<at::Tensor>(found_inf) : std::nullopt);
-    } else if (p[0].is_cuda()) {
-      multi_tensor(p, g, m, v, s);
-    } else {
-      single_tensor(p, g, m, v, s);
-    }
+    if (fused_) fused(p, g, m, v, s, grad_scale, found_inf);
+    else if (use_foreach(impl_, p[0])) multi_tensor(p, g, m, v, s);
+    else single_tensor(p, g, m, v, s);
   }
 
  private:
   static constexpr double kBeta1 = 0.9, kBeta2 = 0.999, kEps = 1e-8;
 
-  void init_state() {
-    exp_avg_.clear();
-    exp_avg_sq_.clear();
-    steps_.clear();
-    for (const auto& q : params_) {
-      exp_avg_.push_back(torch::zeros_like(q, at::MemoryFormat::Preserve));
-      exp_avg_sq_.push_back(torch::zeros_like(q, at::MemoryFormat::Preserve));
-      // Step counters: CPU float scalars, except fused, which keeps them on the device.
-      steps_.push_back(torch::zeros({}, torch::dtype(torch::kFloat)
-                                            .device(fused_ ? q.device() : torch::kCPU)));
-    }
+  void init_state(std::size_t i) {
+    const auto& q = params_[i];
+    // "[special device hosting for step]": a CPU float scalar, except fused (or capturable),
+    // which keeps it on the parameter's device.
+    steps_[i] = torch::zeros({}, torch::dtype(torch::kFloat).device(fused_ ? q.device() : torch::kCPU));
+    exp_avg_[i] = torch::zeros_like(q, at::MemoryFormat::Preserve);
+    exp_avg_sq_[i] = torch::zeros_like(q, at::MemoryFormat::Preserve);
   }
 
-  // torch.optim.adam._single_tensor_adam with decoupled weight decay.
+  // adam.py _fused_adam. The kernel reads the step counters but does not advance them: the
+  // counters are incremented before it, and a step the kernel skipped for found_inf is taken
+  // back after it.
+  void fused(std::vector<torch::Tensor>& p, std::vector<torch::Tensor>& g,
+             std::vector<torch::Tensor>& m, std::vector<torch::Tensor>& v,
+             std::vector<torch::Tensor>& s, const torch::Tensor& grad_scale,
+             const torch::Tensor& found_inf) {
+    at::_foreach_add_(s, 1);
+    at::_fused_adamw_(p, g, m, v, /*max_exp_avg_sqs=*/{}, s, lr_, kBeta1, kBeta2, wd_, kEps,
+                      /*amsgrad=*/false, /*maximize=*/false,
+                      grad_scale.defined() ? std::optional<at::Tensor>(grad_scale) : std::nullopt,
+                      found_inf.defined() ? std::optional<at::Tensor>(found_inf) : std::nullopt);
+    if (found_inf.defined()) at::_foreach_sub_(s, std::vector<at::Tensor>(s.size(), found_inf));
+  }
+
+  // adam.py _single_tensor_adam with decoupled weight decay.
   void single_tensor(std::vector<torch::Tensor>& p, std::vector<torch::Tensor>& g,
                      std::vector<torch::Tensor>& m, std::vector<torch::Tensor>& v,
                      std::vector<torch::Tensor>& s) {
@@ -78,16 +92,17 @@ class AdamW final : public Optimizer {
       v[i].mul_(kBeta2).addcmul_(g[i], g[i], 1 - kBeta2);
       const double step = s[i].item<double>();
       const double bc1 = 1 - std::pow(kBeta1, step), bc2 = 1 - std::pow(kBeta2, step);
-      denom = (v[i].sqrt() / std::sqrt(bc2)).add_(kEps);
+      denom = (v[i].sqrt() / std::pow(bc2, 0.5)).add_(kEps);  // Python's x**0.5
       p[i].addcdiv_(m[i], denom, -lr_ / bc1);
     }
   }
 
-  // torch.optim.adam._multi_tensor_adam (foreach), not capturable, decoupled weight decay.
+  // adam.py _multi_tensor_adam (foreach), not capturable, decoupled weight decay.
   void multi_tensor(std::vector<torch::Tensor>& p, std::vector<torch::Tensor>& g,
                     std::vector<torch::Tensor>& m, std::vector<torch::Tensor>& v,
                     std::vector<torch::Tensor>& s) {
-    at::_foreach_add_(s, 1);
+    // Counters on the CPU: adam.py adds a CPU scalar tensor (one kernel for the list).
+    at::_foreach_add_(s, torch::tensor(1.0), 1.0);
     if (wd_ != 0) at::_foreach_mul_(p, 1 - lr_ * wd_);
     at::_foreach_lerp_(m, g, 1 - kBeta1);
     at::_foreach_mul_(v, kBeta2);
@@ -96,7 +111,7 @@ class AdamW final : public Optimizer {
     for (const auto& t : s) {
       const double step = t.item<double>();
       step_size.emplace_back(-lr_ / (1 - std::pow(kBeta1, step)));
-      bc2_sqrt.emplace_back(std::sqrt(1 - std::pow(kBeta2, step)));
+      bc2_sqrt.emplace_back(std::pow(1 - std::pow(kBeta2, step), 0.5));
     }
     auto denom = at::_foreach_sqrt(v);  // a temporary the size of all parameters
     at::_foreach_div_(denom, bc2_sqrt);
@@ -106,30 +121,69 @@ class AdamW final : public Optimizer {
 
   double lr_, wd_;
   bool fused_;
-  std::vector<torch::Tensor> exp_avg_, exp_avg_sq_, steps_;
+  std::string impl_;
+  std::vector<torch::Tensor> exp_avg_, exp_avg_sq_, steps_;  // per parameter, once it has a grad
 };
 
-// torch.optim.SGD(momentum=0.9): weight decay is L2 added to the gradient.
+// torch.optim.SGD(momentum=0.9): weight decay is L2 added to the gradient (sgd.py).
 class Sgd final : public Optimizer {
  public:
-  Sgd(std::vector<torch::Tensor> params, double lr, double wd)
-      : Optimizer(std::move(params)), lr_(lr), wd_(wd), buf_(params_.size()) {}
+  Sgd(std::vector<torch::Tensor> params, double lr, double wd, std::string impl)
+      : Optimizer(std::move(params)), lr_(lr), wd_(wd), impl_(std::move(impl)),
+        buf_(params_.size()) {}
   int64_t state_bytes() const override { return bytes_of(buf_); }
   void step(const torch::Tensor&, const torch::Tensor&) override {
     torch::NoGradGuard no_grad;
-    for (std::size_t i = 0; i < params_.size(); ++i) {
+    std::vector<std::size_t> idx;  // SGD._init_group: the parameters with a gradient
+    for (std::size_t i = 0; i < params_.size(); ++i)
+      if (params_[i].grad().defined()) idx.push_back(i);
+    if (idx.empty()) return;
+    if (use_foreach(impl_, params_[idx[0]])) multi_tensor(idx);
+    else single_tensor(idx);
+  }
+
+ private:
+  static constexpr double kMomentum = 0.9;
+
+  // sgd.py _single_tensor_sgd (dampening 0, not nesterov): one parameter at a time.
+  void single_tensor(const std::vector<std::size_t>& idx) {
+    for (auto i : idx) {
       auto g = params_[i].grad();
-      if (!g.defined()) continue;
       if (wd_ != 0) g = g.add(params_[i], wd_);
-      if (!buf_[i].defined()) buf_[i] = g.clone().detach();
+      if (!buf_[i].defined()) buf_[i] = g.detach().clone();
       else buf_[i].mul_(kMomentum).add_(g);
       params_[i].add_(buf_[i], -lr_);
     }
   }
 
- private:
-  static constexpr double kMomentum = 0.9;
+  // sgd.py _multi_tensor_sgd: the weight-decayed gradients are one foreach temporary spanning
+  // every parameter, alive until the update is done.
+  void multi_tensor(const std::vector<std::size_t>& idx) {
+    std::vector<torch::Tensor> p, g, bufs;
+    bool all_have_buffers = true;
+    for (auto i : idx) {
+      p.push_back(params_[i]);
+      g.push_back(params_[i].grad());
+      all_have_buffers = all_have_buffers && buf_[i].defined();
+    }
+    if (wd_ != 0) g = at::_foreach_add(g, p, wd_);
+    if (all_have_buffers) {
+      for (auto i : idx) bufs.push_back(buf_[i]);
+      at::_foreach_mul_(bufs, kMomentum);
+      at::_foreach_add_(bufs, g, 1.0);
+    } else {
+      for (std::size_t k = 0; k < idx.size(); ++k) {
+        auto& b = buf_[idx[k]];
+        if (!b.defined()) b = g[k].detach().clone();
+        else b.mul_(kMomentum).add_(g[k], 1.0);
+        bufs.push_back(b);
+      }
+    }
+    at::_foreach_add_(p, bufs, -lr_);
+  }
+
   double lr_, wd_;
+  std::string impl_;
   std::vector<torch::Tensor> buf_;
 };
 
@@ -154,7 +208,7 @@ class Adafactor final : public Optimizer {
       if (!g.defined()) continue;
       with_grad.push_back(i);
       if (steps_[i].defined()) continue;
-      steps_[i] = torch::tensor(0.0, torch::kFloat);
+      steps_[i] = torch::zeros({}, torch::kFloat);  // torch.tensor(0.0): a CPU scalar
       if (g.dim() > 1) {
         auto rs = g.sizes().vec(), cs = g.sizes().vec();
         rs.back() = 1;
@@ -176,9 +230,9 @@ class Adafactor final : public Optimizer {
       steps_[i].add_(1);
       const double step_float = steps_[i].item<double>();
       const double one_minus_beta2_t = std::pow(step_float, kBeta2Decay);
-      const double rho_t = std::min(lr_, 1.0 / std::sqrt(step_float));
+      const double rho_t = std::min(lr_, 1.0 / std::pow(step_float, 0.5));  // Python's x**0.5
       const double alpha =
-          std::max(kEps2, param.norm(2).item<double>() / std::sqrt(double(param.numel()))) * rho_t;
+          std::max(kEps2, param.norm(2).item<double>() / std::pow(double(param.numel()), 0.5)) * rho_t;
       if (wd_ != 0) param.mul_(1 - lr_ * wd_);
       if (grad.dim() > 1) {
         row_mean = torch::norm(grad, 2, {-1}, true).square_().div_(grad.size(-1));
@@ -195,7 +249,7 @@ class Adafactor final : public Optimizer {
       update = var_estimate.clamp_(eps1 * eps1).rsqrt_();
       update.mul_(grad);
       const double denom =
-          std::max(1.0, update.norm(2).item<double>() / std::sqrt(double(update.numel())));
+          std::max(1.0, update.norm(2).item<double>() / std::pow(double(update.numel()), 0.5));
       param.add_(update, -alpha / denom);
     }
   }
@@ -221,10 +275,10 @@ std::vector<torch::Tensor> Optimizer::grads() const {
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& o,
                                           std::vector<torch::Tensor> params) {
-  if (o.name == "adamw") return std::make_unique<AdamW>(std::move(params), o.lr, o.weight_decay, false);
-  if (o.name == "adamw-fused")
-    return std::make_unique<AdamW>(std::move(params), o.lr, o.weight_decay, true);
-  if (o.name == "sgd") return std::make_unique<Sgd>(std::move(params), o.lr, o.weight_decay);
+  if (o.name == "adamw" || o.name == "adamw-fused")
+    return std::make_unique<AdamW>(std::move(params), o.lr, o.weight_decay, o.name == "adamw-fused",
+                                   o.impl);
+  if (o.name == "sgd") return std::make_unique<Sgd>(std::move(params), o.lr, o.weight_decay, o.impl);
   if (o.name == "adafactor")
     return std::make_unique<Adafactor>(std::move(params), o.lr, o.weight_decay);
   TORCH_CHECK(false, "unknown optimizer '", o.name, "'");

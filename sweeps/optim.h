@@ -1,8 +1,9 @@
-// Optimizers with PyTorch's algorithms and memory behaviour: AdamW (the for-loop
-// implementation on the CPU and the multi-tensor "foreach" one on CUDA, as torch.optim
-// picks by default, temporaries included), fused AdamW (the ATen kernel), SGD with
-// momentum 0.9, and Adafactor (torch.optim.Adafactor: factored second moments, no first
-// moment). LibTorch's own torch::optim has neither the foreach nor the fused paths.
+// Optimizers with PyTorch's algorithms and memory behaviour: AdamW and SGD with momentum 0.9
+// (the for-loop implementation on the CPU and the multi-tensor "foreach" one on CUDA, as
+// torch.optim picks by default, temporaries included), fused AdamW (the ATen kernel), and
+// Adafactor (torch.optim.Adafactor: factored second moments, no first moment; for-loop on
+// every device, as torch.optim unless foreach=True is asked for). LibTorch's own torch::optim
+// has neither the foreach nor the fused paths.
 #pragma once
 
 #include <torch/torch.h>
@@ -36,6 +37,10 @@ struct OptimizerOptions {
   std::string name = "adamw";  // adamw | adamw-fused | sgd | adafactor
   double lr = 1e-3;
   double weight_decay = 0.01;
+  // "" picks as torch.optim does by default (optimizer.py _default_to_fused_or_foreach):
+  // foreach on CUDA, the for-loop on the CPU. "for-loop" | "foreach" pin one, for AdamW and
+  // SGD (the tests check each against torch.optim on the CPU).
+  std::string impl;
 };
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& o,

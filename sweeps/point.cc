@@ -3,10 +3,30 @@
 
 #include <cstdio>
 #include <sstream>
+#include <stdexcept>
 
+#include "models/zoo.h"
 #include "sweep_version.h"
 
 namespace sweep {
+
+Point tiny_point(const std::string& model, const std::string& device, const std::string& precision,
+                 const std::string& optimizer) {
+  const auto* spec = models::find_model(model);
+  if (!spec) throw std::invalid_argument("unknown model " + model);
+  Point p;
+  p.model = model;
+  p.family = spec->family;
+  p.device = device;
+  p.batch = 2;
+  if (p.family != "whisper") p.seq = 32;
+  if (p.family == "t5") p.target_seq = 16;
+  if (p.family == "whisper") p.audio_s = 2;
+  p.precision = precision;
+  p.optimizer = optimizer;
+  p.steps = p.warmup_steps = p.repetitions = 1;
+  return p;
+}
 
 std::string Point::id() const {
   // The identity axes in schema::kIdentityColumns order, written as key=value; pairs.

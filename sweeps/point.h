@@ -42,6 +42,12 @@ struct Point {
   std::string label() const;
 };
 
+// A small training point of a zoo model (the test models: gpt2-test, t5-test, whisper-test)
+// with its family's sequence axes set (batch 2, 32 tokens, 16 decoder tokens, 2 s of audio)
+// and one step of each kind: what the GPU probe and the precision/optimizer tests train.
+Point tiny_point(const std::string& model, const std::string& device, const std::string& precision,
+                 const std::string& optimizer);
+
 void to_json(nlohmann::json& j, const Point& p);
 void from_json(const nlohmann::json& j, Point& p);
 

@@ -26,25 +26,35 @@ GradScaler::GradScaler(torch::Device device, double init_scale)
     : scale_(torch::full({}, init_scale, torch::dtype(torch::kFloat).device(device))),
       growth_tracker_(torch::zeros({}, torch::dtype(torch::kInt).device(device))) {}
 
-bool GradScaler::step(Optimizer& opt) {
+// grad_scaler.py GradScaler.step.
+void GradScaler::step(Optimizer& opt) {
   auto grads = opt.grads();
   found_inf_ = torch::zeros({}, scale_.options());
   if (opt.takes_amp_scaling()) {
-    // As GradScaler does for fused optimizers: only check for inf/nan here (inv_scale 1),
-    // and let the kernel unscale and skip.
+    // The `_step_supports_amp_scaling` branch: _check_inf_per_device checks for inf/nan with
+    // inv_scale 1 (grads unchanged); the optimizer gets grad_scale = scale and found_inf,
+    // unscales inside its kernel and skips the update when found_inf is set. No host read.
     at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf_, torch::ones_like(scale_));
     opt.step(scale_, found_inf_);
-  } else {
-    auto inv_scale = scale_.to(torch::kDouble).reciprocal().to(torch::kFloat);
-    at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf_, inv_scale);
-    if (found_inf_.item<float>() == 0.0f) opt.step();
+    if (!fused_skipped_.defined()) fused_skipped_ = torch::zeros_like(found_inf_);
+    fused_skipped_.add_(found_inf_);
+    return;
   }
-  return found_inf_.item<float>() == 0.0f;
+  // unscale_ (inv_scale = 1/scale computed in double), then _maybe_opt_step: the one host
+  // read of found_inf, which decides whether optimizer.step() runs.
+  auto inv_scale = scale_.to(torch::kDouble).reciprocal().to(torch::kFloat);
+  at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf_, inv_scale);
+  if (found_inf_.item<float>() == 0.0f) opt.step();
+  else ++skipped_;
 }
 
 void GradScaler::update() {
   TORCH_CHECK(found_inf_.defined(), "GradScaler::update() before step()");
   at::_amp_update_scale_(scale_, growth_tracker_, found_inf_, 2.0, 0.5, 2000);
+}
+
+int64_t GradScaler::skipped_steps() const {
+  return skipped_ + (fused_skipped_.defined() ? fused_skipped_.item<int64_t>() : 0);
 }
 
 }  // namespace sweep

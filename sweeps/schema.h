@@ -30,7 +30,9 @@ inline constexpr std::array kColumns = std::to_array<std::string_view>({
     "accumulation",       // micro-batches per optimizer step
     "optimizer",          // "adamw" | "adamw-fused" | "sgd" | "adafactor"
     "use_cache",          // 1: transformers' default cache (off under checkpointing); 0: use_cache=False
-    "alloc_conf",         // PYTORCH_CUDA_ALLOC_CONF of the worker, "" for the default
+    "alloc_conf",         // PYTORCH_ALLOC_CONF and PYTORCH_CUDA_ALLOC_CONF of the worker, "" = unset
+    "allocator_settings", // what the CUDA caching allocator parsed (as a snapshot's
+                          // allocator_settings); empty on the CPU
     "steps",              // timed optimizer steps per repetition
     "warmup_steps",       // untimed steps before them
     "repetitions",        // timed repetitions

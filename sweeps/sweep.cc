@@ -176,17 +176,18 @@ class Runner {
     IsolateOptions iso;
     iso.exe = exe_;
     iso.log_path = (std::filesystem::path(out_) / "logs" / (id + ".log")).string();
+    // Both allocator readers get the axis value, "" unsetting both: in torch 2.11 the generic
+    // settings read PYTORCH_ALLOC_CONF first (c10/core/AllocatorConfig.h), the CUDA ones
+    // PYTORCH_CUDA_ALLOC_CONF first (c10/cuda/CUDAAllocatorConfig.h), so a value inherited in
+    // either would otherwise override the axis.
+    iso.env["PYTORCH_ALLOC_CONF"] = p.alloc_conf;
     iso.env["PYTORCH_CUDA_ALLOC_CONF"] = p.alloc_conf;
     if (opt_.snapshot && p.device == "cuda")
       iso.env["SWEEP_SNAPSHOT"] = (std::filesystem::path(out_) / "snapshots" / id).string();
-    if (!gpu.empty()) {
-      iso.env["CUDA_VISIBLE_DEVICES"] = gpu;
-      row["gpu_index"] = gpu;
-    } else if (p.device == "cuda") {
-      const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-      row["gpu_index"] = visible && *visible ? std::string(visible).substr(0, std::string(visible).find(','))
-                                             : std::string("0");
-    }
+    // `gpu` is already this process's CUDA_VISIBLE_DEVICES entry for the --gpus index.
+    if (!gpu.empty()) iso.env["CUDA_VISIBLE_DEVICES"] = gpu;
+    if (p.device == "cuda")
+      row["gpu_index"] = gpu.empty() ? visible_device(std::getenv("CUDA_VISIBLE_DEVICES"), 0) : gpu;
     const WorkerResult r = run_isolated(p, iso);
     for (const auto& [k, v] : r.record.items())
       if (k != "status") row[k] = v;
@@ -296,15 +297,23 @@ int run_sweep(const RunOptions& opt) {
   if (!gpus.empty() && run.device != "cuda")
     throw ConfigError(opt.config, 0, "--gpus", "--gpus needs device cuda (this run is on the CPU)",
                       "drop --gpus, or run with --device cuda on a GPU host");
-  for (const auto& g : gpus)
-    if (g.find_first_not_of("0123456789") != std::string::npos || std::stoi(g) >= cuda_device_count())
+  // --gpus indices count the GPUs this process sees: each becomes the CUDA_VISIBLE_DEVICES
+  // entry that names it (index i of an inherited CUDA_VISIBLE_DEVICES=2,3 is GPU "2" or "3").
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  for (auto& g : gpus) {
+    if (g.find_first_not_of("0123456789") != std::string::npos || g.size() > 4 ||
+        std::stoi(g) >= cuda_device_count())
       throw ConfigError(opt.config, 0, "--gpus", "no GPU " + g + " on this host (" +
                         std::to_string(cuda_device_count()) + " visible)",
                         "list local GPU indices, e.g. --gpus 0,1");
-  // The budget: measured GPUs only where it matters (a target card on CUDA).
+    g = visible_device(visible, static_cast<std::size_t>(std::stoi(g)));
+  }
+  // The budget: measured GPUs only where it matters (a target card or a budget on CUDA), each
+  // the GPU its workers get: the --gpus ones, else the first visible one.
   std::vector<HostGpu> probed;
-  if (run.device == "cuda" && cfg.gpu && cfg.budget_gib <= 0 && !opt.dry_run)
-    probed = probe_gpus(self_exe(), gpus.empty() ? std::vector<std::string>{"0"} : gpus);
+  if (run.device == "cuda" && (cfg.gpu || cfg.budget_gib > 0) && !opt.dry_run)
+    probed = probe_gpus(self_exe(), gpus.empty() ? std::vector<std::string>{visible_device(visible, 0)}
+                                                 : gpus);
   const Budget budget = resolve_budget(cfg, run.device, probed);
   run.budget_bytes = budget.bytes;
   run.budget_emulated = budget.emulated;

@@ -42,6 +42,9 @@ class MemoryTracker {
   virtual int64_t device_used() = 0;
   // Caps what the allocator may hold (0 = no cap).
   virtual void set_budget(int64_t bytes) = 0;
+  // The allocator settings string the allocator parsed from the environment (CUDA); empty
+  // where there is none (the CPU).
+  virtual std::string allocator_settings() { return ""; }
   // Allocator retries so far (CUDA: cudaMalloc retried after freeing cached blocks).
   virtual int64_t alloc_retries() { return 0; }
   // Reserved minus allocated bytes at the moment of the last out-of-memory failure, taken
@@ -72,8 +75,9 @@ class MemoryTracker {
 std::unique_ptr<MemoryTracker> make_cpu_tracker();
 // With SWEEP_TRACE_ALLOC set: writes "# NOTE" into the allocation trace (a phase change, say).
 void trace_alloc_note(const std::string& note);
-// Tracker over the CUDA caching allocator of the current device. Compiled on every build
-// (the torch wheel is a CUDA build); only called when a GPU is present.
+// Tracker over the CUDA caching allocator of the current device. Initialises CUDA (as the
+// first CUDA tensor would) before any allocator call. Compiled on every build (the torch wheel
+// is a CUDA build); only called when a GPU is present.
 std::unique_ptr<MemoryTracker> make_cuda_tracker();
 
 // Times one step: CUDA events on the current stream on a GPU, a steady clock on the CPU.

@@ -84,7 +84,7 @@ int worker_main(const std::string& point_json, int result_fd) {
     std::unique_ptr<StepTimer> timer;
     if (p.device == "cuda") {
       TORCH_CHECK(torch::cuda::is_available(), "device cuda requested but no GPU is visible");
-      mem = make_cuda_tracker();
+      mem = make_cuda_tracker();  // initialises CUDA before any allocator call
       timer = make_cuda_timer();
     } else {
       mem = make_cpu_tracker();  // before any tensor exists, so every byte is counted
@@ -108,6 +108,7 @@ int worker_main(const std::string& point_json, int result_fd) {
     const Measurement m = run_burst(p, *mem, *timer, hooks);
     if (recording && !written) mem->write_snapshot(std::string(snapshot) + ".pickle");
     record = to_record(m);
+    record["allocator_settings"] = mem->allocator_settings();
     // MFU against the card's dense peak for the precision; unknown cards leave it empty.
     if (const auto* gpu = p.device == "cuda" ? reports::find_gpu(dev.name) : nullptr; gpu && m.tflops)
       if (auto peak = reports::peak_tflops(*gpu, p.precision); peak && *peak > 0)

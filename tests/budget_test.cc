@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "sweeps/budget.h"
+#include "sweeps/env.h"
 
 namespace sweep {
 namespace {
@@ -16,7 +17,7 @@ Config target(double memory_gib, std::optional<double> context_gib = std::nullop
 }
 
 HostGpu h100(int64_t context = 530 * (int64_t{1} << 20)) {
-  return {"0", "NVIDIA H100 80GB HBM3", static_cast<int64_t>(79.19 * GiB), context};
+  return {"0", "NVIDIA H100 80GB HBM3", static_cast<int64_t>(79.19 * GiB), context, 0};
 }
 
 TEST(Budget, LargerGpuIsCappedAtTheTargetLessTheMeasuredContext) {
@@ -67,6 +68,47 @@ TEST(Budget, CpuEnforcesTheTargetAndExplicitBudgetsAreNotEmulation) {
   EXPECT_EQ(explicit_budget.bytes, 2 * GiB);
   EXPECT_FALSE(explicit_budget.emulated);
   EXPECT_EQ(resolve_budget(Config{}, "cuda", {h100()}).bytes, 0);
+}
+
+TEST(Budget, AnExplicitBudgetAboveTheCardIsRefusedAtItsLine) {
+  Config c;
+  c.path = "configs/big.yaml";
+  c.budget_gib = 96;
+  c.budget_line = 4;
+  try {
+    resolve_budget(c, "cuda", {h100()});
+    FAIL() << "a budget above the card was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.line(), 4);
+    EXPECT_EQ(e.key(), "budget_gib");
+    EXPECT_NE(std::string(e.what()).find("more than GPU 0"), std::string::npos) << e.what();
+    EXPECT_NE(e.hint().find("79.19 GiB"), std::string::npos) << e.hint();
+  }
+  c.budget_gib = 79;  // within the card: a cap the allocator can take (a fraction <= 1)
+  EXPECT_EQ(resolve_budget(c, "cuda", {h100()}).bytes, 79 * GiB);
+}
+
+TEST(Budget, AnAllowanceThatLeavesNothingIsRefused) {
+  EXPECT_THROW(resolve_budget(target(1, 1.5), "cuda", {h100()}), ConfigError);
+}
+
+TEST(Budget, OtherProcessesOnTheGpuAreNamedNotCounted) {
+  auto g = h100();
+  g.other_bytes = 2 * GiB;
+  const auto b = resolve_budget(target(12), "cuda", {g});
+  EXPECT_EQ(b.bytes, 12 * GiB - g.context_bytes);
+  EXPECT_NE(b.note.find("other processes hold 2.00 GiB on GPU 0"), std::string::npos) << b.note;
+}
+
+// --gpus indices and the probe go through this process's CUDA_VISIBLE_DEVICES.
+TEST(VisibleDevice, MapsAnIndexThroughTheInheritedList) {
+  EXPECT_EQ(visible_device(nullptr, 0), "0");
+  EXPECT_EQ(visible_device(nullptr, 3), "3");
+  EXPECT_EQ(visible_device("2,3", 0), "2");
+  EXPECT_EQ(visible_device("2, 3", 1), "3");
+  EXPECT_EQ(visible_device("GPU-8f6e1c2a,MIG-0d1f", 1), "MIG-0d1f");
+  EXPECT_THROW(visible_device("2,3", 2), std::out_of_range);
+  EXPECT_THROW(visible_device("", 0), std::out_of_range);
 }
 
 }  // namespace

@@ -3,14 +3,18 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <unistd.h>
 #include <fstream>
 #include <string>
 
 namespace sweep::testing {
 
 // A fresh directory under the system temp dir, unique per test.
+// A fresh folder per test and process: checkouts (worktrees, CI beside a developer) running
+// the suite at once must not delete each other's files.
 inline std::filesystem::path temp_dir(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() / ("sweep_test_" + name);
+  auto dir = std::filesystem::temp_directory_path() /
+             ("sweep_test_" + name + "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
