@@ -4,7 +4,23 @@
 
 #include <CLI/CLI.hpp>
 
+#include <iostream>
+
+#include "sweeps/config.h"
+
 namespace sweep {
+
+// Runs `fn`, turning user errors into "file:line: key: message" + hint and exit code 2.
+template <class F>
+int guarded(F&& fn) {
+  try {
+    return fn();
+  } catch (const ConfigError& e) {
+    std::cerr << "error: " << e.located() << "\n";
+    if (!e.hint().empty()) std::cerr << "hint: " << e.hint() << "\n";
+    return 2;
+  }
+}
 
 void register_commands(CLI::App& app, int& exit_code);
 

@@ -17,8 +17,12 @@ std::string Point::id() const {
     << ";optimizer=" << optimizer << ";alloc_conf=" << alloc_conf << ";steps=" << steps
     << ";warmup_steps=" << warmup_steps << ";repetitions=" << repetitions
     << ";budget_bytes=" << budget_bytes << ";suite_version=" << SWEEP_VERSION;
+  return fnv1a_hex(s.str());
+}
+
+std::string fnv1a_hex(const std::string& text) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a 64
-  for (unsigned char c : s.str()) {
+  for (unsigned char c : text) {
     h ^= c;
     h *= 1099511628211ull;
   }

@@ -41,6 +41,10 @@ struct Point {
   std::string label() const;
 };
 
+// FNV-1a 64 of `text` as 16 hex digits: the one stable hash of the suite (point identity,
+// the Slurm plan's fingerprint).
+std::string fnv1a_hex(const std::string& text);
+
 void to_json(nlohmann::json& j, const Point& p);
 void from_json(const nlohmann::json& j, Point& p);
 

@@ -30,6 +30,7 @@
 #include "sweeps/results_store.h"
 #include "sweeps/schema.h"
 #include "sweeps/search.h"
+#include "sweeps/shards.h"
 
 namespace sweep {
 namespace {
@@ -70,6 +71,13 @@ nlohmann::json point_columns(const Point& p) {
   j["host"] = host_name();
   j["git_commit"] = SWEEP_GIT_COMMIT;
   j["timestamp"] = rfc3339_now();
+  // Under Slurm: the job (array task) that measured, and the GPUs the scheduler gave it.
+  auto env = [](const char* name) { const char* v = std::getenv(name); return std::string(v ? v : ""); };
+  if (!env("SLURM_ARRAY_JOB_ID").empty())
+    j["slurm_job"] = env("SLURM_ARRAY_JOB_ID") + "_" + env("SLURM_ARRAY_TASK_ID");
+  else if (!env("SLURM_JOB_ID").empty())
+    j["slurm_job"] = env("SLURM_JOB_ID");
+  if (!env("SLURM_JOB_GPUS").empty()) j["slurm_gpus"] = env("SLURM_JOB_GPUS");
   return j;
 }
 
@@ -131,22 +139,6 @@ std::string prune_key(const Point& p) {
   Point q = p;
   q.batch = 0;
   return q.id();
-}
-
-// Points grouped by their other axes, batches ascending, in the order the grid first names
-// each combination. One combination is one task: pruning and search stay within it, and
-// tasks can run on different GPUs.
-std::vector<std::vector<Point>> combinations(const std::vector<Point>& points) {
-  std::vector<std::vector<Point>> out;
-  std::map<std::string, std::size_t> index;
-  for (const auto& p : points) {
-    auto [it, added] = index.emplace(prune_key(p), out.size());
-    if (added) out.emplace_back();
-    out[it->second].push_back(p);
-  }
-  for (auto& c : out)
-    std::stable_sort(c.begin(), c.end(), [](const Point& a, const Point& b) { return a.batch < b.batch; });
-  return out;
 }
 
 // Runs points in isolated workers and appends their rows. Thread-safe: with --gpus one
@@ -284,11 +276,39 @@ std::vector<std::string> split_gpus(const std::string& list) {
   return out;
 }
 
+// The GPU this process was given: the first of CUDA_VISIBLE_DEVICES (Slurm sets it for a
+// job with --gres gpu), else 0.
+std::string visible_gpu() {
+  const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
+  const std::string s = v ? v : "";
+  return s.empty() ? "0" : s.substr(0, s.find(','));
+}
+
 }  // namespace
 
-int run_sweep(const RunOptions& opt) {
+std::vector<std::vector<Point>> combinations(const std::vector<Point>& points) {
+  std::vector<std::vector<Point>> out;
+  std::map<std::string, std::size_t> index;
+  for (const auto& p : points) {
+    auto [it, added] = index.emplace(prune_key(p), out.size());
+    if (added) out.emplace_back();
+    out[it->second].push_back(p);
+  }
+  for (auto& c : out)
+    std::stable_sort(c.begin(), c.end(), [](const Point& a, const Point& b) { return a.batch < b.batch; });
+  return out;
+}
+
+Config load_run_config(const RunOptions& opt, std::string& out) {
   Config cfg = load_config(opt.config);
   if (!opt.search.empty()) cfg.search = opt.search == "none" ? "" : "max_batch";
+  out = opt.out.empty() ? cfg.out : opt.out;
+  return cfg;
+}
+
+int run_sweep(const RunOptions& opt) {
+  std::string out;
+  Config cfg = load_run_config(opt, out);
   RunSettings run;
   run.device = resolve_device(opt.device_given ? opt.device : cfg.device, cfg.path);
   std::vector<std::string> gpus = split_gpus(opt.gpus);
@@ -300,17 +320,25 @@ int run_sweep(const RunOptions& opt) {
       throw ConfigError(opt.config, 0, "--gpus", "no GPU " + g + " on this host (" +
                         std::to_string(cuda_device_count()) + " visible)",
                         "list local GPU indices, e.g. --gpus 0,1");
-  // The budget: measured GPUs only where it matters (a target card on CUDA).
+  // The budget: measured GPUs only where it matters (a target card on CUDA). A Slurm task
+  // measures the GPU it was given on its own node, before its points.
   std::vector<HostGpu> probed;
   if (run.device == "cuda" && cfg.gpu && cfg.budget_gib <= 0 && !opt.dry_run)
-    probed = probe_gpus(self_exe(), gpus.empty() ? std::vector<std::string>{"0"} : gpus);
+    probed = probe_gpus(self_exe(), gpus.empty() ? std::vector<std::string>{visible_gpu()} : gpus);
   const Budget budget = resolve_budget(cfg, run.device, probed);
   run.budget_bytes = budget.bytes;
   run.budget_emulated = budget.emulated;
-  const auto points = expand_grid(cfg, run);
-  const auto combos = combinations(points);
-  const std::string out = opt.out.empty() ? cfg.out : opt.out;
+  auto points = expand_grid(cfg, run);
+  auto combos = combinations(points);
   const bool search = cfg.search == "max_batch";
+  // A Slurm array task runs its own share of the combinations into its own shard file.
+  std::optional<ShardTask> task;
+  if (opt.slurm.task >= 0) {
+    task.emplace(out, opt.slurm.task, combos, search);
+    combos = task->owned(combos);
+    points.clear();
+    for (const auto& c : combos) points.insert(points.end(), c.begin(), c.end());
+  }
   if (opt.dry_run) {
     if (search) {
       for (const auto& c : combos) std::cout << "search  " << c.front().label() << "\n";
@@ -323,13 +351,16 @@ int run_sweep(const RunOptions& opt) {
     return 0;
   }
   std::filesystem::create_directories(out);
-  // One run per output directory: the lock is held until this process exits (or dies).
-  const std::string lock_path = (std::filesystem::path(out) / ".lock").string();
+  // One run per output directory (per shard for a Slurm task): the lock is held until this
+  // process exits (or dies).
+  const std::string lock_path = task ? task->lock_path() : (std::filesystem::path(out) / ".lock").string();
+  std::filesystem::create_directories(std::filesystem::path(lock_path).parent_path());
   const int lock_fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) != 0)
     throw ConfigError(lock_path, 0, "out", "another sweep is writing to " + out,
                       "wait for it to finish, or choose another --out");
-  ResultsStore store(out);
+  ResultsStore store(task ? task->shard_dir() : out, task ? task->shard_file() : "results.csv");
+  if (task) task->begin(store, combos);
   std::filesystem::create_directories(std::filesystem::path(out) / "logs");
   Progress progress(search ? 0 : points.size(), opt.quiet);
   if (!budget.note.empty() && !opt.quiet) std::fprintf(stderr, "%s\n", budget.note.c_str());
@@ -353,6 +384,7 @@ int run_sweep(const RunOptions& opt) {
       } else {
         run_combination(runner, combos[i], cfg.prune_oom, gpu);
       }
+      if (task) task->finished(combos[i]);
     }
   };
   if (gpus.size() <= 1) {
@@ -363,6 +395,7 @@ int run_sweep(const RunOptions& opt) {
     for (auto& t : threads) t.join();
   }
   if (!opt.quiet) std::fprintf(stderr, "results: %s\n", store.path().c_str());
+  if (task) return 0;  // the merge job writes results.csv and the report
   // The report reads only the results file, like any later `sweep report`.
   try {
     reports::write_report(out, out);
