@@ -1,10 +1,6 @@
 // Shards of a sweep: the plan, the array task's files, merge and status; see shards.h.
 #include "sweeps/shards.h"
 
-#include <sys/file.h>
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -20,6 +16,7 @@
 #include "sweeps/env.h"
 #include "sweeps/schema.h"
 #include "sweeps/slurm.h"
+#include "sweeps/sweep.h"
 
 namespace sweep {
 namespace fs = std::filesystem;
@@ -238,11 +235,7 @@ int merge_shards(const std::string& out, bool quiet) {
   if (!fs::is_directory(out))
     throw ConfigError(out, 0, "OUT", "no such directory", "name the --out of a `sweep run --slurm`");
   // The same lock as `sweep run`: no local run writes results.csv meanwhile.
-  const std::string lock_path = (fs::path(out) / ".lock").string();
-  const int lock_fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) != 0)
-    throw ConfigError(lock_path, 0, "out", "another sweep is writing to " + out,
-                      "wait for it to finish, then run `sweep merge " + out + "` again");
+  hold_lock((fs::path(out) / ".lock").string(), out);
   ResultsStore store(out);
   int merged = 0, bad = 0;
   const auto shards = shard_files(out);
@@ -325,9 +318,14 @@ int print_status(const std::string& out) {
       if (id.find('[') != std::string::npos) std::printf("pending: %s %s\n", id.c_str(), state.c_str());
   if (queue && !plan.merge_job.empty() && queue->count(plan.merge_job))
     std::printf("merge: %s\n", queue->at(plan.merge_job).c_str());
-  std::printf("total: %zu/%zu %s recorded; merged into %s/results.csv: %s\n", done_all, total_all,
-              plan.search ? "searches" : "points", out.c_str(),
-              fs::exists(fs::path(out) / "results.csv") ? "yes" : "not yet");
+  std::size_t merged = 0;
+  try {
+    if (fs::exists(fs::path(out) / "results.csv")) merged = reports::read_results(out).rows.size();
+  } catch (const reports::ResultsError& e) {
+    errors.push_back(e.located());
+  }
+  std::printf("total: %zu/%zu %s recorded; %s/results.csv holds %zu rows\n", done_all, total_all,
+              plan.search ? "searches" : "points", out.c_str(), merged);
   for (const auto& e : errors) std::printf("unreadable: %s\n", e.c_str());
   return 0;
 }

@@ -251,7 +251,7 @@ int submit_slurm(const RunOptions& opt) {
   run.budget_bytes = budget.bytes;
   run.budget_emulated = budget.emulated;
   const auto combos = combinations(expand_grid(cfg, run));
-  const bool search = cfg.search == "max_batch";
+  const bool search = !cfg.search.empty();  // probes are not known before they run
 
   SlurmPlan plan;
   plan.config = fs::absolute(opt.config).lexically_normal().string();

@@ -299,6 +299,14 @@ std::vector<std::vector<Point>> combinations(const std::vector<Point>& points) {
   return out;
 }
 
+void hold_lock(const std::string& lock_path, const std::string& out) {
+  std::filesystem::create_directories(std::filesystem::path(lock_path).parent_path());
+  const int lock_fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) != 0)
+    throw ConfigError(lock_path, 0, "out", "another sweep is writing to " + out,
+                      "wait for it to finish, or choose another --out");
+}
+
 Config load_run_config(const RunOptions& opt, std::string& out) {
   Config cfg = load_config(opt.config);
   if (!opt.search.empty()) cfg.search = opt.search == "none" ? "" : "max_batch";
@@ -334,7 +342,7 @@ int run_sweep(const RunOptions& opt) {
   // A Slurm array task runs its own share of the combinations into its own shard file.
   std::optional<ShardTask> task;
   if (opt.slurm.task >= 0) {
-    task.emplace(out, opt.slurm.task, combos, search);
+    task.emplace(out, opt.slurm.task, combos, !cfg.search.empty());
     combos = task->owned(combos);
     points.clear();
     for (const auto& c : combos) points.insert(points.end(), c.begin(), c.end());
@@ -354,11 +362,7 @@ int run_sweep(const RunOptions& opt) {
   // One run per output directory (per shard for a Slurm task): the lock is held until this
   // process exits (or dies).
   const std::string lock_path = task ? task->lock_path() : (std::filesystem::path(out) / ".lock").string();
-  std::filesystem::create_directories(std::filesystem::path(lock_path).parent_path());
-  const int lock_fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) != 0)
-    throw ConfigError(lock_path, 0, "out", "another sweep is writing to " + out,
-                      "wait for it to finish, or choose another --out");
+  hold_lock(lock_path, out);
   ResultsStore store(task ? task->shard_dir() : out, task ? task->shard_file() : "results.csv");
   if (task) task->begin(store, combos);
   std::filesystem::create_directories(std::filesystem::path(out) / "logs");

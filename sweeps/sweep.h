@@ -42,6 +42,10 @@ int run_sweep(const RunOptions& opt);
 // the max-batch search stay within it, so combinations can run on different GPUs or nodes.
 std::vector<std::vector<Point>> combinations(const std::vector<Point>& points);
 
+// Takes the lock a writer of OUT holds until it exits (flock on `lock_path`, created with its
+// folder); ConfigError naming it when another process holds it.
+void hold_lock(const std::string& lock_path, const std::string& out);
+
 // The config with the run's overrides applied (--search), and its output directory.
 Config load_run_config(const RunOptions& opt, std::string& out);
 
