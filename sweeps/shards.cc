@@ -231,15 +231,9 @@ void ShardTask::finished(const std::vector<Point>& combo) const {
 
 // --- merge and status -----------------------------------------------------------------------
 
-int merge_shards(const std::string& out, bool quiet) {
-  if (!fs::is_directory(out))
-    throw ConfigError(out, 0, "OUT", "no such directory", "name the --out of a `sweep run --slurm`");
-  // The same lock as `sweep run`: no local run writes results.csv meanwhile.
-  hold_lock((fs::path(out) / ".lock").string(), out);
-  ResultsStore store(out);
-  int merged = 0, bad = 0;
-  const auto shards = shard_files(out);
-  for (const auto& [task, file] : shards) {
+int merge_shard_rows(ResultsStore& store, const std::string& out, int& bad) {
+  int merged = 0;
+  for (const auto& [task, file] : shard_files(out)) {
     try {
       for (const auto& row : reports::read_results(file).rows)
         if (!store.outcome(row.at(schema::column("point_id")))) {
@@ -251,8 +245,19 @@ int merge_shards(const std::string& out, bool quiet) {
       ++bad;
     }
   }
+  return merged;
+}
+
+int merge_shards(const std::string& out, bool quiet) {
+  if (!fs::is_directory(out))
+    throw ConfigError(out, 0, "OUT", "no such directory", "name the --out of a `sweep run --slurm`");
+  // The same lock as `sweep run`: no local run writes results.csv meanwhile.
+  hold_lock((fs::path(out) / ".lock").string(), out);
+  ResultsStore store(out);
+  int bad = 0;
+  const int merged = merge_shard_rows(store, out, bad);
   if (!quiet)
-    std::fprintf(stderr, "merged %d new rows from %zu shards into %s\n", merged, shards.size(),
+    std::fprintf(stderr, "merged %d new rows from %zu shards into %s\n", merged, shard_files(out).size(),
                  store.path().c_str());
   SlurmPlan plan;
   std::vector<std::string> missing;

@@ -83,6 +83,10 @@ class ShardTask {
   bool search_;
 };
 
+// Appends to `store` (OUT/results.csv) each shard row whose point it lacks; returns how many.
+// A shard that does not parse is named on stderr, counted in `bad` and skipped.
+int merge_shard_rows(ResultsStore& store, const std::string& out, int& bad);
+
 // `sweep merge OUT`: appends each shard row whose point results.csv lacks (each point once),
 // names the points still missing, renders the report. 0: complete; 1: points missing (rows
 // merged, report written); 2: a file that does not parse (the others are merged).

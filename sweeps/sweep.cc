@@ -365,6 +365,13 @@ int run_sweep(const RunOptions& opt) {
   hold_lock(lock_path, out);
   ResultsStore store(task ? task->shard_dir() : out, task ? task->shard_file() : "results.csv");
   if (task) task->begin(store, combos);
+  // A local run into the output of a Slurm sweep first takes in what its shards hold.
+  int bad_shards = 0;
+  if (const int n = task ? 0 : merge_shard_rows(store, out, bad_shards); n > 0 && !opt.quiet)
+    std::fprintf(stderr, "merged %d rows from %s\n", n, shard_dir(out).c_str());
+  if (bad_shards)
+    throw ConfigError(shard_dir(out), 0, "shards", "a shard does not parse (named above)",
+                      "repair or move it, then run again");
   std::filesystem::create_directories(std::filesystem::path(out) / "logs");
   Progress progress(search ? 0 : points.size(), opt.quiet);
   if (!budget.note.empty() && !opt.quiet) std::fprintf(stderr, "%s\n", budget.note.c_str());

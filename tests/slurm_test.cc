@@ -174,6 +174,13 @@ TEST_F(Slurm, ArrayOfTheTinyModelsGivesTheLocalRunsPointsEachOnceAndAReport) {
   auto st = testing::run_sweep_cli("status " + out);
   EXPECT_EQ(st.exit_code, 0) << st.output;
   EXPECT_NE(st.output.find("total: 16/16 points recorded"), std::string::npos) << st.output;
+  // A local run into the same output takes the shards in first and measures nothing again.
+  fs::remove(out + "/results.csv");
+  auto resumed = testing::run_sweep_cli("run " + cfg + " --out " + out);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("merged 16 rows from"), std::string::npos) << resumed.output;
+  EXPECT_EQ(resumed.output.find("] ok "), std::string::npos) << "a recorded point ran again:\n" << resumed.output;
+  EXPECT_EQ(statuses(out), on_slurm);
   // Submitting again finds every point recorded and submits nothing.
   auto again = testing::run_sweep_cli("run " + cfg + " --slurm --out " + out);
   EXPECT_EQ(again.exit_code, 0) << again.output;

@@ -32,8 +32,9 @@ stop_pid() {
 stop() {
   # slurmd first: a slurmd that cannot reach its controller ignores SIGTERM.
   stop_pid "$dir/run/slurmd.pid"
-  stop_pid "$dir/run/slurmctld.pid"
-  stop_pid "$dir/run/munged.pid"
+  # The controller and munge are independent of each other: stopped together.
+  stop_pid "$dir/run/slurmctld.pid" & stop_pid "$dir/run/munged.pid"
+  wait
 }
 
 if [ "$cmd" = stop ]; then stop; exit 0; fi
