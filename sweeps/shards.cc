@@ -188,7 +188,7 @@ void reset_task_marks(const std::string& out, std::size_t task) {
 
 ShardTask::ShardTask(const std::string& out, int index,
                      const std::vector<std::vector<Point>>& combos, bool search)
-    : out_(out), index_(static_cast<std::size_t>(index)), combos_(combos.size()), search_(search) {
+    : out_(out), index_(static_cast<std::size_t>(index)), search_(search) {
   SlurmPlan plan;
   if (!SlurmPlan::read(out, plan))
     throw ConfigError(SlurmPlan::path(out), 0, "--slurm-task", "no Slurm plan in " + out,

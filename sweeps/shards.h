@@ -79,7 +79,6 @@ class ShardTask {
  private:
   std::string out_;
   std::size_t index_, tasks_;
-  std::size_t combos_ = 0;
   bool search_;
 };
 

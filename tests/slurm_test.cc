@@ -131,11 +131,20 @@ class Slurm : public ::testing::Test {
     return most;
   }
 
+  // A fresh folder for one test inside the cluster's (which is per build tree, so two
+  // checkouts testing at once never share one).
+  fs::path temp_dir(const std::string& name) {
+    const fs::path dir = fs::path(cluster_) / "tests" / name;
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    return dir;
+  }
+
   std::string cluster_;
 };
 
 TEST_F(Slurm, ArrayOfTheTinyModelsGivesTheLocalRunsPointsEachOnceAndAReport) {
-  auto dir = testing::temp_dir("slurm_array");
+  auto dir = temp_dir("slurm_array");
   // Four combinations (checkpointing x optimizer), batches 1-8 under a budget that runs
   // out at some batch: OOM pruning inside a task must match the local run's.
   const auto cfg = config(dir, "slurm-array",
@@ -188,7 +197,7 @@ TEST_F(Slurm, ArrayOfTheTinyModelsGivesTheLocalRunsPointsEachOnceAndAReport) {
 }
 
 TEST_F(Slurm, WithTwoGpusAndGresGpu1AtMostTwoTasksRunAndEachRecordsItsGpu) {
-  auto dir = testing::temp_dir("slurm_gres");
+  auto dir = temp_dir("slurm_gres");
   const auto cfg = config(dir, "slurm-gres", "{seq: 64, batch: 2, checkpointing: [none, block], "
                                              "optimizer: [adamw, sgd], precision: fp32}");
   const std::string out = (dir / "out").string();
@@ -218,7 +227,7 @@ TEST_F(Slurm, WithTwoGpusAndGresGpu1AtMostTwoTasksRunAndEachRecordsItsGpu) {
 }
 
 TEST_F(Slurm, CancelledTaskLosesOnlyItsPointInFlightAndResubmissionCompletesEachPointOnce) {
-  auto dir = testing::temp_dir("slurm_cancel");
+  auto dir = temp_dir("slurm_cancel");
   const auto cfg = config(dir, "slurm-cancel", "{seq: 64, batch: [1, 2, 3, 4, 5], checkpointing: [none, block]}");
   const std::string out = (dir / "out").string();
   const std::string command = "run " + cfg + " --slurm --max-parallel 2 --out " + out;
@@ -268,7 +277,7 @@ TEST_F(Slurm, CancelledTaskLosesOnlyItsPointInFlightAndResubmissionCompletesEach
 }
 
 TEST_F(Slurm, MissingSbatchRejectedSubmissionAndUnwritableOutputExitTwoHavingSubmittedNothing) {
-  auto dir = testing::temp_dir("slurm_errors");
+  auto dir = temp_dir("slurm_errors");
   const auto cfg = config(dir, "slurm-errors", "{seq: 64, batch: 1, checkpointing: [none, block]}");
   const std::string out = (dir / "out").string();
   auto queued = [] { return sh("squeue -h -n sweep-slurm-errors,sweep-slurm-errors-merge").output; };
