@@ -18,8 +18,11 @@ mkdir -p "$cache"
 say() { printf '[setup] %s\n' "$*" >&2; }
 
 # --- Debian packages -------------------------------------------------------------
+# slurmctld, slurmd, slurm-client and munge: the Slurm tests start a throw-away one-host
+# cluster (tests/slurm/cluster.sh); `sweep run --slurm` needs only sbatch (slurm-client).
 pkgs=(cmake g++ ccache libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libfccp-dev
-      libbenchmark-dev libgtest-dev gnuplot-nox python3-venv)
+      libbenchmark-dev libgtest-dev gnuplot-nox python3-venv
+      slurmctld slurmd slurm-client munge)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -10,6 +10,7 @@
 #include "reports/report.h"
 #include "sweeps/budget.h"
 #include "sweeps/config.h"
+#include "sweeps/slurm.h"
 #include "sweeps/sweep.h"
 #include "sweeps/worker.h"
 
@@ -28,21 +29,6 @@ void print_models() {
                 params.c_str(), static_cast<long long>(s.layers), static_cast<long long>(s.hidden),
                 static_cast<long long>(s.heads), axes.c_str(),
                 s.test_only ? "(test model)" : s.hf_id.c_str());
-  }
-}
-
-// Runs `fn`, turning user errors into "file:line: key: message" + hint and exit code 2.
-template <class F>
-int guarded(F&& fn) {
-  try {
-    return fn();
-  } catch (const ConfigError& e) {
-    std::cerr << "error: " << e.located() << "\n";
-    if (!e.hint().empty()) std::cerr << "hint: " << e.hint() << "\n";
-    return 2;
-  } catch (const std::exception& e) {  // e.g. a GPU probe that failed: no user error, no trace
-    std::cerr << "error: " << e.what() << "\n";
-    return 1;
   }
 }
 
@@ -68,7 +54,11 @@ void register_commands(CLI::App& app, int& exit_code) {
                 "for pytorch.org/memory_viz");
   run->add_option("--gpus", opts->gpus,
                   "Local GPUs to run on concurrently, e.g. 0,1 (one worker per GPU)");
-  run->callback([opts, &exit_code] { exit_code = guarded([&] { return run_sweep(*opts); }); });
+  add_slurm_options(run, opts->slurm);
+  run->callback([opts, &exit_code] {
+    exit_code = guarded([&] { return opts->slurm.submit ? submit_slurm(*opts) : run_sweep(*opts); });
+  });
+  register_slurm_commands(app, exit_code);
 
   reports::register_report_command(app, exit_code);
   reports::register_recommend_command(app, exit_code);

@@ -40,8 +40,12 @@ std::string Point::id() const {
   // Added after the first release: written only when it differs from the default, so that
   // the points measured before it keep their ids.
   if (!use_cache) s << ";use_cache=false";
+  return fnv1a_hex(s.str());
+}
+
+std::string fnv1a_hex(const std::string& text) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a 64
-  for (unsigned char c : s.str()) {
+  for (unsigned char c : text) {
     h ^= c;
     h *= 1099511628211ull;
   }

@@ -47,6 +47,9 @@ struct Point {
 // and one step of each kind: what the GPU probe and the precision/optimizer tests train.
 Point tiny_point(const std::string& model, const std::string& device, const std::string& precision,
                  const std::string& optimizer);
+// FNV-1a 64 of `text` as 16 hex digits: the one stable hash of the suite (point identity,
+// the Slurm plan's fingerprint).
+std::string fnv1a_hex(const std::string& text);
 
 void to_json(nlohmann::json& j, const Point& p);
 void from_json(const nlohmann::json& j, Point& p);

@@ -60,28 +60,13 @@ std::string ResultsStore::format_row(const nlohmann::json& row) {
   return line;
 }
 
-ResultsStore::ResultsStore(const std::string& dir) {
+ResultsStore::ResultsStore(const std::string& dir, const std::string& file) {
   namespace fs = std::filesystem;
   fs::create_directories(dir);
-  path_ = (fs::path(dir) / "results.csv").string();
+  path_ = (fs::path(dir) / file).string();
   const bool exists = fs::exists(path_) && fs::file_size(path_) > 0;
   if (exists) {
-    std::ifstream in(path_);
-    std::string first;
-    std::getline(in, first);
-    if (first != header())
-      throw ConfigError(path_, 1, "header", "results file has another schema than this sweep",
-                        "write to another --out directory, or move this results.csv away");
-    try {
-      for (const auto& r : reports::read_results(path_).rows) {
-        recorded_[r.at(schema::column("point_id"))] = outcome_of(
-            r.at(schema::column("status")), r.number(schema::column("peak_allocated_bytes")),
-            r.number(schema::column("peak_reserved_bytes")));
-      }
-    } catch (const reports::ResultsError& e) {
-      throw ConfigError(e.file(), static_cast<int>(e.line()), "results", e.what(),
-                        "the file is left as it is: repair or move it, then run again");
-    }
+    recall(path_);
     // A crash mid-write can leave a last line without its newline: end it so the next row
     // starts on a line of its own (the partial line then fails to parse, never silently).
     std::ifstream tail(path_, std::ios::binary);
@@ -125,6 +110,25 @@ void ResultsStore::append(const nlohmann::json& row) {
     };
     recorded_[it->get<std::string>()] = outcome_of(row.value("status", ""), number("peak_allocated_bytes"),
                                                    number("peak_reserved_bytes"));
+  }
+}
+
+void ResultsStore::recall(const std::string& csv_path) {
+  std::ifstream in(csv_path);
+  std::string first;
+  std::getline(in, first);
+  if (first != header())
+    throw ConfigError(csv_path, 1, "header", "results file has another schema than this sweep",
+                      "write to another --out directory, or move this results.csv away");
+  try {
+    for (const auto& r : reports::read_results(csv_path).rows) {
+      recorded_[r.at(schema::column("point_id"))] = outcome_of(
+          r.at(schema::column("status")), r.number(schema::column("peak_allocated_bytes")),
+          r.number(schema::column("peak_reserved_bytes")));
+    }
+  } catch (const reports::ResultsError& e) {
+    throw ConfigError(e.file(), static_cast<int>(e.line()), "results", e.what(),
+                      "the file is left as it is: repair or move it, then run again");
   }
 }
 

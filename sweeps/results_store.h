@@ -16,9 +16,9 @@ namespace sweep {
 
 class ResultsStore {
  public:
-  // Opens (creating if needed) DIR/results.csv. An existing file must have this schema's
-  // header and parse cleanly; otherwise ConfigError (file, line) and nothing is touched.
-  explicit ResultsStore(const std::string& dir);
+  // Opens (creating if needed) DIR/FILE. An existing file must have this schema's header
+  // and parse cleanly; otherwise ConfigError (file, line) and nothing is touched.
+  explicit ResultsStore(const std::string& dir, const std::string& file = "results.csv");
   ~ResultsStore();
   ResultsStore(const ResultsStore&) = delete;
   ResultsStore& operator=(const ResultsStore&) = delete;
@@ -27,6 +27,9 @@ class ResultsStore {
   void append(const nlohmann::json& row);
   // How a recorded point ended (the last row of its point_id), or nullptr (for resume).
   const ProbeOutcome* outcome(const std::string& point_id) const;
+  // Also counts the points another results file holds as recorded (a Slurm task's resume
+  // consults the merged file and the other shards). Same checks as the constructor's.
+  void recall(const std::string& csv_path);
   const std::string& path() const { return path_; }
 
   // One CSV line (no newline) in schema column order, quoted where needed.

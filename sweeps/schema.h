@@ -80,6 +80,8 @@ inline constexpr std::array kColumns = std::to_array<std::string_view>({
     // environment
     "device",            // "cuda" | "cpu"
     "gpu_index",         // which local GPU measured (CUDA_VISIBLE_DEVICES), empty on cpu
+    "slurm_job",         // Slurm job that measured it, "ARRAY_TASK" for an array task; else empty
+    "slurm_gpus",        // GPUs Slurm gave that job (SLURM_JOB_GPUS, "0,1"); else empty
     "device_name",       // "NVIDIA H100 80GB HBM3" | CPU model
     "device_memory_bytes",
     "driver_version",

@@ -30,6 +30,7 @@
 #include "sweeps/results_store.h"
 #include "sweeps/schema.h"
 #include "sweeps/search.h"
+#include "sweeps/shards.h"
 
 namespace sweep {
 namespace {
@@ -71,6 +72,13 @@ nlohmann::json point_columns(const Point& p) {
   j["host"] = host_name();
   j["git_commit"] = SWEEP_GIT_COMMIT;
   j["timestamp"] = rfc3339_now();
+  // Under Slurm: the job (array task) that measured, and the GPUs the scheduler gave it.
+  auto env = [](const char* name) { const char* v = std::getenv(name); return std::string(v ? v : ""); };
+  if (!env("SLURM_ARRAY_JOB_ID").empty())
+    j["slurm_job"] = env("SLURM_ARRAY_JOB_ID") + "_" + env("SLURM_ARRAY_TASK_ID");
+  else if (!env("SLURM_JOB_ID").empty())
+    j["slurm_job"] = env("SLURM_JOB_ID");
+  if (!env("SLURM_JOB_GPUS").empty()) j["slurm_gpus"] = env("SLURM_JOB_GPUS");
   return j;
 }
 
@@ -132,22 +140,6 @@ std::string prune_key(const Point& p) {
   Point q = p;
   q.batch = 0;
   return q.id();
-}
-
-// Points grouped by their other axes, batches ascending, in the order the grid first names
-// each combination. One combination is one task: pruning and search stay within it, and
-// tasks can run on different GPUs.
-std::vector<std::vector<Point>> combinations(const std::vector<Point>& points) {
-  std::vector<std::vector<Point>> out;
-  std::map<std::string, std::size_t> index;
-  for (const auto& p : points) {
-    auto [it, added] = index.emplace(prune_key(p), out.size());
-    if (added) out.emplace_back();
-    out[it->second].push_back(p);
-  }
-  for (auto& c : out)
-    std::stable_sort(c.begin(), c.end(), [](const Point& a, const Point& b) { return a.batch < b.batch; });
-  return out;
 }
 
 // Runs points in isolated workers and appends their rows. Thread-safe: with --gpus one
@@ -288,9 +280,37 @@ std::vector<std::string> split_gpus(const std::string& list) {
 
 }  // namespace
 
-int run_sweep(const RunOptions& opt) {
+std::vector<std::vector<Point>> combinations(const std::vector<Point>& points) {
+  std::vector<std::vector<Point>> out;
+  std::map<std::string, std::size_t> index;
+  for (const auto& p : points) {
+    auto [it, added] = index.emplace(prune_key(p), out.size());
+    if (added) out.emplace_back();
+    out[it->second].push_back(p);
+  }
+  for (auto& c : out)
+    std::stable_sort(c.begin(), c.end(), [](const Point& a, const Point& b) { return a.batch < b.batch; });
+  return out;
+}
+
+void hold_lock(const std::string& lock_path, const std::string& out) {
+  std::filesystem::create_directories(std::filesystem::path(lock_path).parent_path());
+  const int lock_fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) != 0)
+    throw ConfigError(lock_path, 0, "out", "another sweep is writing to " + out,
+                      "wait for it to finish, or choose another --out");
+}
+
+Config load_run_config(const RunOptions& opt, std::string& out) {
   Config cfg = load_config(opt.config);
   if (!opt.search.empty()) cfg.search = opt.search == "none" ? "" : "max_batch";
+  out = opt.out.empty() ? cfg.out : opt.out;
+  return cfg;
+}
+
+int run_sweep(const RunOptions& opt) {
+  std::string out;
+  Config cfg = load_run_config(opt, out);
   RunSettings run;
   run.device = resolve_device(opt.device_given ? opt.device : cfg.device, cfg.path);
   std::vector<std::string> gpus = split_gpus(opt.gpus);
@@ -317,10 +337,17 @@ int run_sweep(const RunOptions& opt) {
   const Budget budget = resolve_budget(cfg, run.device, probed);
   run.budget_bytes = budget.bytes;
   run.budget_emulated = budget.emulated;
-  const auto points = expand_grid(cfg, run);
-  const auto combos = combinations(points);
-  const std::string out = opt.out.empty() ? cfg.out : opt.out;
+  auto points = expand_grid(cfg, run);
+  auto combos = combinations(points);
   const bool search = cfg.search == "max_batch";
+  // A Slurm array task runs its own share of the combinations into its own shard file.
+  std::optional<ShardTask> task;
+  if (opt.slurm.task >= 0) {
+    task.emplace(out, opt.slurm.task, combos, !cfg.search.empty());
+    combos = task->owned(combos);
+    points.clear();
+    for (const auto& c : combos) points.insert(points.end(), c.begin(), c.end());
+  }
   if (opt.dry_run) {
     if (search) {
       for (const auto& c : combos) std::cout << "search  " << c.front().label() << "\n";
@@ -333,13 +360,19 @@ int run_sweep(const RunOptions& opt) {
     return 0;
   }
   std::filesystem::create_directories(out);
-  // One run per output directory: the lock is held until this process exits (or dies).
-  const std::string lock_path = (std::filesystem::path(out) / ".lock").string();
-  const int lock_fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) != 0)
-    throw ConfigError(lock_path, 0, "out", "another sweep is writing to " + out,
-                      "wait for it to finish, or choose another --out");
-  ResultsStore store(out);
+  // One run per output directory (per shard for a Slurm task): the lock is held until this
+  // process exits (or dies).
+  const std::string lock_path = task ? task->lock_path() : (std::filesystem::path(out) / ".lock").string();
+  hold_lock(lock_path, out);
+  ResultsStore store(task ? task->shard_dir() : out, task ? task->shard_file() : "results.csv");
+  if (task) task->begin(store, combos);
+  // A local run into the output of a Slurm sweep first takes in what its shards hold.
+  int bad_shards = 0;
+  if (const int n = task ? 0 : merge_shard_rows(store, out, bad_shards); n > 0 && !opt.quiet)
+    std::fprintf(stderr, "merged %d rows from %s\n", n, shard_dir(out).c_str());
+  if (bad_shards)
+    throw ConfigError(shard_dir(out), 0, "shards", "a shard does not parse (named above)",
+                      "repair or move it, then run again");
   std::filesystem::create_directories(std::filesystem::path(out) / "logs");
   Progress progress(search ? 0 : points.size(), opt.quiet);
   if (!budget.note.empty() && !opt.quiet) std::fprintf(stderr, "%s\n", budget.note.c_str());
@@ -363,6 +396,7 @@ int run_sweep(const RunOptions& opt) {
       } else {
         run_combination(runner, combos[i], cfg.prune_oom, gpu);
       }
+      if (task) task->finished(combos[i]);
     }
   };
   if (gpus.size() <= 1) {
@@ -373,6 +407,7 @@ int run_sweep(const RunOptions& opt) {
     for (auto& t : threads) t.join();
   }
   if (!opt.quiet) std::fprintf(stderr, "results: %s\n", store.path().c_str());
+  if (task) return 0;  // the merge job writes results.csv and the report
   // The report reads only the results file, like any later `sweep report`.
   try {
     reports::write_report(out, out);

@@ -2,8 +2,23 @@
 #pragma once
 
 #include <string>
+#include <vector>
+
+#include "sweeps/budget.h"
+#include "sweeps/config.h"
+#include "sweeps/grid.h"
+#include "sweeps/point.h"
 
 namespace sweep {
+
+// `sweep run --slurm ...`: submit the sweep as a Slurm job array (sweeps/slurm.h).
+struct SlurmOptions {
+  bool submit = false;
+  std::string partition, gres, time, account;
+  int max_parallel = 0;  // the array's %N; 0 = no limit
+  std::vector<std::string> sbatch_args;
+  int task = -1;  // >= 0: run array task `task` of OUT/slurm/plan.json (internal)
+};
 
 struct RunOptions {
   std::string config;
@@ -16,9 +31,22 @@ struct RunOptions {
   std::string search;  // "max-batch" | "none" overrides the config's `search`; "" keeps it
   std::string gpus;    // "0,1": one worker per GPU at a time, points spread over them
   bool snapshot = false;  // CUDA allocator history per point: OUT/snapshots/<point_id>.pickle
+  SlurmOptions slurm;
 };
 
 // Returns the process exit code. Throws ConfigError for bad input (caller prints, exit 2).
 int run_sweep(const RunOptions& opt);
+
+// Points grouped by their other axes (everything but batch), batches ascending, in the order
+// the grid first names each combination. One combination is one unit of work: OOM pruning and
+// the max-batch search stay within it, so combinations can run on different GPUs or nodes.
+std::vector<std::vector<Point>> combinations(const std::vector<Point>& points);
+
+// Takes the lock a writer of OUT holds until it exits (flock on `lock_path`, created with its
+// folder); ConfigError naming it when another process holds it.
+void hold_lock(const std::string& lock_path, const std::string& out);
+
+// The config with the run's overrides applied (--search), and its output directory.
+Config load_run_config(const RunOptions& opt, std::string& out);
 
 }  // namespace sweep
