@@ -31,18 +31,6 @@ void print_models() {
   }
 }
 
-// Runs `fn`, turning user errors into "file:line: key: message" + hint and exit code 2.
-template <class F>
-int guarded(F&& fn) {
-  try {
-    return fn();
-  } catch (const ConfigError& e) {
-    std::cerr << "error: " << e.located() << "\n";
-    if (!e.hint().empty()) std::cerr << "hint: " << e.hint() << "\n";
-    return 2;
-  }
-}
-
 }  // namespace
 
 void register_commands(CLI::App& app, int& exit_code) {
@@ -60,12 +48,16 @@ void register_commands(CLI::App& app, int& exit_code) {
                   "max-batch: find the largest batch that fits for each combination of the other "
                   "axes (doubling, then bisecting); none: run the grid")
       ->check(CLI::IsMember({"max-batch", "none"}));
+  run->add_option("--max-points", opts->max_points,
+                  "Refuse a grid of more points than this (counted before expanding)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   run->add_flag("--snapshot", opts->snapshot,
                 "Write each point's CUDA memory snapshot (and one at an OOM) to OUT/snapshots/, "
                 "for pytorch.org/memory_viz");
   run->add_option("--gpus", opts->gpus,
                   "Local GPUs to run on concurrently, e.g. 0,1 (one worker per GPU)");
-  run->callback([opts, &exit_code] { exit_code = guarded([&] { return run_sweep(*opts); }); });
+  run->callback([opts, &exit_code] { exit_code = run_guarded([&] { return run_sweep(*opts); }); });
 
   reports::register_report_command(app, exit_code);
   reports::register_recommend_command(app, exit_code);
@@ -83,7 +75,7 @@ void register_commands(CLI::App& app, int& exit_code) {
   worker->add_option("--result-fd", *fd);
   worker->add_flag("--probe-device", *probe, "Report the GPU's memory and context size as JSON");
   worker->callback([point, fd, probe, &exit_code] {
-    exit_code = *probe ? probe_device_main() : worker_main(*point, *fd);
+    exit_code = run_guarded([&] { return *probe ? probe_device_main() : worker_main(*point, *fd); });
   });
 }
 

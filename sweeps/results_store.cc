@@ -1,6 +1,7 @@
 // results.csv writer; reading goes through reports::read_results (the one CSV reader).
 #include "sweeps/results_store.h"
 
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -70,17 +71,12 @@ ResultsStore::ResultsStore(const std::string& dir) {
     std::string first;
     std::getline(in, first);
     if (first != header())
-      throw ConfigError(path_, 1, "header", "results file has another schema than this sweep",
+      throw UserError(path_, 1, "header", "results file has another schema than this sweep",
                         "write to another --out directory, or move this results.csv away");
-    try {
-      for (const auto& r : reports::read_results(path_).rows) {
-        recorded_[r.at(schema::column("point_id"))] = outcome_of(
-            r.at(schema::column("status")), r.number(schema::column("peak_allocated_bytes")),
-            r.number(schema::column("peak_reserved_bytes")));
-      }
-    } catch (const reports::ResultsError& e) {
-      throw ConfigError(e.file(), static_cast<int>(e.line()), "results", e.what(),
-                        "the file is left as it is: repair or move it, then run again");
+    for (const auto& r : reports::read_results(path_).rows) {
+      recorded_[r.at(schema::column("point_id"))] = outcome_of(
+          r.at(schema::column("status")), r.number(schema::column("peak_allocated_bytes")),
+          r.number(schema::column("peak_reserved_bytes")));
     }
     // A crash mid-write can leave a last line without its newline: end it so the next row
     // starts on a line of its own (the partial line then fails to parse, never silently).
@@ -94,7 +90,7 @@ ResultsStore::ResultsStore(const std::string& dir) {
     f_ = std::fopen(path_.c_str(), "a");
     if (f_) std::fprintf(f_, "%s\n", header().c_str());
   }
-  if (!f_) throw ConfigError(path_, 0, "out", "cannot open for writing", "check permissions");
+  if (!f_) throw UserError(path_, 0, "out", "cannot open for writing", "check permissions");
   std::fflush(f_);
   fsync(fileno(f_));
 }
@@ -107,17 +103,27 @@ void ResultsStore::append(const nlohmann::json& row) {
   const std::string line = format_row(row) + "\n";
   // One write(2) of the whole line (a signal cannot split a write to a regular file), then
   // fsync: the row is on disk before the next point starts, and a killed run leaves whole rows.
+  // A short or failed write (a full disk, a file-size limit) is cut back off, so the file
+  // stays as it was and every reader still accepts it.
   std::fflush(f_);
-  for (std::size_t done = 0; done < line.size();) {
-    const ssize_t n = ::write(fileno(f_), line.data() + done, line.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw ConfigError(path_, 0, "out", std::string("cannot append: ") + std::strerror(errno),
-                        "check free space and permissions");
-    }
-    done += static_cast<std::size_t>(n);
+  const int fd = fileno(f_);
+  const off_t before = ::lseek(fd, 0, SEEK_END);
+  int error = 0;
+  for (std::size_t done = 0; done < line.size() && !error;) {
+    const ssize_t n = ::write(fd, line.data() + done, line.size() - done);
+    if (n < 0 && errno != EINTR) error = errno;
+    if (n == 0) error = ENOSPC;
+    if (n > 0) done += static_cast<std::size_t>(n);
   }
-  fsync(fileno(f_));
+  if (!error && ::fsync(fd) != 0) error = errno;
+  if (error) {
+    const bool restored = before >= 0 && ::ftruncate(fd, before) == 0;
+    throw UserError(path_, 0, "", std::string("cannot append a row: ") + std::strerror(error) +
+                                      (restored ? "; the file is left as it was"
+                                                : "; the last line may be cut short"),
+                    "free space on that disk (or write elsewhere with --out), then run the "
+                    "same command again: points already recorded are not re-run");
+  }
   if (auto it = row.find("point_id"); it != row.end()) {
     auto number = [&](const char* key) -> std::optional<double> {
       auto v = row.find(key);

@@ -17,7 +17,7 @@ namespace sweep {
 class ResultsStore {
  public:
   // Opens (creating if needed) DIR/results.csv. An existing file must have this schema's
-  // header and parse cleanly; otherwise ConfigError (file, line) and nothing is touched.
+  // header and parse cleanly; otherwise UserError (file, line) and nothing is touched.
   explicit ResultsStore(const std::string& dir);
   ~ResultsStore();
   ResultsStore(const ResultsStore&) = delete;

@@ -6,7 +6,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <exception>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -38,7 +41,7 @@ std::string resolve_device(const std::string& wanted, const std::string& config_
   const int gpus = cuda_device_count();
   if (wanted == "auto") return gpus > 0 ? "cuda" : "cpu";
   if (wanted == "cuda" && gpus == 0)
-    throw ConfigError(config_path, 0, "device", "device cuda requested but no GPU is visible",
+    throw UserError(config_path, 0, "device", "device cuda requested but no GPU is visible",
                       "use --device cpu (or auto) on this machine");
   return wanted;
 }
@@ -293,11 +296,11 @@ int run_sweep(const RunOptions& opt) {
   run.device = resolve_device(opt.device_given ? opt.device : cfg.device, cfg.path);
   std::vector<std::string> gpus = split_gpus(opt.gpus);
   if (!gpus.empty() && run.device != "cuda")
-    throw ConfigError(opt.config, 0, "--gpus", "--gpus needs device cuda (this run is on the CPU)",
+    throw UserError(opt.config, 0, "--gpus", "--gpus needs device cuda (this run is on the CPU)",
                       "drop --gpus, or run with --device cuda on a GPU host");
   for (const auto& g : gpus)
     if (g.find_first_not_of("0123456789") != std::string::npos || std::stoi(g) >= cuda_device_count())
-      throw ConfigError(opt.config, 0, "--gpus", "no GPU " + g + " on this host (" +
+      throw UserError(opt.config, 0, "--gpus", "no GPU " + g + " on this host (" +
                         std::to_string(cuda_device_count()) + " visible)",
                         "list local GPU indices, e.g. --gpus 0,1");
   // The budget: measured GPUs only where it matters (a target card on CUDA).
@@ -307,6 +310,7 @@ int run_sweep(const RunOptions& opt) {
   const Budget budget = resolve_budget(cfg, run.device, probed);
   run.budget_bytes = budget.bytes;
   run.budget_emulated = budget.emulated;
+  run.max_points = opt.max_points;
   const auto points = expand_grid(cfg, run);
   const auto combos = combinations(points);
   const std::string out = opt.out.empty() ? cfg.out : opt.out;
@@ -326,9 +330,12 @@ int run_sweep(const RunOptions& opt) {
   // One run per output directory: the lock is held until this process exits (or dies).
   const std::string lock_path = (std::filesystem::path(out) / ".lock").string();
   const int lock_fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) != 0)
-    throw ConfigError(lock_path, 0, "out", "another sweep is writing to " + out,
-                      "wait for it to finish, or choose another --out");
+  if (lock_fd < 0)
+    throw UserError(lock_path, 0, "out", std::string("cannot open the lock file: ") + std::strerror(errno),
+                    "choose an output directory you can write to with --out DIR");
+  if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0)
+    throw UserError(lock_path, 0, "out", "another sweep is writing to " + out,
+                    "wait for it to finish, or choose another --out");
   ResultsStore store(out);
   std::filesystem::create_directories(std::filesystem::path(out) / "logs");
   Progress progress(search ? 0 : points.size(), opt.quiet);
@@ -342,9 +349,13 @@ int run_sweep(const RunOptions& opt) {
   }
   Runner runner(opt, out, store, progress);
 
-  // One thread per GPU (one in all without --gpus), each taking the next combination.
+  // One thread per GPU (one in all without --gpus), each taking the next combination. A
+  // thread that throws (a full disk) stops the others taking more; the first failure is
+  // rethrown here, after every row in flight is written, for the CLI to print.
   std::atomic<std::size_t> next{0};
-  auto work = [&](const std::string& gpu) {
+  std::exception_ptr failure;
+  std::mutex failure_mu;
+  auto work_on = [&](const std::string& gpu) {
     for (std::size_t i; (i = next++) < combos.size();) {
       if (search) {
         const std::string prefix = "search " + std::to_string(i + 1) + "/" +
@@ -355,6 +366,15 @@ int run_sweep(const RunOptions& opt) {
       }
     }
   };
+  auto work = [&](const std::string& gpu) noexcept {
+    try {
+      work_on(gpu);
+    } catch (...) {
+      std::lock_guard lock(failure_mu);
+      if (!failure) failure = std::current_exception();
+      next = combos.size();
+    }
+  };
   if (gpus.size() <= 1) {
     work(gpus.empty() ? "" : gpus.front());
   } else {
@@ -362,15 +382,11 @@ int run_sweep(const RunOptions& opt) {
     for (const auto& g : gpus) threads.emplace_back(work, g);
     for (auto& t : threads) t.join();
   }
+  if (failure) std::rethrow_exception(failure);
   if (!opt.quiet) std::fprintf(stderr, "results: %s\n", store.path().c_str());
   // The report reads only the results file, like any later `sweep report`.
-  try {
-    reports::write_report(out, out);
-    if (!opt.quiet) std::fprintf(stderr, "report:  %s/report.md (and report.html)\n", out.c_str());
-  } catch (const reports::ResultsError& e) {
-    std::fprintf(stderr, "error: %s\n", e.located().c_str());
-    return 2;
-  }
+  reports::write_report(out, out);
+  if (!opt.quiet) std::fprintf(stderr, "report:  %s/report.md (and report.html)\n", out.c_str());
   return 0;
 }
 

@@ -1,6 +1,7 @@
 // `sweep run`: config -> points -> isolated workers -> rows appended to results.csv.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 namespace sweep {
@@ -15,10 +16,11 @@ struct RunOptions {
   bool force = false;  // re-run points already recorded
   std::string search;  // "max-batch" | "none" overrides the config's `search`; "" keeps it
   std::string gpus;    // "0,1": one worker per GPU at a time, points spread over them
+  std::size_t max_points = 10000;  // a larger grid is refused before it is expanded
   bool snapshot = false;  // CUDA allocator history per point: OUT/snapshots/<point_id>.pickle
 };
 
-// Returns the process exit code. Throws ConfigError for bad input (caller prints, exit 2).
+// Returns the process exit code. Throws UserError for bad input (caller prints, exit 2).
 int run_sweep(const RunOptions& opt);
 
 }  // namespace sweep

@@ -9,15 +9,15 @@
 namespace sweep {
 namespace {
 
-ConfigError error_of(const std::string& name, const std::string& yaml) {
+UserError error_of(const std::string& name, const std::string& yaml) {
   auto path = testing::write_file(testing::temp_dir(name) / "bad.yaml", yaml);
   try {
     load_config(path);
-  } catch (const ConfigError& e) {
+  } catch (const UserError& e) {
     return e;
   }
-  ADD_FAILURE() << "no ConfigError for:\n" << yaml;
-  return ConfigError("", 0, "", "");
+  ADD_FAILURE() << "no UserError for:\n" << yaml;
+  return UserError("", 0, "", "");
 }
 
 TEST(Config, UnknownTopLevelKeyNamesLineAndKey) {
