@@ -1,6 +1,7 @@
 // The `sweep` command: a thin CLI11 front over the libraries; it only dispatches.
 #include <CLI/CLI.hpp>
 
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 
@@ -8,6 +9,9 @@
 #include "sweeps/cli.h"
 
 int main(int argc, char** argv) {
+  // Past a file-size limit (ulimit -f), write(2) then fails with EFBIG and the results store
+  // says so and keeps the file whole, instead of the process dying of SIGXFSZ mid-row.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"sweep: measured answers to \"what fits on my GPU, and which configuration is fastest?\""};
   app.set_version_flag("--version", std::string("sweep ") + SWEEP_VERSION + " (" + SWEEP_GIT_COMMIT + ")");
   app.require_subcommand(1);
