@@ -35,11 +35,7 @@ std::string format(const char* fmt, double v) {
   return buf;
 }
 
-std::string bytes(double b, bool sign = false) {
-  const bool gib = std::abs(b) >= 1024 * kMiB;
-  return format(sign ? (gib ? "%+.2f GiB" : "%+.1f MiB") : (gib ? "%.2f GiB" : "%.1f MiB"),
-                b / (gib ? 1024 * kMiB : kMiB));
-}
+std::string bytes(double b, bool sign = false) { return format_bytes(b, sign); }
 
 bool is_bytes(const MetricComparison& m) { return m.metric.ends_with("_bytes"); }
 
@@ -159,11 +155,7 @@ std::string md_section(const CompareResult& r, Verdict v, std::string_view headi
 }
 
 std::string csv_cell(const json& v) {
-  std::string s = v.is_null() ? "" : v.is_string() ? v.get<std::string>() : v.dump();
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string q = "\"";
-  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return q + "\"";
+  return csv_field(v.is_null() ? "" : v.is_string() ? v.get<std::string>() : v.dump());
 }
 
 // Indented JSON; bytes that are not UTF-8 (a device name, an error message) are replaced

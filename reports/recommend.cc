@@ -70,12 +70,6 @@ Measured measure(const Row& r) {
   return m;
 }
 
-std::string gib(double bytes) {
-  std::ostringstream s;
-  s.precision(3);
-  s << bytes / kGiB;
-  return s.str();
-}
 
 // Ranking: rows measured on the target first (their throughput is the target's), then
 // throughput, measured before inferred, lower peak, fewer techniques, then a stable order.
@@ -174,7 +168,7 @@ Target resolve_target(const std::vector<Measured>& rows, const RecommendOptions&
     if (sizes.size() > 1) {
       std::string list;
       for (const auto& [name, mem] : devices)
-        list += (list.empty() ? "" : ", ") + name + " (" + gib(mem) + " GiB)";
+        list += (list.empty() ? "" : ", ") + name + " (" + format_bytes(mem) + ")";
       throw UserError("", 0, "", "the results were measured on several devices: " + list,
                            "say which card to recommend for: --gpu NAME or --memory-gib N");
     }
@@ -359,8 +353,8 @@ std::vector<std::string> notes_for(const Recommendation& r, const std::vector<Me
   }
   if (emulated > 0)
     notes.push_back(std::to_string(emulated) + " rows were measured under an emulated budget (" +
-                    gib(static_cast<double>(budget)) +
-                    " GiB): their peaks are used as measured, their throughput is the measuring "
+                    format_bytes(static_cast<double>(budget)) +
+                    "): their peaks are used as measured, their throughput is the measuring "
                     "card's." +
                     (default_target ? " To recommend for the emulated card, pass --gpu NAME or "
                                       "--memory-gib N."
@@ -415,9 +409,9 @@ Recommendation recommend(const std::vector<Results>& results, const RecommendOpt
       usable_bytes(r.target.memory_bytes, r.target.margin, r.target.context_bytes);
   r.effective_batch = options.effective_batch;
   if (r.target.usable_bytes <= 0)
-    throw UserError("", 0, "", "no usable memory: " + gib(static_cast<double>(r.target.memory_bytes)) +
-                                   " GiB x (1 - margin " + std::to_string(r.target.margin) + ") - context " +
-                                   gib(static_cast<double>(r.target.context_bytes)) + " GiB <= 0",
+    throw UserError("", 0, "", "no usable memory: " + format_bytes(static_cast<double>(r.target.memory_bytes)) +
+                                   " x (1 - margin " + std::to_string(r.target.margin) + ") - context " +
+                                   format_bytes(static_cast<double>(r.target.context_bytes)) + " <= 0",
                     "give a larger --memory-gib, or a smaller --margin or --context-gib");
 
   std::set<std::string> devices;

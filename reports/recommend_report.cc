@@ -152,12 +152,6 @@ std::string md_table(const std::vector<Line>& all, const std::vector<std::string
   return markdown_table(make_table(headers, align, keep, std::move(rows))) + "\n";
 }
 
-std::string csv_cell(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string q = "\"";
-  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return q + "\"";
-}
 
 std::string cross_gpu_table(const Recommendation& r) {
   if (r.columns.empty()) return "";
@@ -185,7 +179,7 @@ std::string recommendations_csv(const Recommendation& r) {
   s += "\n";
   for (const auto& l : lines(r)) {
     std::string row;
-    for (const auto& f : kFields) row += (row.empty() ? "" : ",") + csv_cell(f.get(l));
+    for (const auto& f : kFields) row += (row.empty() ? "" : ",") + csv_field(f.get(l));
     s += row + "\n";
   }
   return s;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <unordered_map>
 #include <filesystem>
@@ -90,6 +91,26 @@ Latest latest_per_point(const Results& results) {
       out.duplicates.push_back(out.rows[i]->at(schema::column("point_id")) + " (lines " +
                                it->second + ")");
   return out;
+}
+
+std::string format_bytes(double bytes, bool sign) {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  const bool gib = std::abs(bytes) >= 1024 * kMiB;
+  char buf[64];
+  std::snprintf(buf, sizeof buf,
+                sign ? (gib ? "%+.2f GiB" : "%+.1f MiB") : (gib ? "%.2f GiB" : "%.1f MiB"),
+                bytes / (gib ? 1024 * kMiB : kMiB));
+  return buf;
+}
+
+std::string csv_field(std::string_view text) {
+  std::string s(text);
+  for (auto& c : s)
+    if (c == '\n' || c == '\r') c = ' ';
+  if (s.find_first_of(",\"") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
 }
 
 namespace {

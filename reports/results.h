@@ -64,6 +64,13 @@ struct Latest {
 };
 Latest latest_per_point(const Results& results);
 
+// The text forms of values, one of each for the whole tree:
+// bytes for people ("512.0 MiB" below 1 GiB, "1.50 GiB" from there; sign: "+2.0 MiB"),
+std::string format_bytes(double bytes, bool sign = false);
+// and one CSV field (quoted when it holds a comma or a quote; a newline becomes a space,
+// so that every CSV this suite writes has one record per line).
+std::string csv_field(std::string_view text);
+
 // Reads `path` (a results.csv, or a directory holding one). Requires at least the
 // columns `point_id`, `model` and `status`; unknown columns are ignored. Throws UserError
 // (file, line, hint) for a file that is missing or not a results file, a malformed or

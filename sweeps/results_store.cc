@@ -31,14 +31,9 @@ namespace {
 
 std::string cell(const nlohmann::json& v) {
   if (v.is_null()) return "";
-  std::string s = v.is_string() ? v.get<std::string>() : v.is_boolean() ? (v.get<bool>() ? "1" : "0") : v.dump();
-  // One line per row: newlines inside a message become spaces.
-  for (auto& c : s)
-    if (c == '\n' || c == '\r') c = ' ';
-  if (s.find_first_of(",\"") == std::string::npos) return s;
-  std::string q = "\"";
-  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return q + "\"";
+  return reports::csv_field(v.is_string()    ? v.get<std::string>()
+                            : v.is_boolean() ? (v.get<bool>() ? "1" : "0")
+                                             : v.dump());
 }
 
 }  // namespace

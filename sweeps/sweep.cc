@@ -123,11 +123,6 @@ class Progress {
   clock::time_point t0_;
 };
 
-std::string gib(double bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
-  return buf;
-}
 
 // Key of the "other axes" of a point: OOM pruning and the max-batch search work along batch.
 std::string prune_key(const Point& p) {
@@ -202,7 +197,7 @@ class Runner {
     row["wall_s"] = std::round(r.wall_s * 1000) / 1000;
     std::string detail;
     if (r.status == "ok" || r.status == "oom")
-      detail = "peak " + gib(row.value("peak_allocated_bytes", 0.0));
+      detail = "peak " + reports::format_bytes(row.value("peak_allocated_bytes", 0.0));
     if (r.status == "ok" && row.contains("tokens_per_s"))
       detail += ", " + std::to_string(static_cast<int64_t>(row["tokens_per_s"].get<double>())) + " tokens/s";
     const std::string message = row.value("message", std::string());

@@ -217,7 +217,7 @@ TEST(Recommend, UserErrors) {
 TEST(Recommend, EmulatedBudgetIsNoted) {
   auto r = run({"recommend_margin.csv"});
   ASSERT_FALSE(r.notes.empty());
-  EXPECT_NE(r.notes.back().find("emulated budget (10 GiB)"), std::string::npos) << r.notes.back();
+  EXPECT_NE(r.notes.back().find("emulated budget (10.00 GiB)"), std::string::npos) << r.notes.back();
 }
 
 // The command, in process: exit codes, stderr, files.
