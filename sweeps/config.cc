@@ -80,6 +80,10 @@ struct Ctx {
     for (const auto& kv : map) {
       if (!kv.first.IsScalar()) fail(kv.first, where, "a key must be a plain name");
       auto k = kv.first.Scalar();
+      // `steps:` with nothing after it: a null, never a meaningful value.
+      if (kv.second.IsNull())
+        fail(kv.first, where.empty() ? k : where + "." + k, "has no value",
+             "write it as `" + k + ": VALUE`, or delete the line");
       if (auto [it, fresh] = seen.emplace(k, kv.first.Mark().line + 1); !fresh)
         fail(kv.first, where.empty() ? k : where + "." + k, "duplicate key",
              "it is already set on line " + std::to_string(it->second) + "; keep one");
@@ -185,7 +189,9 @@ double parse_number(const std::string& text, const Range& r) {
   if (text.empty() || (ec != std::errc() && ec != std::errc::result_out_of_range) ||
       p != text.data() + text.size() || std::isnan(v))
     throw std::invalid_argument("'" + text + "' is not a number");
-  if (ec == std::errc::result_out_of_range || !std::isfinite(v) || v > r.max)
+  if (ec == std::errc() && !std::isfinite(v))
+    throw std::invalid_argument("'" + text + "' is not a finite number");
+  if (ec == std::errc::result_out_of_range || v > r.max)
     throw std::invalid_argument("must be at most " + number_text(r.max) + ", got " + text);
   if (v < r.min)
     throw std::invalid_argument("must be at least " + number_text(r.min) + ", got " + text);

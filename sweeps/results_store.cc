@@ -1,6 +1,7 @@
 // results.csv writer; reading goes through reports::read_results (the one CSV reader).
 #include "sweeps/results_store.h"
 
+#include <fcntl.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -45,6 +46,11 @@ std::string ResultsStore::header() {
 }
 
 std::string ResultsStore::format_row(const nlohmann::json& row) {
+  // A key that is no column would vanish from the file (a misspelt column stays empty
+  // forever): that is a bug in the writer, not bad input.
+  for (const auto& [key, value] : row.items())
+    SWEEP_CHECK(schema::find_column(key) < schema::kColumnCount,
+                "'" + key + "' is not a results column (sweeps/schema.h)");
   std::string line;
   bool first = true;
   for (auto c : schema::kColumns) {
@@ -61,6 +67,12 @@ ResultsStore::ResultsStore(const std::string& dir) {
   fs::create_directories(dir);
   path_ = (fs::path(dir) / "results.csv").string();
   const bool exists = fs::exists(path_) && fs::file_size(path_) > 0;
+  auto open_for_append = [this] {
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0)
+      throw UserError(path_, 0, "", std::string("cannot open for writing: ") + std::strerror(errno),
+                      "choose an output directory you can write to with --out DIR");
+  };
   if (exists) {
     std::ifstream in(path_);
     std::string first;
@@ -73,52 +85,49 @@ ResultsStore::ResultsStore(const std::string& dir) {
           r.at(schema::column("status")), r.number(schema::column("peak_allocated_bytes")),
           r.number(schema::column("peak_reserved_bytes")));
     }
-    // A crash mid-write can leave a last line without its newline: end it so the next row
-    // starts on a line of its own (the partial line then fails to parse, never silently).
+    // A last row that parsed but lost its newline (a crash after the write): end it so the
+    // next row starts on a line of its own.
     std::ifstream tail(path_, std::ios::binary);
     tail.seekg(-1, std::ios::end);
     char last = '\n';
     tail.get(last);
-    f_ = std::fopen(path_.c_str(), "a");
-    if (f_ && last != '\n') std::fputc('\n', f_);
+    open_for_append();
+    if (last != '\n') write_whole("\n");
   } else {
-    f_ = std::fopen(path_.c_str(), "a");
-    if (f_) std::fprintf(f_, "%s\n", header().c_str());
+    open_for_append();
+    write_whole(header() + "\n");
   }
-  if (!f_) throw UserError(path_, 0, "out", "cannot open for writing", "check permissions");
-  std::fflush(f_);
-  fsync(fileno(f_));
 }
 
 ResultsStore::~ResultsStore() {
-  if (f_) std::fclose(f_);
+  if (fd_ >= 0) ::close(fd_);
 }
 
-void ResultsStore::append(const nlohmann::json& row) {
-  const std::string line = format_row(row) + "\n";
+void ResultsStore::write_whole(const std::string& text) {
   // One write(2) of the whole line (a signal cannot split a write to a regular file), then
   // fsync: the row is on disk before the next point starts, and a killed run leaves whole rows.
   // A short or failed write (a full disk, a file-size limit) is cut back off, so the file
   // stays as it was and every reader still accepts it.
-  std::fflush(f_);
-  const int fd = fileno(f_);
-  const off_t before = ::lseek(fd, 0, SEEK_END);
+  const off_t before = ::lseek(fd_, 0, SEEK_END);
   int error = 0;
-  for (std::size_t done = 0; done < line.size() && !error;) {
-    const ssize_t n = ::write(fd, line.data() + done, line.size() - done);
+  for (std::size_t done = 0; done < text.size() && !error;) {
+    const ssize_t n = ::write(fd_, text.data() + done, text.size() - done);
     if (n < 0 && errno != EINTR) error = errno;
     if (n == 0) error = ENOSPC;
     if (n > 0) done += static_cast<std::size_t>(n);
   }
-  if (!error && ::fsync(fd) != 0) error = errno;
-  if (error) {
-    const bool restored = before >= 0 && ::ftruncate(fd, before) == 0;
-    throw UserError(path_, 0, "", std::string("cannot append a row: ") + std::strerror(error) +
-                                      (restored ? "; the file is left as it was"
-                                                : "; the last line may be cut short"),
-                    "free space on that disk (or write elsewhere with --out), then run the "
-                    "same command again: points already recorded are not re-run");
-  }
+  if (!error && ::fsync(fd_) != 0) error = errno;
+  if (!error) return;
+  const bool restored = before >= 0 && ::ftruncate(fd_, before) == 0;
+  throw UserError(path_, 0, "", std::string("cannot append a row: ") + std::strerror(error) +
+                                    (restored ? "; the file is left as it was"
+                                              : "; the last line may be cut short"),
+                  "free space on that disk (or write elsewhere with --out), then run the "
+                  "same command again: points already recorded are not re-run");
+}
+
+void ResultsStore::append(const nlohmann::json& row) {
+  write_whole(format_row(row) + "\n");
   if (auto it = row.find("point_id"); it != row.end()) {
     auto number = [&](const char* key) -> std::optional<double> {
       auto v = row.find(key);

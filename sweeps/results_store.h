@@ -29,13 +29,17 @@ class ResultsStore {
   const ProbeOutcome* outcome(const std::string& point_id) const;
   const std::string& path() const { return path_; }
 
-  // One CSV line (no newline) in schema column order, quoted where needed.
+  // One CSV line (no newline) in schema column order, quoted where needed. Every key must
+  // be a column of schema.h (SWEEP_CHECK: an unknown key is a bug, never silently dropped).
   static std::string format_row(const nlohmann::json& row);
   static std::string header();
 
  private:
+  // Appends `text` whole or not at all (see append); throws UserError naming the cause.
+  void write_whole(const std::string& text);
+
   std::string path_;
-  std::FILE* f_ = nullptr;
+  int fd_ = -1;
   std::map<std::string, ProbeOutcome> recorded_;
 };
 

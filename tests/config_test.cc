@@ -92,9 +92,11 @@ TEST(ConfigNumbers, OutOfRangeValuesAreRefusedWithTheirRange) {
       {"timeout_s: .nan", "timeout_s", "is not a number", "from 0.1 to 86400"},
       {"repetitions: 1e9", "repetitions", "must be at most 10000", "from 1 to 10000"},
       {"seed: -1", "seed", "must be at least 0", "a whole number from 0"},
-      {"lr: inf", "lr", "is not a number", "a number from 0 to 1000"},
+      {"lr: inf", "lr", "'inf' is not a finite number", "a number from 0 to 1000"},
+      {"lr: 1e400", "lr", "must be at most 1000, got 1e400", "a number from 0 to 1000"},
       {"grid: {audio_s: 31}", "grid.audio_s", "must be at most 30, got 31", "30 s of audio"},
-      {"steps:", "steps", "expected a single value", "steps: VALUE"},
+      {"steps:", "steps", "has no value", "steps: VALUE"},
+      {"steps: [3]", "steps", "expected a single value", "steps: VALUE"},
   };
   for (const auto& c : cases) {
     auto e = error_of("range", "models: [gpt2-test]\n" + c.yaml + "\n");

@@ -41,6 +41,16 @@ grid:
                          }));
 }
 
+TEST(Grid, EveryModelsDefaultAxesAreOnesItTakes) {
+  // whisper-test used to default to Whisper's 30 s of audio, 7.5 times its window.
+  auto cfg = load("defaults", "models: [whisper-test, whisper-tiny, gpt2-test]\n");
+  auto pts = expand_grid(cfg, RunSettings{});
+  ASSERT_EQ(pts.size(), 3u);
+  EXPECT_EQ(pts[0].audio_s, 2);
+  EXPECT_EQ(pts[1].audio_s, 30);
+  EXPECT_EQ(pts[2].seq, 128);
+}
+
 TEST(Grid, ExcludesThatRemoveEveryPointAreAnError) {
   auto cfg = load("exclude_all", R"(
 models: [gpt2-test]

@@ -111,7 +111,7 @@ TEST_F(HostileInput, RunWithBadConfigs) {
 }
 
 TEST_F(HostileInput, RunWithBadOutputs) {
-  for (const std::string out : {"/proc/nope/out", "/proc", empty_, results_}) {
+  for (const std::string& out : std::vector<std::string>{"/proc/nope/out", "/proc", empty_, results_}) {
     const std::string args = "run " + config_ + " --out " + out;
     const Outcome o = sweep(args);
     expect_clean(o, args);
@@ -163,8 +163,8 @@ TEST_F(HostileInput, ReportRecommendCompareWithUnwritableOutputs) {
 }
 
 TEST_F(HostileInput, BadFlagValues) {
-  for (const std::string& args :
-       {"recommend " + results_ + " --memory-gib nan", "recommend " + results_ + " --memory-gib 1e308",
+  for (const std::string& args : std::vector<std::string>{
+           "recommend " + results_ + " --memory-gib nan", "recommend " + results_ + " --memory-gib 1e308",
         "recommend " + results_ + " --memory-gib 9e9", "recommend " + results_ + " --memory-gib -3",
         "recommend " + results_ + " --margin 2", "compare " + results_ + " " + results_ +
         " --memory-threshold lots", "run " + config_ + " --max-points 0", "run " + config_ +
@@ -178,7 +178,14 @@ TEST_F(HostileInput, WorkerWithBadJson) {
   for (const std::string& point : {"'not json'", "'[1, 2]'", "'{\"batch\": \"many\"}'", "''",
                                    "'{\"model\": \"no-such-model\", \"device\": \"cpu\"}'"}) {
     const std::string args = "worker --point " + point + " --result-fd 1";
-    const Outcome o = sweep(args);
+    Outcome o = sweep(args);
+    // A worker reports on its result fd (here stdout): exit 1 is a `crash` record with the
+    // message, which the runner turns into a row; exit 2 is a message on stderr.
+    if (o.code == 1) {
+      EXPECT_NE(o.out.find("\"status\":\"crash\""), std::string::npos) << args << "\n" << o.out;
+      EXPECT_NE(o.out.find("\"message\":\""), std::string::npos) << args << "\n" << o.out;
+      o.err = "error: (on the result fd) " + o.out + o.err;
+    }
     expect_clean(o, args, {1, 2});
   }
 }

@@ -144,6 +144,20 @@ TEST(TypedReader, TornLastLineSaysSoAndHowToDropIt) {
   }
 }
 
+TEST(InternalCheck, AbortsWithFileAndLine) {
+  EXPECT_DEATH(SWEEP_CHECK(1 + 1 == 3, "arithmetic"),
+               "reports_reader_test.cc:[0-9]+: internal check failed: 1 \\+ 1 == 3: arithmetic");
+}
+
+TEST(Formatting, OneByteFormatterAndOneCsvQuoter) {
+  EXPECT_EQ(format_bytes(512.0 * 1024 * 1024), "512.0 MiB");
+  EXPECT_EQ(format_bytes(1.5 * 1024 * 1024 * 1024), "1.50 GiB");
+  EXPECT_EQ(format_bytes(2.0 * 1024 * 1024, true), "+2.0 MiB");
+  EXPECT_EQ(csv_field("plain"), "plain");
+  EXPECT_EQ(csv_field("a,b"), "\"a,b\"");
+  EXPECT_EQ(csv_field("say \"hi\"\nthen"), "\"say \"\"hi\"\" then\"");
+}
+
 TEST(LatestPerPoint, ReportRecommendAndCompareAgreeAfterAForcedRerun) {
   // The fastest fitting configuration was measured again (`sweep run --force`) and ran out
   // of memory. recommend used to keep every row and still named it.

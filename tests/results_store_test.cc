@@ -71,6 +71,12 @@ TEST(ResultsStore, AFailedAppendLeavesTheFileAsItWas) {
   EXPECT_EQ(reports::read_results(store.path()).rows.size(), 2u);
 }
 
+TEST(ResultsStore, AKeyThatIsNoColumnIsAnInternalError) {
+  EXPECT_EQ(ResultsStore::format_row({{"model", "gpt2"}, {"status", "ok"}}).find("gpt2"), 3u);
+  EXPECT_DEATH(ResultsStore::format_row({{"model", "gpt2"}, {"peak_alocated_bytes", 1}}),
+               "internal check failed: .*'peak_alocated_bytes' is not a results column");
+}
+
 TEST(ResultsStore, ARunOnAFullDiskStopsWithAMessageAndKeepsWholeRows) {
   auto dir = testing::temp_dir("store_full_cli");
   auto cfg = testing::write_file(dir / "tiny.yaml", R"(
@@ -81,9 +87,10 @@ repetitions: 1
 models: [gpt2-test]
 grid: {seq: 8, batch: [1, 2, 3]}
 )");
-  // The header and about one row fit in 1 KiB; the shell passes the ignored signal on.
+  // The header and one row fit in 1100 bytes, the second row does not (sweep ignores
+  // SIGXFSZ itself, so the limit shows as EFBIG).
   auto r = testing::run_sweep_cli("run " + cfg + " --out " + (dir / "out").string(),
-                                  "trap '' XFSZ; ulimit -f 1;");
+                                  "prlimit --fsize=1100:");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("cannot append a row: File too large; the file is left as it was"),
             std::string::npos)
@@ -92,7 +99,7 @@ grid: {seq: 8, batch: [1, 2, 3]}
   EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
   // Every row there is whole: the file reads, and a re-run with space finishes it.
   const auto kept = reports::read_results((dir / "out").string()).rows.size();
-  EXPECT_LT(kept, 3u);
+  EXPECT_EQ(kept, 1u);
   auto again = testing::run_sweep_cli("run " + cfg + " --out " + (dir / "out").string());
   EXPECT_EQ(again.exit_code, 0) << again.output;
   EXPECT_EQ(reports::read_results((dir / "out").string()).rows.size(), 3u);
@@ -130,6 +137,26 @@ TEST(RunBoundary, AnUncreatableOutputDirectoryNamesThePathAndTheCause) {
       << r.output;
   EXPECT_NE(r.output.find("hint: "), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
+}
+
+// With --gpus a failure in one runner thread (here the full disk) used to end the process
+// with `terminate called`; now every thread stops and the run ends with the message.
+TEST(RunBoundary, AFailureInAGpuThreadEndsTheRunWithAMessage_CUDA) {
+  auto dir = testing::temp_dir("boundary_gpus");
+  auto cfg = testing::write_file(dir / "tiny.yaml", R"(
+device: cuda
+steps: 1
+warmup_steps: 0
+repetitions: 1
+models: [gpt2-test]
+grid: {seq: 8, batch: [1, 2, 3, 4], precision: [fp32, bf16]}
+)");
+  auto r = testing::run_sweep_cli("run " + cfg + " --gpus 0,0 --out " + (dir / "out").string(),
+                                  "prlimit --fsize=1100:");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("cannot append a row"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
+  EXPECT_NO_THROW(reports::read_results((dir / "out").string()));
 }
 
 }  // namespace
