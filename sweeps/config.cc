@@ -43,8 +43,9 @@ std::string join(const std::vector<std::string>& v) {
 
 struct Ctx {
   std::string file;
+  // Every config error says what to do: the hint is not optional.
   [[noreturn]] void fail(const YAML::Node& n, const std::string& key, const std::string& msg,
-                         const std::string& hint = "") const {
+                         const std::string& hint) const {
     throw UserError(file, n.Mark().line + 1, key, msg, hint);
   }
   std::string scalar(const YAML::Node& n, const std::string& key) const {
@@ -69,7 +70,7 @@ struct Ctx {
     std::string s = scalar(n, key);
     if (s == "true" || s == "yes" || s == "on") return true;
     if (s == "false" || s == "no" || s == "off") return false;
-    fail(n, key, "'" + s + "' is not true or false");
+    fail(n, key, "'" + s + "' is not true or false", "write true or false");
   }
   // Also refuses a key given twice (yaml-cpp keeps both; the second would silently win).
   void only_keys(const YAML::Node& map, const std::string& where,
@@ -78,7 +79,7 @@ struct Ctx {
       fail(map, where, "expected a mapping of keys to values", "write it as `key: value` lines");
     std::map<std::string, int> seen;
     for (const auto& kv : map) {
-      if (!kv.first.IsScalar()) fail(kv.first, where, "a key must be a plain name");
+      if (!kv.first.IsScalar()) fail(kv.first, where, "a key must be a plain name", "write keys as `name: value`");
       auto k = kv.first.Scalar();
       // `steps:` with nothing after it: a null, never a meaningful value.
       if (kv.second.IsNull())
@@ -102,7 +103,7 @@ AxisValues parse_axis(const Ctx& c, const YAML::Node& n, const std::string& axis
   a.line = n.Mark().line + 1;
   auto one = [&](const YAML::Node& v) {
     std::string s = v.IsScalar() ? v.Scalar() : "";
-    if (!v.IsScalar()) c.fail(v, key, "expected a value or a list of values");
+    if (!v.IsScalar()) c.fail(v, key, "expected a value or a list of values", "e.g. `" + axis + ": [1, 2]`");
     a.values.push_back(canonical_axis_value(axis, s, c.file, v.Mark().line + 1, key));
   };
   if (n.IsSequence()) {
@@ -216,7 +217,7 @@ int64_t parse_integer(const std::string& text, const Range& r) {
 
 std::string canonical_axis_value(const std::string& axis, const std::string& value,
                                  const std::string& file, int line, const std::string& key) {
-  auto fail = [&](const std::string& msg, const std::string& hint = "") {
+  auto fail = [&](const std::string& msg, const std::string& hint) {
     throw UserError(file, line, key, msg, hint);
   };
   if (auto it = kChoices.find(axis); it != kChoices.end()) {
@@ -252,6 +253,9 @@ Config load_config(const std::string& path) {
     throw UserError(path, e.mark.line + 1, "", "YAML syntax error: " + e.msg,
                     "check the indentation and the brackets and quotes on this line and the "
                     "one before; lists are [a, b] or one `- a` per line");
+  } catch (const YAML::Exception& e) {
+    throw UserError(path, e.mark.line + 1, "", "not a YAML config: " + e.msg,
+                    "start from configs/quickstart.yaml");
   }
   if (!root.IsMap())
     throw UserError(path, 1, "", "a config is a mapping of keys to values",
@@ -303,7 +307,8 @@ Config load_config(const std::string& path) {
     else if (key == "exclude") cfg.exclude = parse_excludes(c, v, "exclude");
   }
   if (root["models"] && root["sweeps"])
-    c.fail(root["sweeps"], "sweeps", "give either top-level `models` or `sweeps`, not both");
+    c.fail(root["sweeps"], "sweeps", "give either top-level `models` or `sweeps`, not both",
+           "move the top-level models into a `sweeps:` entry, or drop `sweeps:`");
   if (root["models"]) {
     SweepGroup g;
     g.line = root["models"].Mark().line + 1;
@@ -311,13 +316,13 @@ Config load_config(const std::string& path) {
     cfg.sweeps.push_back(g);
   } else if (root["sweeps"]) {
     const auto& s = root["sweeps"];
-    if (!s.IsSequence() || s.size() == 0) c.fail(s, "sweeps", "expected a non-empty list");
+    if (!s.IsSequence() || s.size() == 0) c.fail(s, "sweeps", "expected a non-empty list", "e.g. sweeps: [{models: [gpt2]}]");
     for (std::size_t i = 0; i < s.size(); ++i) {
       const std::string where = "sweeps[" + std::to_string(i) + "]";
       c.only_keys(s[i], where, {"models", "grid", "exclude"});
       SweepGroup g;
       g.line = s[i].Mark().line + 1;
-      if (!s[i]["models"]) c.fail(s[i], where + ".models", "missing");
+      if (!s[i]["models"]) c.fail(s[i], where + ".models", "missing", "each sweeps entry names its models, e.g. models: [gpt2]");
       g.models = parse_models(c, s[i]["models"], where + ".models");
       if (s[i]["grid"]) g.grid = parse_grid(c, s[i]["grid"], where + ".grid");
       if (s[i]["exclude"]) g.exclude = parse_excludes(c, s[i]["exclude"], where + ".exclude");

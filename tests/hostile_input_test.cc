@@ -66,7 +66,9 @@ void expect_clean(const Outcome& o, const std::string& args, std::initializer_li
 class HostileInput : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = testing::temp_dir("hostile");
+    // One directory per test: ctest runs them in parallel.
+    dir_ = testing::temp_dir(std::string("hostile_") +
+                             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     missing_ = (dir_ / "no-such-file").string();
     directory_ = (dir_ / "a-directory").string();
     fs::create_directories(directory_);

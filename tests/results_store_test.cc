@@ -24,6 +24,13 @@ nlohmann::json row(const std::string& id, const std::string& message) {
           {"batch", 1},          {"message", message}};
 }
 
+// A sweep of gpt2-test points, one step each.
+std::string one_step_config(const fs::path& dir, const std::string& device, const std::string& axes) {
+  return testing::write_file(dir / "tiny.yaml", "device: " + device +
+                                                    "\nsteps: 1\nwarmup_steps: 0\nrepetitions: 1\n"
+                                                    "models: [gpt2-test]\ngrid: {seq: 8, " + axes + "}\n");
+}
+
 // Lowers the file-size limit for the scope, with SIGXFSZ ignored.
 class FileSizeLimit {
  public:
@@ -79,14 +86,7 @@ TEST(ResultsStore, AKeyThatIsNoColumnIsAnInternalError) {
 
 TEST(ResultsStore, ARunOnAFullDiskStopsWithAMessageAndKeepsWholeRows) {
   auto dir = testing::temp_dir("store_full_cli");
-  auto cfg = testing::write_file(dir / "tiny.yaml", R"(
-device: cpu
-steps: 1
-warmup_steps: 0
-repetitions: 1
-models: [gpt2-test]
-grid: {seq: 8, batch: [1, 2, 3]}
-)");
+  auto cfg = one_step_config(dir, "cpu", "batch: [1, 2, 3]");
   // The header and one row fit in 1100 bytes, the second row does not (sweep ignores
   // SIGXFSZ itself, so the limit shows as EFBIG).
   auto r = testing::run_sweep_cli("run " + cfg + " --out " + (dir / "out").string(),
@@ -143,14 +143,7 @@ TEST(RunBoundary, AnUncreatableOutputDirectoryNamesThePathAndTheCause) {
 // with `terminate called`; now every thread stops and the run ends with the message.
 TEST(RunBoundary, AFailureInAGpuThreadEndsTheRunWithAMessage_CUDA) {
   auto dir = testing::temp_dir("boundary_gpus");
-  auto cfg = testing::write_file(dir / "tiny.yaml", R"(
-device: cuda
-steps: 1
-warmup_steps: 0
-repetitions: 1
-models: [gpt2-test]
-grid: {seq: 8, batch: [1, 2, 3, 4], precision: [fp32, bf16]}
-)");
+  auto cfg = one_step_config(dir, "cuda", "batch: [1, 2, 3, 4], precision: [fp32, bf16]");
   auto r = testing::run_sweep_cli("run " + cfg + " --gpus 0,0 --out " + (dir / "out").string(),
                                   "prlimit --fsize=1100:");
   EXPECT_EQ(r.exit_code, 2) << r.output;
