@@ -5,12 +5,12 @@
 #include <sys/file.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <exception>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -41,7 +41,7 @@ std::string resolve_device(const std::string& wanted, const std::string& config_
   const int gpus = cuda_device_count();
   if (wanted == "auto") return gpus > 0 ? "cuda" : "cpu";
   if (wanted == "cuda" && gpus == 0)
-    throw UserError(config_path, 0, "device", "device cuda requested but no GPU is visible",
+    throw ConfigError(config_path, 0, "device", "device cuda requested but no GPU is visible",
                       "use --device cpu (or auto) on this machine");
   return wanted;
 }
@@ -122,7 +122,6 @@ class Progress {
   bool quiet_, tty_;
   clock::time_point t0_;
 };
-
 
 // Key of the "other axes" of a point: OOM pruning and the max-batch search work along batch.
 std::string prune_key(const Point& p) {
@@ -291,11 +290,11 @@ int run_sweep(const RunOptions& opt) {
   run.device = resolve_device(opt.device_given ? opt.device : cfg.device, cfg.path);
   std::vector<std::string> gpus = split_gpus(opt.gpus);
   if (!gpus.empty() && run.device != "cuda")
-    throw UserError(opt.config, 0, "--gpus", "--gpus needs device cuda (this run is on the CPU)",
+    throw ConfigError(opt.config, 0, "--gpus", "--gpus needs device cuda (this run is on the CPU)",
                       "drop --gpus, or run with --device cuda on a GPU host");
   for (const auto& g : gpus)
     if (g.find_first_not_of("0123456789") != std::string::npos || std::stoi(g) >= cuda_device_count())
-      throw UserError(opt.config, 0, "--gpus", "no GPU " + g + " on this host (" +
+      throw ConfigError(opt.config, 0, "--gpus", "no GPU " + g + " on this host (" +
                         std::to_string(cuda_device_count()) + " visible)",
                         "list local GPU indices, e.g. --gpus 0,1");
   // The budget: measured GPUs only where it matters (a target card on CUDA).
