@@ -7,6 +7,7 @@
 
 #include "sweep_version.h"
 #include "sweeps/cli.h"
+#include "sweeps/error.h"
 
 int main(int argc, char** argv) {
   // Past a file-size limit (ulimit -f), write(2) then fails with EFBIG and the results store
@@ -21,8 +22,8 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);
-    std::cerr << "error: " << e.what() << "\nhint: run `" << app.get_name() << " --help`\n";
-    return 2;
+    return sweep::print_user_error(
+        sweep::UserError("", 0, "", e.what(), "run `" + app.get_name() + " --help`"));
   }
   return exit_code;
 }
