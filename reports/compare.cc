@@ -34,18 +34,12 @@ bool failing(std::string_view status) {
   return status == schema::kOom || status == schema::kCrash || status == schema::kTimeout;
 }
 
-std::string where(const Row& row) { return row.source + ":" + std::to_string(row.line); }
 
-// schema::column() for a name known only at run time (from the lists above).
-std::size_t column_of(std::string_view name) {
-  return static_cast<std::size_t>(
-      std::find(schema::kColumns.begin(), schema::kColumns.end(), name) - schema::kColumns.begin());
-}
 
 void check_columns(const Results& r) {
   for (auto name : kRequiredColumns) {
-    if (!r.has_column(column_of(name)))
-      throw CompareError(r.path, 1, "header has no '" + std::string(name) + "' column",
+    if (!r.has_column(schema::find_column(name)))
+      throw UserError(r.path, 1, "", "header has no '" + std::string(name) + "' column",
                          "compare results.csv files written by `sweep run` (schema version " +
                              std::to_string(schema::kSchemaVersion) + ")");
   }
@@ -57,7 +51,7 @@ std::string schema_version(const Results& r) {
   const Row& first = r.rows.front();
   for (const Row& row : r.rows)
     if (row.at(column("schema_version")) != first.at(column("schema_version")))
-      throw CompareError(r.path, row.line,
+      throw UserError(r.path, static_cast<int>(row.line), "",
                          "schema_version " + row.at(column("schema_version")) + ", but line " +
                              std::to_string(first.line) + " has " +
                              first.at(column("schema_version")),
@@ -67,30 +61,6 @@ std::string schema_version(const Results& r) {
 }
 
 }  // namespace
-
-std::vector<double> step_samples(const Row& row) {
-  std::vector<double> out;
-  const std::string& cell = row.at(column("step_ms_samples"));
-  std::size_t start = 0;
-  while (start < cell.size()) {
-    std::size_t end = cell.find(';', start);
-    if (end == std::string::npos) end = cell.size();
-    double v = 0;
-    const char* first = cell.data() + start;
-    const char* last = cell.data() + end;
-    while (first < last && *first == ' ') ++first;
-    auto [p, ec] = std::from_chars(first, last, v);
-    if (ec != std::errc() || p != last || !std::isfinite(v))
-      throw ResultsError(row.source, row.line,
-                         "column 'step_ms_samples': '" + std::string(first, last) +
-                             "' is not a number (expected times in ms separated by ';')");
-    out.push_back(v);
-    start = end + 1;
-  }
-  if (out.empty())
-    if (auto v = row.number(column("step_ms"))) out.push_back(*v);
-  return out;
-}
 
 namespace {
 
@@ -149,7 +119,7 @@ std::optional<MetricComparison> memory_change(std::string_view metric, std::size
 }
 
 std::optional<MetricComparison> step_time_change(const Row& b, const Row& n, double threshold) {
-  const std::vector<double> xs = step_samples(b), ys = step_samples(n);
+  const std::vector<double> xs = b.step_times(), ys = n.step_times();
   if (xs.empty() && ys.empty()) return std::nullopt;
   MetricComparison m{.metric = "step_ms", .base_samples = xs.size(), .next_samples = ys.size()};
   if (!xs.empty()) m.base = median(xs);
@@ -231,7 +201,7 @@ std::vector<std::string> distinct(const Results& r, std::size_t col) {
 void environment(const Results& base, const Results& next, CompareResult& out) {
   if (base.rows.empty() || next.rows.empty()) return;
   for (auto name : kEnvColumns) {
-    auto b = distinct(base, column_of(name)), n = distinct(next, column_of(name));
+    auto b = distinct(base, schema::find_column(name)), n = distinct(next, schema::find_column(name));
     auto sb = b, sn = n;
     std::sort(sb.begin(), sb.end());
     std::sort(sn.begin(), sn.end());
@@ -270,30 +240,6 @@ std::size_t CompareResult::unchanged_points() const {
       std::count_if(points.begin(), points.end(), [](const auto& p) { return p.unchanged(); }));
 }
 
-std::vector<const Row*> latest_rows(const Results& results, std::vector<std::string>* duplicates) {
-  std::vector<const Row*> out;
-  std::unordered_map<std::string, std::size_t> index;
-  std::unordered_map<std::string, std::string> lines;
-  for (const Row& row : results.rows) {
-    const std::string& id = row.at(column("point_id"));
-    auto [it, fresh] = index.emplace(id, out.size());
-    if (fresh) {
-      out.push_back(&row);
-      lines[id] = std::to_string(row.line);
-    } else {
-      out[it->second] = &row;
-      lines[id] += ", " + std::to_string(row.line);
-    }
-  }
-  if (duplicates)
-    for (const Row* row : out) {
-      const std::string& id = row->at(column("point_id"));
-      if (lines[id].find(',') != std::string::npos)
-        duplicates->push_back(id + " (lines " + lines[id] + ")");
-    }
-  return out;
-}
-
 CompareResult compare_results(const Results& base, const Results& next,
                               const CompareOptions& options) {
   check_columns(base);
@@ -303,15 +249,17 @@ CompareResult compare_results(const Results& base, const Results& next,
   out.next = {.path = next.path, .rows = next.rows.size(), .schema_version = schema_version(next)};
   if (!out.base.schema_version.empty() && !out.next.schema_version.empty() &&
       out.base.schema_version != out.next.schema_version)
-    throw CompareError(next.path, next.rows.front().line,
+    throw UserError(next.path, static_cast<int>(next.rows.front().line), "",
                        "schema_version " + out.next.schema_version + ", but the baseline (" +
-                           where(base.rows.front()) + ") has " + out.base.schema_version,
+                           base.rows.front().where() + ") has " + out.base.schema_version,
                        "compare results of the same schema version; " + std::string(kRefreshHint));
   environment(base, next, out);
 
-  std::vector<std::string> base_dups, next_dups;
-  const auto base_rows = latest_rows(base, &base_dups);
-  const auto next_rows = latest_rows(next, &next_dups);
+  const Latest base_latest = latest_per_point(base), next_latest = latest_per_point(next);
+  const auto& base_rows = base_latest.rows;
+  const auto& next_rows = next_latest.rows;
+  const auto& base_dups = base_latest.duplicates;
+  const auto& next_dups = next_latest.duplicates;
   out.base.points = base_rows.size();
   out.next.points = next_rows.size();
   for (const auto& [side, dups] : {std::pair{&base, &base_dups}, {&next, &next_dups}})
@@ -375,30 +323,18 @@ int run_compare(const Args& a) {
        {std::tuple{"--memory-threshold", &a.memory, &o.memory_threshold},
         {"--throughput-threshold", &a.throughput, &o.throughput_threshold}}) {
     auto v = parse_percent(*text);
-    if (!v) {
-      std::cerr << "sweep compare: " << flag << " '" << *text
-                << "' is not a percentage\nhint: write it like 1% or 0.5%\n";
-      return 2;
-    }
+    if (!v)
+      throw UserError(flag, 0, "", "'" + *text + "' is not a percentage",
+                      "write it like 1% or 0.5%");
     *out = *v;
   }
-  try {
-    const Results base = read_results(a.base);
-    const Results next = read_results(a.next);
-    const CompareResult r = compare_results(base, next, o);
-    std::cout << compare_text(r, a.format);
-    if (!a.export_dir.empty() && !write_compare_exports(r, next, a.export_dir)) return 2;
-    std::cerr << "sweep compare: " << compare_summary(r) << "\n";
-    return r.regressed() ? 1 : 0;
-  } catch (const CompareError& e) {
-    std::cerr << e.located() << "\nhint: " << e.hint() << "\n";
-  } catch (const ResultsError& e) {
-    std::cerr << e.located()
-              << "\nhint: give results.csv files (or directories holding one) written by "
-                 "`sweep run`; a row cut short is what a killed run leaves: delete it or "
-                 "re-run that point\n";
-  }
-  return 2;
+  const Results base = read_results(a.base);
+  const Results next = read_results(a.next);
+  const CompareResult r = compare_results(base, next, o);
+  std::cout << compare_text(r, a.format);
+  if (!a.export_dir.empty() && !write_compare_exports(r, next, a.export_dir)) return 2;
+  std::cerr << "sweep compare: " << compare_summary(r) << "\n";
+  return r.regressed() ? 1 : 0;
 }
 
 }  // namespace
@@ -424,7 +360,7 @@ void register_compare_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--export", a->export_dir,
                   "Also write compare.{md,json,csv} and dashboard JSON (github-action-benchmark "
                   "custom*IsBetter, Bencher BMF) here");
-  cmd->callback([a, &exit_code] { exit_code = run_compare(*a); });
+  cmd->callback([a, &exit_code] { exit_code = run_guarded([&] { return run_compare(*a); }); });
 }
 
 }  // namespace sweep::reports

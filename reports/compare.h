@@ -28,17 +28,6 @@ inline constexpr std::size_t kMinSamples = 9;
 // Two-sided significance level for a step-time change.
 inline constexpr double kAlpha = 0.01;
 
-// Bad input that is not a CSV syntax error (mismatched schema, missing column); carries a
-// hint for the user.
-class CompareError : public ResultsError {
- public:
-  CompareError(std::string file, unsigned line, const std::string& what, std::string hint)
-      : ResultsError(std::move(file), line, what), hint_(std::move(hint)) {}
-  const std::string& hint() const { return hint_; }
-
- private:
-  std::string hint_;
-};
 
 struct CompareOptions {
   double memory_threshold = 0.01;      // fraction: 0.01 = 1%
@@ -106,18 +95,9 @@ struct CompareResult {
   bool regressed() const { return count(Verdict::kRegression) > 0; }
 };
 
-// The last row of every point_id, in order of first appearance; `duplicates` (if given)
-// receives "point_id (lines 3, 9)" for each point written more than once.
-std::vector<const Row*> latest_rows(const Results& results,
-                                    std::vector<std::string>* duplicates = nullptr);
-
-// A row's per-repetition step times (ms); a row with step_ms but no samples gives that one
-// value. Throws ResultsError naming the row for a sample that is not a number.
-std::vector<double> step_samples(const Row& row);
-
-// Compares `next` against `base`. Throws CompareError for files that cannot be compared
-// (schema versions differ, a required column is missing) and ResultsError for a malformed
-// cell (a sample that is not a number).
+// Compares `next` against `base`, the last row of each point on either side
+// (latest_per_point). Throws UserError for files that cannot be compared (schema versions
+// differ, a required column is missing).
 CompareResult compare_results(const Results& base, const Results& next,
                               const CompareOptions& options = {});
 

@@ -35,11 +35,7 @@ std::string format(const char* fmt, double v) {
   return buf;
 }
 
-std::string bytes(double b, bool sign = false) {
-  const bool gib = std::abs(b) >= 1024 * kMiB;
-  return format(sign ? (gib ? "%+.2f GiB" : "%+.1f MiB") : (gib ? "%.2f GiB" : "%.1f MiB"),
-                b / (gib ? 1024 * kMiB : kMiB));
-}
+std::string bytes(double b, bool sign = false) { return format_bytes(b, sign); }
 
 bool is_bytes(const MetricComparison& m) { return m.metric.ends_with("_bytes"); }
 
@@ -159,11 +155,7 @@ std::string md_section(const CompareResult& r, Verdict v, std::string_view headi
 }
 
 std::string csv_cell(const json& v) {
-  std::string s = v.is_null() ? "" : v.is_string() ? v.get<std::string>() : v.dump();
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string q = "\"";
-  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return q + "\"";
+  return csv_field(v.is_null() ? "" : v.is_string() ? v.get<std::string>() : v.dump());
 }
 
 // Indented JSON; bytes that are not UTF-8 (a device name, an error message) are replaced
@@ -325,7 +317,7 @@ struct Named {
 std::vector<Named> named_ok_rows(const Results& results) {
   std::vector<Named> out;
   std::map<std::string, int> uses;
-  const auto rows = latest_rows(results);
+  const auto rows = latest_per_point(results).rows;
   for (const Row* row : rows)
     if (row->at(column("status")) == schema::kOk) ++uses[bench_name(*row)];
   for (const Row* row : rows) {
@@ -360,7 +352,7 @@ json benchmark_action_json(const Results& results, bool bigger_is_better) {
                      {"unit", "MiB"},
                      {"value", *b / kMiB},
                      {"extra", extra(*row)}});
-    const std::vector<double> s = step_samples(*row);
+    const std::vector<double> s = row->step_times();
     if (!s.empty()) {
       auto [lo, hi] = std::minmax_element(s.begin(), s.end());
       out.push_back(
@@ -381,7 +373,7 @@ json bencher_json(const Results& results) {
     for (auto [m, col] : {std::pair{"peak_allocated_bytes", column("peak_allocated_bytes")},
                           {"peak_reserved_bytes", column("peak_reserved_bytes")}})
       if (auto v = row->number(col)) measures[m] = {{"value", static_cast<int64_t>(*v)}};
-    const std::vector<double> s = step_samples(*row);
+    const std::vector<double> s = row->step_times();
     if (!s.empty()) {
       auto [lo, hi] = std::minmax_element(s.begin(), s.end());
       const double mid = median(s);
@@ -419,7 +411,8 @@ bool write_compare_exports(const CompareResult& r, const Results& next, const st
     std::ofstream f(path);
     f << text;
     if (!f) {
-      std::cerr << path << ": cannot write\nhint: check that --export names a writable directory\n";
+      print_user_error(
+          UserError(path, 0, "", "cannot write", "check that --export names a writable directory"));
       return false;
     }
   }

@@ -5,6 +5,8 @@
 // activation checkpointing, smaller micro-batch with more accumulation, lighter optimizer.
 #include "reports/recommend.h"
 
+#include "reports/stats.h"
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -68,12 +70,6 @@ Measured measure(const Row& r) {
   return m;
 }
 
-std::string gib(double bytes) {
-  std::ostringstream s;
-  s.precision(3);
-  s << bytes / kGiB;
-  return s.str();
-}
 
 // Ranking: rows measured on the target first (their throughput is the target's), then
 // throughput, measured before inferred, lower peak, fewer techniques, then a stable order.
@@ -140,7 +136,7 @@ Target resolve_target(const std::vector<Measured>& rows, const RecommendOptions&
     if (!g) {
       std::string known;
       for (const auto& s : gpus()) known += (known.empty() ? "" : ", ") + std::string(s.key);
-      throw RecommendError("--gpu: unknown GPU '" + o.gpu + "'",
+      throw UserError("--gpu", 0, "", "unknown GPU '" + o.gpu + "'",
                            "known GPUs: " + known + "; for another card give --memory-gib N");
     }
     t.name = g->name;
@@ -148,6 +144,9 @@ Target resolve_target(const std::vector<Measured>& rows, const RecommendOptions&
     t.memory_bytes = std::llround(g->memory_gib * kGiB);
     on_target = [g](const Measured& m) { return find_gpu(m.choice.measured_on) == g; };
   } else if (o.memory_gib) {
+    if (!(*o.memory_gib > 0 && *o.memory_gib <= kMaxMemoryGib))
+      throw UserError("--memory-gib", 0, "", "'" + std::to_string(*o.memory_gib) + "' is not a card's memory",
+                      "give the card's memory in GiB, e.g. --memory-gib 24");
     std::ostringstream s;
     s << *o.memory_gib << " GiB";
     t.name = s.str();
@@ -162,15 +161,15 @@ Target resolve_target(const std::vector<Measured>& rows, const RecommendOptions&
     for (const auto& m : rows)
       if (m.device_memory) devices[m.choice.measured_on] = *m.device_memory;
     if (devices.empty())
-      throw RecommendError("the results do not record the device's memory",
+      throw UserError("", 0, "", "the results do not record the device's memory",
                            "say which card to recommend for: --gpu NAME or --memory-gib N");
     std::set<double> sizes;
     for (const auto& [name, mem] : devices) sizes.insert(mem);
     if (sizes.size() > 1) {
       std::string list;
       for (const auto& [name, mem] : devices)
-        list += (list.empty() ? "" : ", ") + name + " (" + gib(mem) + " GiB)";
-      throw RecommendError("the results were measured on several devices: " + list,
+        list += (list.empty() ? "" : ", ") + name + " (" + format_bytes(mem) + ")";
+      throw UserError("", 0, "", "the results were measured on several devices: " + list,
                            "say which card to recommend for: --gpu NAME or --memory-gib N");
     }
     t.name = devices.begin()->first;
@@ -190,9 +189,8 @@ Target resolve_target(const std::vector<Measured>& rows, const RecommendOptions&
       t.context_bytes = kDefaultCudaContextBytes;
       t.context_source = "default for CUDA; no row measured it";
     } else {
-      std::sort(ctx.begin(), ctx.end());
-      std::size_t n = ctx.size();
-      t.context_bytes = std::llround(n % 2 ? ctx[n / 2] : (ctx[n / 2 - 1] + ctx[n / 2]) / 2);
+      const std::size_t n = ctx.size();
+      t.context_bytes = std::llround(median(ctx));
       t.context_source =
           "measured: median of device_used - peak_reserved over " + std::to_string(n) + " ok rows";
     }
@@ -355,8 +353,8 @@ std::vector<std::string> notes_for(const Recommendation& r, const std::vector<Me
   }
   if (emulated > 0)
     notes.push_back(std::to_string(emulated) + " rows were measured under an emulated budget (" +
-                    gib(static_cast<double>(budget)) +
-                    " GiB): their peaks are used as measured, their throughput is the measuring "
+                    format_bytes(static_cast<double>(budget)) +
+                    "): their peaks are used as measured, their throughput is the measuring "
                     "card's." +
                     (default_target ? " To recommend for the emulated card, pass --gpu NAME or "
                                       "--memory-gib N."
@@ -399,8 +397,10 @@ std::string GroupRecommendation::label() const {
 
 Recommendation recommend(const std::vector<Results>& results, const RecommendOptions& options) {
   std::vector<Measured> rows;
+  // The row that counts for each point (after a --force re-run, the new one), as in
+  // `sweep report` and `sweep compare`.
   for (const auto& res : results)
-    for (const auto& row : res.rows) rows.push_back(measure(row));
+    for (const Row* row : latest_per_point(res).rows) rows.push_back(measure(*row));
 
   Recommendation r;
   OnTarget on_target;
@@ -408,6 +408,11 @@ Recommendation recommend(const std::vector<Results>& results, const RecommendOpt
   r.target.usable_bytes =
       usable_bytes(r.target.memory_bytes, r.target.margin, r.target.context_bytes);
   r.effective_batch = options.effective_batch;
+  if (r.target.usable_bytes <= 0)
+    throw UserError("", 0, "", "no usable memory: " + format_bytes(static_cast<double>(r.target.memory_bytes)) +
+                                   " x (1 - margin " + std::to_string(r.target.margin) + ") - context " +
+                                   format_bytes(static_cast<double>(r.target.context_bytes)) + " <= 0",
+                    "give a larger --memory-gib, or a smaller --margin or --context-gib");
 
   std::set<std::string> devices;
   std::vector<std::string> order;

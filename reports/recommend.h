@@ -23,18 +23,10 @@ namespace sweep::reports {
 inline constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 // Context allowance when none was measured or given: what the CUDA context, cuBLAS
 // workspaces and kernels take outside the caching allocator (nothing on the CPU).
+// The most memory a card given with --memory-gib or --context-gib may have (1 PiB).
+inline constexpr double kMaxMemoryGib = 1024.0 * 1024.0;
 inline constexpr int64_t kDefaultCudaContextBytes = int64_t{512} << 20;
 
-// User error that is not tied to a file line (an unknown --gpu, ambiguous results).
-class RecommendError : public std::runtime_error {
- public:
-  RecommendError(const std::string& what, std::string hint)
-      : std::runtime_error(what), hint_(std::move(hint)) {}
-  const std::string& hint() const { return hint_; }
-
- private:
-  std::string hint_;
-};
 
 struct RecommendOptions {
   std::string gpu;                         // --gpu NAME, looked up in gpus(); "" = none
@@ -118,8 +110,8 @@ struct Recommendation {
   std::vector<std::vector<std::optional<Choice>>> cells;  // [group][column]: fastest fit
 };
 
-// The analysis. Throws RecommendError for an unknown --gpu or results that do not say
-// which card to recommend for, ResultsError for a malformed cell.
+// The analysis. Throws UserError for an unknown --gpu or results that do not say
+// which card to recommend for, UserError for a malformed cell.
 Recommendation recommend(const std::vector<Results>& results, const RecommendOptions& options);
 
 // Printers over one field list (recommend_report.cc).

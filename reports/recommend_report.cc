@@ -1,6 +1,7 @@
 // Printing recommendations: every output line is a Choice in a role (fastest, max-batch,
 // ...); one field list turns those into CSV and Markdown. Plus the `recommend` command.
 #include <CLI/CLI.hpp>
+#include <charconv>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -151,12 +152,6 @@ std::string md_table(const std::vector<Line>& all, const std::vector<std::string
   return markdown_table(make_table(headers, align, keep, std::move(rows))) + "\n";
 }
 
-std::string csv_cell(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string q = "\"";
-  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return q + "\"";
-}
 
 std::string cross_gpu_table(const Recommendation& r) {
   if (r.columns.empty()) return "";
@@ -184,7 +179,7 @@ std::string recommendations_csv(const Recommendation& r) {
   s += "\n";
   for (const auto& l : lines(r)) {
     std::string row;
-    for (const auto& f : kFields) row += (row.empty() ? "" : ",") + csv_cell(f.get(l));
+    for (const auto& f : kFields) row += (row.empty() ? "" : ",") + csv_field(f.get(l));
     s += row + "\n";
   }
   return s;
@@ -256,7 +251,7 @@ int run_recommend(const std::vector<std::string>& inputs, const RecommendOptions
                   std::string out_dir) {
   namespace fs = std::filesystem;
   std::vector<Results> results;
-  try {
+  {
     for (const auto& in : inputs) results.push_back(read_results(in));
     Recommendation r = recommend(results, options);
     const std::string md = recommendations_markdown(r);
@@ -270,23 +265,29 @@ int run_recommend(const std::vector<std::string>& inputs, const RecommendOptions
       const std::string path = (fs::path(out_dir) / name).string();
       std::ofstream f(path);
       f << text;
-      if (!f) {
-        std::cerr << path << ": cannot write\nhint: check that --out names a writable directory\n";
-        return 2;
-      }
+      if (!f)
+        throw UserError(path, 0, "", "cannot write", "check that --out names a writable directory");
     }
     return 0;
-  } catch (const ResultsError& e) {
-    std::cerr << e.located()
-              << "\nhint: give results directories written by `sweep run` (or their "
-                 "results.csv)\n";
-  } catch (const RecommendError& e) {
-    std::cerr << "sweep recommend: " << e.what() << "\nhint: " << e.hint() << "\n";
   }
-  return 2;
 }
 
 }  // namespace
+
+// GiB of a card: a finite number a GPU could have. NaN, 1e308 and 9e9 used to pass
+// CLI::PositiveNumber and produce a negative usable memory.
+// (CLI::Range lets NaN through: every comparison with it is false.)
+const CLI::Validator kMemoryGib(
+    [](std::string& text) -> std::string {
+      double v = 0;
+      auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+      if (text.empty() || ec != std::errc() || p != text.data() + text.size() ||
+          !(v >= 0 && v <= kMaxMemoryGib))
+        return "'" + text + "' is not a number of GiB from 0 to " +
+               std::to_string(static_cast<int64_t>(kMaxMemoryGib));
+      return "";
+    },
+    "GIB", "GiB");
 
 void register_recommend_command(CLI::App& app, int& exit_code) {
   struct Args {
@@ -303,7 +304,7 @@ void register_recommend_command(CLI::App& app, int& exit_code) {
   auto* gpu = cmd->add_option("--gpu", a->options.gpu,
                               "Recommend for this card of the GPU table (e.g. rtx3060, a100-80gb)");
   auto* mem = cmd->add_option("--memory-gib", a->memory_gib, "Recommend for a card of this memory")
-                  ->check(CLI::PositiveNumber);
+                  ->check(kMemoryGib);
   gpu->excludes(mem);
   cmd->add_option("--margin", a->options.margin, "Fraction of memory kept free")
       ->capture_default_str()
@@ -313,7 +314,7 @@ void register_recommend_command(CLI::App& app, int& exit_code) {
                   ->check(CLI::PositiveNumber);
   auto* ctx = cmd->add_option("--context-gib", a->context_gib,
                               "Memory outside the allocator (default: measured, else 0.5 on CUDA)")
-                  ->check(CLI::NonNegativeNumber);
+                  ->check(kMemoryGib);
   cmd->add_option("--out", a->out,
                   "Where to write recommendations.{md,csv} (default: beside the "
                   "first results.csv)");
@@ -322,7 +323,7 @@ void register_recommend_command(CLI::App& app, int& exit_code) {
     if (mem->count()) o.memory_gib = a->memory_gib;
     if (eff->count()) o.effective_batch = a->effective_batch;
     if (ctx->count()) o.context_gib = a->context_gib;
-    exit_code = run_recommend(a->inputs, o, a->out);
+    exit_code = run_guarded([&] { return run_recommend(a->inputs, o, a->out); });
   });
 }
 

@@ -13,8 +13,12 @@
 #include <iostream>
 #include <map>
 #include <numeric>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "reports/report_sections.h"
+#include "reports/stats.h"
 
 namespace sweep::reports {
 namespace report {
@@ -27,33 +31,22 @@ constexpr const char* kNoGnuplot =
     "Plots not drawn: gnuplot was not found (apt-get install gnuplot-nox); the tables are "
     "complete and each plot's data is in its .dat file.";
 
-// Median and coefficient of variation of the per-repetition step times ("12.1;12.4;12.0").
-bool step_statistics(const std::string& cell, Point& p) {
-  std::vector<double> v;
-  for (std::size_t at = 0; at < cell.size();) {
-    std::size_t end = std::min(cell.find(';', at), cell.size());
-    double x = 0;
-    auto [ptr, ec] = std::from_chars(cell.data() + at, cell.data() + end, x);
-    if (ec != std::errc() || ptr != cell.data() + end) return false;
-    v.push_back(x);
-    at = end + 1;
-  }
-  if (v.empty()) return true;
-  std::vector<double> sorted = v;
-  std::sort(sorted.begin(), sorted.end());
-  std::size_t n = sorted.size();
-  p.step_ms = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+// Median and coefficient of variation of the per-repetition step times.
+void step_statistics(const Row& r, Point& p) {
+  const std::vector<double> v = r.step_times();
+  if (v.empty()) return;
+  const std::size_t n = v.size();
+  p.step_ms = median(v);
   if (n >= 2) {
     double mean = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(n);
     double ss = 0;
     for (double x : v) ss += (x - mean) * (x - mean);
     if (mean > 0) p.step_ms_cv = std::sqrt(ss / static_cast<double>(n - 1)) / mean;
   }
-  return true;
 }
 
 Point parse_point(const Row& r) {
-  auto fail = [&](const std::string& msg) { throw ResultsError(r.source, r.line, msg); };
+  auto fail = [&](const std::string& msg) { throw UserError(r.source, static_cast<int>(r.line), "", msg, kResultsHint); };
   auto whole = [&](std::size_t col, std::optional<int> fallback) {
     std::optional<double> v = r.number(col);
     if (!v && fallback) return *fallback;
@@ -62,18 +55,12 @@ Point parse_point(const Row& r) {
            "' is not a positive whole number");
     return static_cast<int>(*v);
   };
-  if (auto v = r.number(column("schema_version")); v && *v > schema::kSchemaVersion)
-    fail("schema_version " + r.at(column("schema_version")) + " is newer than this sweep reads (" +
-         std::to_string(schema::kSchemaVersion) + ")");
   Point p;
   p.line = r.line;
   p.model = r.at(column("model"));
   if (p.model.empty()) fail("column 'model' is empty");
   p.status = r.at(column("status"));
   p.search = r.at(column("search"));
-  if (p.status != schema::kOk && p.status != schema::kOom && p.status != schema::kCrash &&
-      p.status != schema::kTimeout && p.status != schema::kSkipped)
-    fail("column 'status': '" + p.status + "' is not one of ok, oom, crash, timeout, skipped");
   p.batch = whole(column("batch"), std::nullopt);
   p.accumulation = whole(column("accumulation"), 1);
   // The input size: tokens for GPT-2 and T5 (encoder, decoder), seconds for Whisper.
@@ -116,10 +103,7 @@ Point parse_point(const Row& r) {
   p.peak_reserved = r.number(column("peak_reserved_bytes"));
   p.tokens_per_s = r.number(column("tokens_per_s"));
   p.samples_per_s = r.number(column("samples_per_s"));
-  if (!step_statistics(r.at(column("step_ms_samples")), p))
-    fail("column 'step_ms_samples': '" + r.at(column("step_ms_samples")) +
-         "' is not a ';'-separated list of numbers");
-  if (!p.step_ms) p.step_ms = r.number(column("step_ms"));
+  step_statistics(r, p);
   if (!p.step_ms_cv) p.step_ms_cv = r.number(column("step_ms_cv"));
   return p;
 }
@@ -142,9 +126,10 @@ std::string slug(const std::string& s) {
 template <class Get>
 std::string distinct(const std::vector<Point>& pts, Get get) {
   std::vector<std::string> seen;
+  std::unordered_set<std::string> known;
   for (const Point& p : pts) {
     std::string v = get(p);
-    if (!v.empty() && std::find(seen.begin(), seen.end(), v) == seen.end()) seen.push_back(v);
+    if (!v.empty() && known.insert(v).second) seen.push_back(v);
   }
   std::string out;
   for (const auto& v : seen) out += (out.empty() ? "" : ", ") + v;
@@ -228,7 +213,7 @@ void failures(Document& doc, const std::vector<Point>& pts) {
 void write_text(const fs::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
   out << text;
-  if (!out) throw ResultsError(path.string(), 0, "cannot write");
+  if (!out) throw UserError(path.string(), 0, "", "cannot write", "choose a directory you can write to with --out DIR");
 }
 
 }  // namespace
@@ -239,31 +224,23 @@ std::string Point::technique() const {
 }
 
 std::vector<Point> parse_points(const Results& results) {
+  // Every row is checked, then only the one that counts for each point is kept.
   std::vector<Point> out;
-  std::map<std::string, std::size_t> by_id;
-  for (const Row& r : results.rows) {
-    Point p = parse_point(r);
-    const std::string& id = r.at(column("point_id"));
-    if (auto [it, fresh] = by_id.emplace(id, out.size()); !fresh && !id.empty()) {
-      out[it->second] = p;  // measured again: the later row replaces it in place
-      continue;
-    }
-    out.push_back(p);
-  }
+  for (const Row& r : results.rows) parse_point(r);
+  for (const Row* r : latest_per_point(results).rows) out.push_back(parse_point(*r));
   return out;
 }
 
 std::vector<Group> make_groups(const std::vector<Point>& points) {
   std::vector<Group> groups;
+  std::unordered_map<std::string, std::size_t> index;  // model + shape -> group
   for (const Point& p : points) {
-    auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) {
-      return g.model == p.model && g.shape == p.shape;
-    });
-    if (it == groups.end()) {
-      it = groups.insert(groups.end(), Group{.model = p.model, .shape = p.shape});
-      it->stem = slug(p.shape.empty() ? p.model : p.model + "-" + p.shape);
+    auto [it, fresh] = index.emplace(p.model + '\x1f' + p.shape, groups.size());
+    if (fresh) {
+      groups.push_back(Group{.model = p.model, .shape = p.shape});
+      groups.back().stem = slug(p.shape.empty() ? p.model : p.model + "-" + p.shape);
     }
-    it->points.push_back(p);
+    groups[it->second].points.push_back(p);
   }
   for (Group& g : groups) {
     std::vector<std::string> modes, allocs, budgets, memories;
@@ -331,16 +308,18 @@ int optimizer_rank(const std::string& optimizer) {
 }
 
 std::string most_common(const std::vector<std::string>& values) {
-  std::string best;
+  // Counted in one pass (counting each value over the whole list made `sweep report`
+  // quadratic: 20k rows of one model took 5 s); ties go to the first value seen.
+  std::unordered_map<std::string_view, long> count;
+  for (const auto& v : values) ++count[v];
+  std::string_view best;
   long best_count = 0;
-  for (const auto& v : values) {
-    long n = std::count(values.begin(), values.end(), v);
-    if (n > best_count) {
+  for (const auto& v : values)
+    if (long n = count[v]; n > best_count) {
       best = v;
       best_count = n;
     }
-  }
-  return best;
+  return std::string(best);
 }
 
 void add_plot(Document& doc, bool drawn, const std::string& stem, const std::string& alt) {
@@ -405,22 +384,7 @@ void register_report_command(CLI::App& app, int& exit_code) {
       ->required();
   cmd->add_option("--out", opts->out_dir, "where to write the report (default: RESULTS_DIR)");
   cmd->callback([opts, &exit_code] {
-    try {
-      exit_code = write_report(opts->results_dir, opts->out_dir);
-    } catch (const ResultsError& e) {
-      std::cerr
-          << e.located() << "\n"
-          << (e.line() == 0 && !std::filesystem::exists(e.file())
-                  ? "hint: pass the directory `sweep run` wrote (it holds results.csv), or "
-                    "the file itself\n"
-                  : "hint: results.csv holds one row per point with the columns of "
-                    "sweeps/schema.h; fix or delete that line, then run `sweep report` again\n");
-      exit_code = 2;
-    } catch (const std::filesystem::filesystem_error& e) {
-      std::cerr << e.path1().string() << ": " << e.code().message() << "\n"
-                << "hint: choose a directory you can write to with --out DIR\n";
-      exit_code = 2;
-    }
+    exit_code = run_guarded([&] { return write_report(opts->results_dir, opts->out_dir); });
   });
 }
 

@@ -15,7 +15,7 @@ namespace sweep::reports {
 
 // Reads results_dir/results.csv (or results_dir itself if it is the file) and writes the
 // report into out_dir (empty: results_dir, or the file's directory). Every row is parsed
-// before anything is written, so bad input throws ResultsError and leaves out_dir alone.
+// before anything is written, so bad input throws UserError and leaves out_dir alone.
 // Without gnuplot the tables and plot data are still written and a note says how to get
 // it. Returns 0.
 int write_report(const std::string& results_dir, const std::string& out_dir = "");

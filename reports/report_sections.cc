@@ -59,9 +59,9 @@ Selection select_lines(const Group& g) {
       latest[{p.pair(), p.batch}] = p;
   for (auto& [key, p] : latest) s.points.push_back(p);
   std::sort(s.points.begin(), s.points.end(), by_technique);
+  std::set<std::string> known;
   for (const Point& p : s.points)
-    if (std::find(s.pairs.begin(), s.pairs.end(), p.pair()) == s.pairs.end())
-      s.pairs.push_back(p.pair());
+    if (known.insert(p.pair()).second) s.pairs.push_back(p.pair());
   s.held = "mode " + g.mode + ", accumulation " + std::to_string(s.accumulation) + ", optimizer " +
            s.optimizer + (g.alloc_conf.empty() ? "" : ", alloc_conf " + g.alloc_conf);
   return s;
@@ -500,13 +500,14 @@ void search_section(Document& doc, const std::vector<Point>& points) {
     std::string failed;
   };
   std::vector<std::pair<std::string, Answer>> answers;  // combination -> answer, in file order
+  std::map<std::string, std::size_t> index;             // combination -> position in answers
   for (const Point& p : points) {
     if (p.search != "max_batch") continue;
     const std::string key = p.model + "|" + p.shape + "|" + p.mode + "|" + p.technique() + "|" +
                             p.alloc_conf + "|" + fixed(p.budget_bytes, 0);
-    auto it = std::find_if(answers.begin(), answers.end(), [&](const auto& a) { return a.first == key; });
-    if (it == answers.end()) it = answers.insert(answers.end(), {key, Answer{}});
-    Answer& a = it->second;
+    auto [at, fresh] = index.emplace(key, answers.size());
+    if (fresh) answers.emplace_back(key, Answer{});
+    Answer& a = answers[at->second].second;
     if (!a.first) a.first = &p;
     ++a.probes;
     if (p.ok() && (!a.largest || p.batch > a.largest->batch)) a.largest = &p;

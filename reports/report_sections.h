@@ -39,7 +39,7 @@ struct Point {
   std::string technique() const;
 };
 
-// Parses and checks every row; throws ResultsError (file:line) on the first bad one.
+// Parses and checks every row; throws UserError (file:line) on the first bad one.
 // A point_id that appears twice keeps its last row (results.csv is append-only).
 std::vector<Point> parse_points(const Results& results);
 

@@ -40,7 +40,7 @@ Budget resolve_budget(const Config& cfg, const std::string& device, const std::v
     b.note = "budget " + gib(b.bytes) + " (budget_gib)";
     for (const auto& g : gpus)
       if (b.bytes > g.total_bytes)
-        throw ConfigError(cfg.path, cfg.budget_line, "budget_gib",
+        throw UserError(cfg.path, cfg.budget_line, "budget_gib",
                           "a budget of " + gib(b.bytes) + " is more than GPU " + g.index + " (" +
                               g.name + ") has: " + gib(g.total_bytes),
                           "lower budget_gib to at most " + gib(g.total_bytes) +
@@ -70,7 +70,7 @@ Budget resolve_budget(const Config& cfg, const std::string& device, const std::v
     context = std::max(context, g.context_bytes);
   }
   if (smallest < target * (1 - kSameCardTolerance)) {
-    throw ConfigError(cfg.path, t.line, "gpu.memory_gib",
+    throw UserError(cfg.path, t.line, "gpu.memory_gib",
                       "this GPU (" + smallest_name + ", " + gib(smallest) +
                           ") is smaller than the target " + target_name +
                           ": a budget cannot add memory",
@@ -84,7 +84,7 @@ Budget resolve_budget(const Config& cfg, const std::string& device, const std::v
   b.context_bytes = t.context_gib ? static_cast<int64_t>(*t.context_gib * kGiB) : context;
   b.bytes = static_cast<int64_t>(target) - b.context_bytes;
   if (b.bytes <= 0)
-    throw ConfigError(cfg.path, t.line, "gpu.context_gib",
+    throw UserError(cfg.path, t.line, "gpu.context_gib",
                       "the context allowance (" + gib(b.context_bytes) + ") leaves nothing of " +
                           target_name,
                       "lower gpu.context_gib, or raise gpu.memory_gib");

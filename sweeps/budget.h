@@ -38,7 +38,7 @@ struct Budget {
 inline constexpr double kSameCardTolerance = 0.05;
 
 // Pure: the budget for `device` ("cpu" | "cuda"); `gpus` are the probed GPUs (cuda only).
-// Throws ConfigError at the config's line when a GPU is smaller than the target card, or than
+// Throws UserError at the config's line when a GPU is smaller than the target card, or than
 // an explicit budget_gib: a cap cannot add memory.
 Budget resolve_budget(const Config& cfg, const std::string& device, const std::vector<HostGpu>& gpus);
 

@@ -49,6 +49,10 @@ void register_commands(CLI::App& app, int& exit_code) {
                   "max-batch: find the largest batch that fits for each combination of the other "
                   "axes (doubling, then bisecting); none: run the grid")
       ->check(CLI::IsMember({"max-batch", "none"}));
+  run->add_option("--max-points", opts->max_points,
+                  "Refuse a grid of more points than this (counted before expanding)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   run->add_flag("--snapshot", opts->snapshot,
                 "Write each point's CUDA memory snapshot (and one at an OOM) to OUT/snapshots/, "
                 "for pytorch.org/memory_viz");
@@ -56,7 +60,7 @@ void register_commands(CLI::App& app, int& exit_code) {
                   "Local GPUs to run on concurrently, e.g. 0,1 (one worker per GPU)");
   add_slurm_options(run, opts->slurm);
   run->callback([opts, &exit_code] {
-    exit_code = guarded([&] { return opts->slurm.submit ? submit_slurm(*opts) : run_sweep(*opts); });
+    exit_code = run_guarded([&] { return opts->slurm.submit ? submit_slurm(*opts) : run_sweep(*opts); });
   });
   register_slurm_commands(app, exit_code);
 
@@ -79,9 +83,9 @@ void register_commands(CLI::App& app, int& exit_code) {
   worker->add_flag("--probe-context", *probe_context,
                    "Report the GPU's used bytes with a bare CUDA context of this process");
   worker->callback([point, fd, probe, probe_context, &exit_code] {
-    exit_code = *probe           ? probe_device_main()
-                : *probe_context ? probe_context_main()
-                                 : worker_main(*point, *fd);
+    exit_code = run_guarded([&] {
+      return *probe ? probe_device_main() : *probe_context ? probe_context_main() : worker_main(*point, *fd);
+    });
   });
 }
 

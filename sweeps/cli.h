@@ -15,7 +15,7 @@ template <class F>
 int guarded(F&& fn) {
   try {
     return fn();
-  } catch (const ConfigError& e) {
+  } catch (const UserError& e) {
     std::cerr << "error: " << e.located() << "\n";
     if (!e.hint().empty()) std::cerr << "hint: " << e.hint() << "\n";
     return 2;

@@ -8,7 +8,7 @@
 #include <charconv>
 #include <cmath>
 #include <set>
-#include <sstream>
+#include <stdexcept>
 
 #include "models/zoo.h"
 
@@ -29,6 +29,14 @@ const std::map<std::string, std::vector<std::string>> kChoices = {
     {"use_cache", {"true", "false"}},
 };
 
+// Ranges of the numeric axes. The upper ends keep every product the burst forms (batch x
+// seq x accumulation x steps) far inside int64 and stop a typo from asking for a petabyte.
+const std::map<std::string, Range> kAxisRanges = {
+    {"batch", {1, 1 << 30, true}},       {"seq", {1, 1 << 20, true}},
+    {"target_seq", {1, 1 << 20, true}},  {"accumulation", {1, 1 << 20, true}},
+    {"audio_s", {0, 30, false}},
+};
+
 std::string join(const std::vector<std::string>& v) {
   std::string s;
   for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
@@ -37,39 +45,51 @@ std::string join(const std::vector<std::string>& v) {
 
 struct Ctx {
   std::string file;
+  // Every config error says what to do: the hint is not optional.
   [[noreturn]] void fail(const YAML::Node& n, const std::string& key, const std::string& msg,
-                         const std::string& hint = "") const {
-    throw ConfigError(file, n.Mark().line + 1, key, msg, hint);
+                         const std::string& hint) const {
+    throw UserError(file, n.Mark().line + 1, key, msg, hint);
   }
   std::string scalar(const YAML::Node& n, const std::string& key) const {
-    if (!n.IsScalar()) fail(n, key, "expected a single value");
+    if (!n.IsScalar()) fail(n, key, "expected a single value", "write it as `" + key + ": VALUE`");
     return n.Scalar();
   }
-  double number(const YAML::Node& n, const std::string& key, double min) const {
-    std::string s = scalar(n, key);
-    double v = 0;
-    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-    if (ec != std::errc() || p != s.data() + s.size() || !std::isfinite(v))
-      fail(n, key, "'" + s + "' is not a number");
-    if (v < min) fail(n, key, "must be at least " + std::to_string(min) + ", got " + s);
-    return v;
+  double number(const YAML::Node& n, const std::string& key, Range r) const {
+    try {
+      return parse_number(scalar(n, key), r);
+    } catch (const std::invalid_argument& e) {
+      fail(n, key, e.what(), r.hint());
+    }
   }
-  int64_t integer(const YAML::Node& n, const std::string& key, int64_t min) const {
-    double v = number(n, key, static_cast<double>(min));
-    if (v != std::floor(v)) fail(n, key, "'" + n.Scalar() + "' is not a whole number");
-    return static_cast<int64_t>(v);
+  int64_t integer(const YAML::Node& n, const std::string& key, Range r) const {
+    try {
+      return parse_integer(scalar(n, key), r);
+    } catch (const std::invalid_argument& e) {
+      fail(n, key, e.what(), r.hint());
+    }
   }
   bool boolean(const YAML::Node& n, const std::string& key) const {
     std::string s = scalar(n, key);
     if (s == "true" || s == "yes" || s == "on") return true;
     if (s == "false" || s == "no" || s == "off") return false;
-    fail(n, key, "'" + s + "' is not true or false");
+    fail(n, key, "'" + s + "' is not true or false", "write true or false");
   }
+  // Also refuses a key given twice (yaml-cpp keeps both; the second would silently win).
   void only_keys(const YAML::Node& map, const std::string& where,
                  const std::set<std::string>& allowed) const {
-    if (!map.IsMap()) fail(map, where, "expected a mapping of keys to values");
+    if (!map.IsMap())
+      fail(map, where, "expected a mapping of keys to values", "write it as `key: value` lines");
+    std::map<std::string, int> seen;
     for (const auto& kv : map) {
-      auto k = kv.first.as<std::string>();
+      if (!kv.first.IsScalar()) fail(kv.first, where, "a key must be a plain name", "write keys as `name: value`");
+      auto k = kv.first.Scalar();
+      // `steps:` with nothing after it: a null, never a meaningful value.
+      if (kv.second.IsNull())
+        fail(kv.first, where.empty() ? k : where + "." + k, "has no value",
+             "write it as `" + k + ": VALUE`, or delete the line");
+      if (auto [it, fresh] = seen.emplace(k, kv.first.Mark().line + 1); !fresh)
+        fail(kv.first, where.empty() ? k : where + "." + k, "duplicate key",
+             "it is already set on line " + std::to_string(it->second) + "; keep one");
       if (!allowed.count(k)) {
         std::vector<std::string> names(allowed.begin(), allowed.end());
         fail(kv.first, where.empty() ? k : where + "." + k, "unknown key",
@@ -79,19 +99,13 @@ struct Ctx {
   }
 };
 
-std::string fmt_number(double v) {
-  std::ostringstream s;
-  s << v;
-  return s.str();
-}
-
 AxisValues parse_axis(const Ctx& c, const YAML::Node& n, const std::string& axis,
                       const std::string& key) {
   AxisValues a;
   a.line = n.Mark().line + 1;
   auto one = [&](const YAML::Node& v) {
     std::string s = v.IsScalar() ? v.Scalar() : "";
-    if (!v.IsScalar()) c.fail(v, key, "expected a value or a list of values");
+    if (!v.IsScalar()) c.fail(v, key, "expected a value or a list of values", "e.g. `" + axis + ": [1, 2]`");
     a.values.push_back(canonical_axis_value(axis, s, c.file, v.Mark().line + 1, key));
   };
   if (n.IsSequence()) {
@@ -160,26 +174,53 @@ std::vector<std::string> parse_models(const Ctx& c, const YAML::Node& n, const s
 
 }  // namespace
 
-ConfigError::ConfigError(std::string file, int line, std::string key, const std::string& message,
-                         std::string hint)
-    : std::runtime_error(message),
-      file_(std::move(file)),
-      key_(std::move(key)),
-      hint_(std::move(hint)),
-      line_(line) {}
+std::string number_text(double v) {
+  char buf[400];  // fixed notation of the largest double fits
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed);
+  SWEEP_CHECK(ec == std::errc(), "number too long to print");
+  return std::string(buf, end);
+}
 
-std::string ConfigError::located() const {
-  std::string s = file_;
-  if (line_ > 0) s += ":" + std::to_string(line_);
-  s += ": ";
-  if (!key_.empty()) s += key_ + ": ";
-  return s + what();
+std::string Range::hint() const {
+  return std::string("expected ") + (whole ? "a whole number" : "a number") + " from " +
+         number_text(min) + " to " + number_text(max);
+}
+
+double parse_number(const std::string& text, const Range& r) {
+  double v = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || (ec != std::errc() && ec != std::errc::result_out_of_range) ||
+      p != text.data() + text.size() || std::isnan(v))
+    throw std::invalid_argument("'" + text + "' is not a number");
+  if (ec == std::errc() && !std::isfinite(v))
+    throw std::invalid_argument("'" + text + "' is not a finite number");
+  if (ec == std::errc::result_out_of_range || v > r.max)
+    throw std::invalid_argument("must be at most " + number_text(r.max) + ", got " + text);
+  if (v < r.min)
+    throw std::invalid_argument("must be at least " + number_text(r.min) + ", got " + text);
+  return v;
+}
+
+int64_t parse_integer(const std::string& text, const Range& r) {
+  int64_t i = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), i);
+  if (!text.empty() && ec == std::errc() && p == text.data() + text.size()) {
+    if (static_cast<double>(i) > r.max)
+      throw std::invalid_argument("must be at most " + number_text(r.max) + ", got " + text);
+    if (static_cast<double>(i) < r.min)
+      throw std::invalid_argument("must be at least " + number_text(r.min) + ", got " + text);
+    return i;
+  }
+  // "1e3", "4.0", or a number too long for int64: read as a double, then it must be whole.
+  const double v = parse_number(text, r);
+  if (v != std::floor(v)) throw std::invalid_argument("'" + text + "' is not a whole number");
+  return static_cast<int64_t>(v);
 }
 
 std::string canonical_axis_value(const std::string& axis, const std::string& value,
                                  const std::string& file, int line, const std::string& key) {
-  auto fail = [&](const std::string& msg, const std::string& hint = "") {
-    throw ConfigError(file, line, key, msg, hint);
+  auto fail = [&](const std::string& msg, const std::string& hint) {
+    throw UserError(file, line, key, msg, hint);
   };
   if (auto it = kChoices.find(axis); it != kChoices.end()) {
     const auto& ok = it->second;
@@ -188,17 +229,19 @@ std::string canonical_axis_value(const std::string& axis, const std::string& val
     return value;
   }
   if (axis == "alloc_conf") return value;
-  double v = 0;
-  auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
-  if (ec != std::errc() || p != value.data() + value.size() || !std::isfinite(v))
-    fail("'" + value + "' is not a number");
-  if (axis == "audio_s") {
-    if (v <= 0 || v > 30) fail("must be in (0, 30] seconds, got " + value,
-                               "Whisper's encoder takes at most 30 s of audio");
-    return fmt_number(v);
+  const auto range = kAxisRanges.find(axis);
+  SWEEP_CHECK(range != kAxisRanges.end(), "axis " + axis + " has no range");
+  try {
+    if (axis == "audio_s") {
+      const double v = parse_number(value, range->second);
+      if (v <= 0) throw std::invalid_argument("must be more than 0, got " + value);
+      return number_text(v);
+    }
+    return std::to_string(parse_integer(value, range->second));
+  } catch (const std::invalid_argument& e) {
+    fail(e.what(), axis == "audio_s" ? "Whisper's encoder takes at most 30 s of audio"
+                                     : range->second.hint());
   }
-  if (v != std::floor(v) || v < 1) fail("must be a whole number >= 1, got " + value);
-  return fmt_number(v);
 }
 
 Config load_config(const std::string& path) {
@@ -207,11 +250,18 @@ Config load_config(const std::string& path) {
   try {
     root = YAML::LoadFile(path);
   } catch (const YAML::BadFile&) {
-    throw ConfigError(path, 0, "", "cannot read the file", "check the path");
+    throw UserError(path, 0, "", "cannot read the file", "check the path");
   } catch (const YAML::ParserException& e) {
-    throw ConfigError(path, e.mark.line + 1, "", "YAML syntax error: " + e.msg);
+    throw UserError(path, e.mark.line + 1, "", "YAML syntax error: " + e.msg,
+                    "check the indentation and the brackets and quotes on this line and the "
+                    "one before; lists are [a, b] or one `- a` per line");
+  } catch (const YAML::Exception& e) {
+    throw UserError(path, e.mark.line + 1, "", "not a YAML config: " + e.msg,
+                    "start from configs/quickstart.yaml");
   }
-  if (!root.IsMap()) throw ConfigError(path, 1, "", "a config is a mapping of keys to values");
+  if (!root.IsMap())
+    throw UserError(path, 1, "", "a config is a mapping of keys to values",
+                    "start from configs/quickstart.yaml");
   c.only_keys(root, "", {"name", "device", "out", "gpu", "budget_gib", "timeout_s", "steps",
                          "warmup_steps", "repetitions", "prune_oom", "search", "search_max_batch",
                          "lr", "weight_decay", "seed", "models", "grid", "exclude", "sweeps"});
@@ -231,33 +281,39 @@ Config load_config(const std::string& path) {
       GpuTarget g;
       g.line = v.Mark().line + 1;
       if (!v["memory_gib"]) c.fail(v, "gpu.memory_gib", "missing", "e.g. gpu: {name: \"RTX 3060\", memory_gib: 12}");
-      g.memory_gib = c.number(v["memory_gib"], "gpu.memory_gib", 0.25);
+      g.memory_gib = c.number(v["memory_gib"], "gpu.memory_gib", {0.25, 1 << 20});
       if (v["name"]) g.name = c.scalar(v["name"], "gpu.name");
-      if (v["context_gib"]) g.context_gib = c.number(v["context_gib"], "gpu.context_gib", 0);
+      if (v["context_gib"])
+        g.context_gib = c.number(v["context_gib"], "gpu.context_gib", {0, g.memory_gib});
       cfg.gpu = g;
     } else if (key == "budget_gib") {
-      cfg.budget_gib = c.number(v, key, 0);
+      cfg.budget_gib = c.number(v, key, {0, 1 << 20});
       cfg.budget_line = v.Mark().line + 1;
     }
-    else if (key == "timeout_s") cfg.timeout_s = c.number(v, key, 0.1);
-    else if (key == "steps") cfg.steps = static_cast<int>(c.integer(v, key, 1));
-    else if (key == "warmup_steps") cfg.warmup_steps = static_cast<int>(c.integer(v, key, 0));
-    else if (key == "repetitions") cfg.repetitions = static_cast<int>(c.integer(v, key, 1));
+    // A day at most: a deadline is a guard against hangs, and std::chrono overflows past
+    // ~1e11 s (timeout_s: 1e300 used to kill every point at once).
+    else if (key == "timeout_s") cfg.timeout_s = c.number(v, key, {0.1, 86400});
+    else if (key == "steps") cfg.steps = static_cast<int>(c.integer(v, key, {1, 1e6, true}));
+    else if (key == "warmup_steps")
+      cfg.warmup_steps = static_cast<int>(c.integer(v, key, {0, 1e6, true}));
+    else if (key == "repetitions")
+      cfg.repetitions = static_cast<int>(c.integer(v, key, {1, 1e4, true}));
     else if (key == "prune_oom") cfg.prune_oom = c.boolean(v, key);
     else if (key == "search") {
       cfg.search = c.scalar(v, key);
       if (cfg.search != "max_batch" && cfg.search != "none")
         c.fail(v, key, "unknown search '" + cfg.search + "'", "expected max_batch or none");
       if (cfg.search == "none") cfg.search.clear();
-    } else if (key == "search_max_batch") cfg.search_max_batch = c.integer(v, key, 1);
-    else if (key == "lr") cfg.lr = c.number(v, key, 0);
-    else if (key == "weight_decay") cfg.weight_decay = c.number(v, key, 0);
-    else if (key == "seed") cfg.seed = static_cast<uint64_t>(c.integer(v, key, 0));
+    } else if (key == "search_max_batch") cfg.search_max_batch = c.integer(v, key, {1, 1 << 30, true});
+    else if (key == "lr") cfg.lr = c.number(v, key, {0, 1e3});
+    else if (key == "weight_decay") cfg.weight_decay = c.number(v, key, {0, 1e3});
+    else if (key == "seed") cfg.seed = static_cast<uint64_t>(c.integer(v, key, {0, 9e15, true}));
     else if (key == "grid") cfg.grid = parse_grid(c, v, "grid");
     else if (key == "exclude") cfg.exclude = parse_excludes(c, v, "exclude");
   }
   if (root["models"] && root["sweeps"])
-    c.fail(root["sweeps"], "sweeps", "give either top-level `models` or `sweeps`, not both");
+    c.fail(root["sweeps"], "sweeps", "give either top-level `models` or `sweeps`, not both",
+           "move the top-level models into a `sweeps:` entry, or drop `sweeps:`");
   if (root["models"]) {
     SweepGroup g;
     g.line = root["models"].Mark().line + 1;
@@ -265,20 +321,20 @@ Config load_config(const std::string& path) {
     cfg.sweeps.push_back(g);
   } else if (root["sweeps"]) {
     const auto& s = root["sweeps"];
-    if (!s.IsSequence() || s.size() == 0) c.fail(s, "sweeps", "expected a non-empty list");
+    if (!s.IsSequence() || s.size() == 0) c.fail(s, "sweeps", "expected a non-empty list", "e.g. sweeps: [{models: [gpt2]}]");
     for (std::size_t i = 0; i < s.size(); ++i) {
       const std::string where = "sweeps[" + std::to_string(i) + "]";
       c.only_keys(s[i], where, {"models", "grid", "exclude"});
       SweepGroup g;
       g.line = s[i].Mark().line + 1;
-      if (!s[i]["models"]) c.fail(s[i], where + ".models", "missing");
+      if (!s[i]["models"]) c.fail(s[i], where + ".models", "missing", "each sweeps entry names its models, e.g. models: [gpt2]");
       g.models = parse_models(c, s[i]["models"], where + ".models");
       if (s[i]["grid"]) g.grid = parse_grid(c, s[i]["grid"], where + ".grid");
       if (s[i]["exclude"]) g.exclude = parse_excludes(c, s[i]["exclude"], where + ".exclude");
       cfg.sweeps.push_back(g);
     }
   } else {
-    throw ConfigError(path, 1, "models", "missing: a config names the models to sweep",
+    throw UserError(path, 1, "models", "missing: a config names the models to sweep",
                       "add e.g. `models: [gpt2]` (run `sweep models` for the list)");
   }
   if (cfg.name.empty()) {

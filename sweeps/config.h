@@ -8,24 +8,26 @@
 #include <string>
 #include <vector>
 
+#include "sweeps/error.h"
+
 namespace sweep {
 
-// User error in a config or on the command line: printed as
-// "file:line: key: message" + "hint: ..." and exit code 2.
-class ConfigError : public std::runtime_error {
- public:
-  ConfigError(std::string file, int line, std::string key, const std::string& message,
-              std::string hint = "");
-  const std::string& file() const { return file_; }
-  int line() const { return line_; }
-  const std::string& key() const { return key_; }
-  const std::string& hint() const { return hint_; }
-  std::string located() const;  // "file:line: key: message"
+// Config errors are user errors (sweeps/error.h): one type, one printer.
 
- private:
-  std::string file_, key_, hint_;
-  int line_;
+// The values a numeric key accepts. Every numeric key of a config has one.
+struct Range {
+  double min = 0, max = 0;
+  bool whole = false;  // an integer key
+  std::string hint() const;  // "expected a whole number from 1 to 1000000"
 };
+
+// Parses `text` as a number inside `r`, exactly: "1000000" is one million, "1e12" a
+// trillion (and out of range for an integer key, not 1). Throws std::invalid_argument with
+// the reason ("'1.5' is not a whole number", "must be at most 86400, got 1e300").
+double parse_number(const std::string& text, const Range& r);
+int64_t parse_integer(const std::string& text, const Range& r);
+// The shortest decimal text that reads back as `v`, never in exponent form ("2.5", "1000000").
+std::string number_text(double v);
 
 // One axis as written: canonical string values and the line they came from.
 struct AxisValues {
@@ -83,7 +85,7 @@ struct Config {
 extern const std::vector<std::string> kAxes;
 
 Config load_config(const std::string& path);
-// Checks one value of an axis and returns it in canonical form; throws ConfigError.
+// Checks one value of an axis and returns it in canonical form; throws UserError.
 std::string canonical_axis_value(const std::string& axis, const std::string& value,
                                  const std::string& file, int line, const std::string& key);
 

@@ -14,11 +14,17 @@ struct RunSettings {
   std::string device = "cpu";  // cpu | cuda (resolved, never auto)
   int64_t budget_bytes = 0;
   bool budget_emulated = false;
+  std::size_t max_points = 10000;  // larger grids are refused before they are expanded
 };
+
+// Points the grid names before duplicates and exclusions are dropped (saturating).
+std::size_t count_grid(const Config& cfg);
 
 // Points in order: sweep groups, then models, then kAxes nesting (batch innermost).
 // Axes a model does not take are left at 0; eval points ignore training-only axes
 // (checkpointing none, accumulation 1, optimizer "none"). Duplicates are dropped.
+// Throws UserError when count_grid() exceeds run.max_points, and when the exclude rules
+// remove every point.
 std::vector<Point> expand_grid(const Config& cfg, const RunSettings& run);
 
 // Whether `p` matches every key of `rule`.

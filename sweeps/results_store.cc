@@ -1,6 +1,8 @@
 // results.csv writer; reading goes through reports::read_results (the one CSV reader).
 #include "sweeps/results_store.h"
 
+#include <fcntl.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,14 +32,9 @@ namespace {
 
 std::string cell(const nlohmann::json& v) {
   if (v.is_null()) return "";
-  std::string s = v.is_string() ? v.get<std::string>() : v.is_boolean() ? (v.get<bool>() ? "1" : "0") : v.dump();
-  // One line per row: newlines inside a message become spaces.
-  for (auto& c : s)
-    if (c == '\n' || c == '\r') c = ' ';
-  if (s.find_first_of(",\"") == std::string::npos) return s;
-  std::string q = "\"";
-  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return q + "\"";
+  return reports::csv_field(v.is_string()    ? v.get<std::string>()
+                            : v.is_boolean() ? (v.get<bool>() ? "1" : "0")
+                                             : v.dump());
 }
 
 }  // namespace
@@ -49,6 +46,11 @@ std::string ResultsStore::header() {
 }
 
 std::string ResultsStore::format_row(const nlohmann::json& row) {
+  // A key that is no column would vanish from the file (a misspelt column stays empty
+  // forever): that is a bug in the writer, not bad input.
+  for (const auto& [key, value] : row.items())
+    SWEEP_CHECK(schema::find_column(key) < schema::kColumnCount,
+                "'" + key + "' is not a results column (sweeps/schema.h)");
   std::string line;
   bool first = true;
   for (auto c : schema::kColumns) {
@@ -65,6 +67,12 @@ ResultsStore::ResultsStore(const std::string& dir, const std::string& file) {
   fs::create_directories(dir);
   path_ = (fs::path(dir) / file).string();
   const bool exists = fs::exists(path_) && fs::file_size(path_) > 0;
+  auto open_for_append = [this] {
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0)
+      throw UserError(path_, 0, "", std::string("cannot open for writing: ") + std::strerror(errno),
+                      "choose an output directory you can write to with --out DIR");
+  };
   if (exists) {
     recall(path_);
     // A crash mid-write can leave a last line without its newline: end it so the next row
@@ -73,36 +81,43 @@ ResultsStore::ResultsStore(const std::string& dir, const std::string& file) {
     tail.seekg(-1, std::ios::end);
     char last = '\n';
     tail.get(last);
-    f_ = std::fopen(path_.c_str(), "a");
-    if (f_ && last != '\n') std::fputc('\n', f_);
+    open_for_append();
+    if (last != '\n') write_whole("\n");
   } else {
-    f_ = std::fopen(path_.c_str(), "a");
-    if (f_) std::fprintf(f_, "%s\n", header().c_str());
+    open_for_append();
+    write_whole(header() + "\n");
   }
-  if (!f_) throw ConfigError(path_, 0, "out", "cannot open for writing", "check permissions");
-  std::fflush(f_);
-  fsync(fileno(f_));
 }
 
 ResultsStore::~ResultsStore() {
-  if (f_) std::fclose(f_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void ResultsStore::write_whole(const std::string& text) {
+  // One write(2) of the whole line (a signal cannot split a write to a regular file), then
+  // fsync: the row is on disk before the next point starts, and a killed run leaves whole rows.
+  // A short or failed write (a full disk, a file-size limit) is cut back off, so the file
+  // stays as it was and every reader still accepts it.
+  const off_t before = ::lseek(fd_, 0, SEEK_END);
+  int error = 0;
+  for (std::size_t done = 0; done < text.size() && !error;) {
+    const ssize_t n = ::write(fd_, text.data() + done, text.size() - done);
+    if (n < 0 && errno != EINTR) error = errno;
+    if (n == 0) error = ENOSPC;
+    if (n > 0) done += static_cast<std::size_t>(n);
+  }
+  if (!error && ::fsync(fd_) != 0) error = errno;
+  if (!error) return;
+  const bool restored = before >= 0 && ::ftruncate(fd_, before) == 0;
+  throw UserError(path_, 0, "", std::string("cannot append a row: ") + std::strerror(error) +
+                                    (restored ? "; the file is left as it was"
+                                              : "; the last line may be cut short"),
+                  "free space on that disk (or write elsewhere with --out), then run the "
+                  "same command again: points already recorded are not re-run");
 }
 
 void ResultsStore::append(const nlohmann::json& row) {
-  const std::string line = format_row(row) + "\n";
-  // One write(2) of the whole line (a signal cannot split a write to a regular file), then
-  // fsync: the row is on disk before the next point starts, and a killed run leaves whole rows.
-  std::fflush(f_);
-  for (std::size_t done = 0; done < line.size();) {
-    const ssize_t n = ::write(fileno(f_), line.data() + done, line.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw ConfigError(path_, 0, "out", std::string("cannot append: ") + std::strerror(errno),
-                        "check free space and permissions");
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  fsync(fileno(f_));
+  write_whole(format_row(row) + "\n");
   if (auto it = row.find("point_id"); it != row.end()) {
     auto number = [&](const char* key) -> std::optional<double> {
       auto v = row.find(key);
@@ -118,17 +133,13 @@ void ResultsStore::recall(const std::string& csv_path) {
   std::string first;
   std::getline(in, first);
   if (first != header())
-    throw ConfigError(csv_path, 1, "header", "results file has another schema than this sweep",
+    throw UserError(csv_path, 1, "header", "results file has another schema than this sweep",
                       "write to another --out directory, or move this results.csv away");
-  try {
-    for (const auto& r : reports::read_results(csv_path).rows) {
-      recorded_[r.at(schema::column("point_id"))] = outcome_of(
-          r.at(schema::column("status")), r.number(schema::column("peak_allocated_bytes")),
-          r.number(schema::column("peak_reserved_bytes")));
-    }
-  } catch (const reports::ResultsError& e) {
-    throw ConfigError(e.file(), static_cast<int>(e.line()), "results", e.what(),
-                      "the file is left as it is: repair or move it, then run again");
+  // The reader's errors name the file and line and say how to repair it; nothing is touched.
+  for (const auto& r : reports::read_results(csv_path).rows) {
+    recorded_[r.at(schema::column("point_id"))] = outcome_of(
+        r.at(schema::column("status")), r.number(schema::column("peak_allocated_bytes")),
+        r.number(schema::column("peak_reserved_bytes")));
   }
 }
 

@@ -17,7 +17,7 @@ namespace sweep {
 class ResultsStore {
  public:
   // Opens (creating if needed) DIR/FILE. An existing file must have this schema's header
-  // and parse cleanly; otherwise ConfigError (file, line) and nothing is touched.
+  // and parse cleanly; otherwise UserError (file, line) and nothing is touched.
   explicit ResultsStore(const std::string& dir, const std::string& file = "results.csv");
   ~ResultsStore();
   ResultsStore(const ResultsStore&) = delete;
@@ -32,13 +32,17 @@ class ResultsStore {
   void recall(const std::string& csv_path);
   const std::string& path() const { return path_; }
 
-  // One CSV line (no newline) in schema column order, quoted where needed.
+  // One CSV line (no newline) in schema column order, quoted where needed. Every key must
+  // be a column of schema.h (SWEEP_CHECK: an unknown key is a bug, never silently dropped).
   static std::string format_row(const nlohmann::json& row);
   static std::string header();
 
  private:
+  // Appends `text` whole or not at all (see append); throws UserError naming the cause.
+  void write_whole(const std::string& text);
+
   std::string path_;
-  std::FILE* f_ = nullptr;
+  int fd_ = -1;
   std::map<std::string, ProbeOutcome> recorded_;
 };
 

@@ -101,12 +101,32 @@ consteval std::size_t column(std::string_view name) {
   throw "unknown results column";
 }
 
+// Index of a column named at run time; kColumnCount when there is none.
+constexpr std::size_t find_column(std::string_view name) {
+  for (std::size_t i = 0; i < kColumns.size(); ++i)
+    if (kColumns[i] == name) return i;
+  return kColumns.size();
+}
+
 // Statuses, as written in the `status` column.
 inline constexpr std::string_view kOk = "ok";
 inline constexpr std::string_view kOom = "oom";
 inline constexpr std::string_view kCrash = "crash";
 inline constexpr std::string_view kTimeout = "timeout";
 inline constexpr std::string_view kSkipped = "skipped";
+
+// Numeric columns: the reader checks every non-empty cell is a finite number, and not
+// negative unless listed in kSignedColumns. step_ms_samples is a ';'-separated list of them.
+inline constexpr std::array kNumberColumns = std::to_array<std::string_view>({
+    "schema_version", "batch", "seq", "target_seq", "audio_s", "accumulation", "steps",
+    "warmup_steps", "repetitions", "exit_code", "signal", "budget_bytes", "budget_emulated",
+    "weights_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes",
+    "peak_allocated_bytes", "peak_reserved_bytes", "device_used_bytes", "leak_bytes_per_step",
+    "oom_retries", "oom_gap_bytes", "step_ms", "step_ms_mean", "step_ms_stddev", "step_ms_cv",
+    "tokens_per_s", "samples_per_s", "tflops", "mfu", "wall_s", "device_memory_bytes",
+});
+// Memory can shrink between steps: a leak rate may be negative.
+inline constexpr std::array kSignedColumns = std::to_array<std::string_view>({"leak_bytes_per_step"});
 
 // The axes that make up a point's identity, in the order they are hashed.
 inline constexpr std::array kIdentityColumns = std::to_array<std::string_view>({

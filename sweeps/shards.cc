@@ -93,7 +93,7 @@ bool SlurmPlan::read(const std::string& out, SlurmPlan& plan) {
   if (!in) return false;
   const auto j = nlohmann::json::parse(in, nullptr, false);
   if (j.is_discarded() || !j.contains("tasks") || !j.contains("fingerprint"))
-    throw ConfigError(path(out), 0, "plan", "not a plan written by `sweep run --slurm`",
+    throw UserError(path(out), 0, "plan", "not a plan written by `sweep run --slurm`",
                       "submit again with `sweep run CONFIG --slurm --out " + out + "`");
   plan.config = j.value("config", "");
   plan.fingerprint = j.value("fingerprint", "");
@@ -111,7 +111,7 @@ void SlurmPlan::write(const std::string& out) const {
   {
     std::ofstream f(tmp);
     f << j.dump(1) << "\n";
-    if (!f.flush()) throw ConfigError(tmp, 0, "out", "cannot write", "check permissions and free space");
+    if (!f.flush()) throw UserError(tmp, 0, "out", "cannot write", "check permissions and free space");
   }
   fs::rename(tmp, target);
 }
@@ -152,7 +152,7 @@ std::set<std::string> recorded_ids(const std::string& out, std::vector<std::stri
   for (const auto& f : files) {
     try {
       for (const auto& r : reports::read_results(f).rows) ids.insert(r.at(schema::column("point_id")));
-    } catch (const reports::ResultsError& e) {
+    } catch (const UserError& e) {
       if (errors) errors->push_back(e.located());
     }
   }
@@ -191,16 +191,16 @@ ShardTask::ShardTask(const std::string& out, int index,
     : out_(out), index_(static_cast<std::size_t>(index)), search_(search) {
   SlurmPlan plan;
   if (!SlurmPlan::read(out, plan))
-    throw ConfigError(SlurmPlan::path(out), 0, "--slurm-task", "no Slurm plan in " + out,
+    throw UserError(SlurmPlan::path(out), 0, "--slurm-task", "no Slurm plan in " + out,
                       "array tasks are started by `sweep run CONFIG --slurm`, which writes it");
   tasks_ = plan.tasks.size();
   if (index < 0 || index_ >= tasks_)
-    throw ConfigError(SlurmPlan::path(out), 0, "--slurm-task",
+    throw UserError(SlurmPlan::path(out), 0, "--slurm-task",
                       "task " + std::to_string(index) + " is not one of the plan's " +
                           std::to_string(tasks_) + " tasks",
                       "keep --array within 0-" + std::to_string(tasks_ - 1) + " in the script");
   if (plan_fingerprint(combos, search) != plan.fingerprint)
-    throw ConfigError(SlurmPlan::path(out), 0, "fingerprint",
+    throw UserError(SlurmPlan::path(out), 0, "fingerprint",
                       "the config no longer expands to the combinations submitted",
                       "submit the changed config again with `sweep run CONFIG --slurm` (recorded "
                       "points are kept), or restore the config");
@@ -240,7 +240,7 @@ int merge_shard_rows(ResultsStore& store, const std::string& out, int& bad) {
           store.append(row_json(row));
           ++merged;
         }
-    } catch (const reports::ResultsError& e) {
+    } catch (const UserError& e) {
       std::fprintf(stderr, "error: %s (shard skipped)\n", e.located().c_str());
       ++bad;
     }
@@ -250,7 +250,7 @@ int merge_shard_rows(ResultsStore& store, const std::string& out, int& bad) {
 
 int merge_shards(const std::string& out, bool quiet) {
   if (!fs::is_directory(out))
-    throw ConfigError(out, 0, "OUT", "no such directory", "name the --out of a `sweep run --slurm`");
+    throw UserError(out, 0, "OUT", "no such directory", "name the --out of a `sweep run --slurm`");
   // The same lock as `sweep run`: no local run writes results.csv meanwhile.
   hold_lock((fs::path(out) / ".lock").string(), out);
   ResultsStore store(out);
@@ -279,7 +279,7 @@ int merge_shards(const std::string& out, bool quiet) {
     try {
       reports::write_report(out, out);
       if (!quiet) std::fprintf(stderr, "report:  %s/report.md (and report.html)\n", out.c_str());
-    } catch (const reports::ResultsError& e) {
+    } catch (const UserError& e) {
       std::fprintf(stderr, "error: %s\n", e.located().c_str());
       return 2;
     }
@@ -290,7 +290,7 @@ int merge_shards(const std::string& out, bool quiet) {
 int print_status(const std::string& out) {
   SlurmPlan plan;
   if (!SlurmPlan::read(out, plan))
-    throw ConfigError(SlurmPlan::path(out), 0, "OUT", "no Slurm submission in " + out,
+    throw UserError(SlurmPlan::path(out), 0, "OUT", "no Slurm submission in " + out,
                       "submit one with `sweep run CONFIG --slurm --out " + out + "`");
   std::vector<std::string> errors;
   const auto recorded = recorded_ids(out, &errors);
@@ -326,7 +326,7 @@ int print_status(const std::string& out) {
   std::size_t merged = 0;
   try {
     if (fs::exists(fs::path(out) / "results.csv")) merged = reports::read_results(out).rows.size();
-  } catch (const reports::ResultsError& e) {
+  } catch (const UserError& e) {
     errors.push_back(e.located());
   }
   std::printf("total: %zu/%zu %s recorded; %s/results.csv holds %zu rows\n", done_all, total_all,

@@ -33,7 +33,7 @@ struct SlurmPlan {
   std::string array_job, merge_job;  // empty until submitted (and with --dry-run)
 
   static std::string path(const std::string& out);  // OUT/slurm/plan.json
-  // Reads OUT's plan; false when there is none. Throws ConfigError when it is malformed.
+  // Reads OUT's plan; false when there is none. Throws UserError when it is malformed.
   static bool read(const std::string& out, SlurmPlan& plan);
   // Writes it atomically (a task reading it sees the old or the new one).
   void write(const std::string& out) const;
@@ -62,7 +62,7 @@ void reset_task_marks(const std::string& out, std::size_t task);
 // One array task (`sweep run CONFIG --slurm-task I`, started by Slurm).
 class ShardTask {
  public:
-  // Reads OUT/slurm/plan.json; throws ConfigError when there is none, when I is not one of
+  // Reads OUT/slurm/plan.json; throws UserError when there is none, when I is not one of
   // its tasks, or when the config no longer expands to the combinations submitted.
   ShardTask(const std::string& out, int index, const std::vector<std::vector<Point>>& combos,
             bool search);

@@ -61,7 +61,7 @@ std::string trimmed(std::string s) {
   return s;
 }
 
-// Submits `script` (with extra sbatch options first); the job id, or ConfigError.
+// Submits `script` (with extra sbatch options first); the job id, or UserError.
 std::string sbatch(const std::string& exe, const std::vector<std::string>& options,
                    const std::string& script) {
   std::vector<std::string> argv = {exe, "--parsable"};
@@ -70,7 +70,7 @@ std::string sbatch(const std::string& exe, const std::vector<std::string>& optio
   const CommandOutput r = run_command(argv);
   const std::string id = r.exit_code == 0 ? parsed_job_id(r.output) : "";
   if (id.empty())
-    throw ConfigError(script, 0, "sbatch",
+    throw UserError(script, 0, "sbatch",
                       "the submission was rejected (sbatch exit " + std::to_string(r.exit_code) +
                           "): " + trimmed(r.output),
                       "nothing is queued; fix the option sbatch names (--partition, --gres, "
@@ -83,7 +83,7 @@ void write_text(const std::string& path, const std::string& text, bool executabl
   std::ofstream f(path);
   f << text;
   if (!f.flush())
-    throw ConfigError(path, 0, "--out", "cannot write the Slurm script",
+    throw UserError(path, 0, "--out", "cannot write the Slurm script",
                       "choose a writable --out on a filesystem the compute nodes share");
   f.close();
   if (executable) fs::permissions(path, fs::perms::owner_exec | fs::perms::group_exec, fs::perm_options::add);
@@ -232,14 +232,14 @@ int submit_slurm(const RunOptions& opt) {
   Config cfg = load_run_config(opt, out);
   const SlurmOptions& so = opt.slurm;
   if (opt.force)
-    throw ConfigError(opt.config, 0, "--force", "--force does not combine with --slurm",
+    throw UserError(opt.config, 0, "--force", "--force does not combine with --slurm",
                       "to measure recorded points again, submit into a new --out");
   if (!opt.gpus.empty())
-    throw ConfigError(opt.config, 0, "--gpus", "--gpus does not combine with --slurm",
+    throw UserError(opt.config, 0, "--gpus", "--gpus does not combine with --slurm",
                       "ask Slurm for GPUs with --gres gpu:1; each array task uses the GPU it is given");
   for (const auto& a : so.sbatch_args)
     if (a.rfind("-", 0) != 0)
-      throw ConfigError(opt.config, 0, "--sbatch-arg", "'" + a + "' is not an sbatch option",
+      throw UserError(opt.config, 0, "--sbatch-arg", "'" + a + "' is not an sbatch option",
                         "pass one option each, attached: --sbatch-arg=--qos=high");
   // The points' identities depend on the budget; this host knows it unless the nodes
   // measure their GPUs' context allowance (a target card on CUDA without context_gib).
@@ -268,7 +268,7 @@ int submit_slurm(const RunOptions& opt) {
     std::vector<std::string> jobs = {previous.array_job};
     if (!previous.merge_job.empty()) jobs.push_back(previous.merge_job);
     if (auto queued = queue_states(jobs); queued && !queued->empty())
-      throw ConfigError(SlurmPlan::path(out), 0, "--out",
+      throw UserError(SlurmPlan::path(out), 0, "--out",
                         "array job " + previous.array_job + " of an earlier submission into " + out +
                             " is still queued or running",
                         "wait for it (sweep status " + out + "), or cancel it: scancel " +
@@ -298,7 +298,7 @@ int submit_slurm(const RunOptions& opt) {
   std::error_code ec;
   fs::create_directories(fs::path(dir) / "logs", ec);
   if (ec || access(dir.c_str(), W_OK) != 0)
-    throw ConfigError(out, 0, "--out", "cannot create or write " + dir + (ec ? ": " + ec.message() : ""),
+    throw UserError(out, 0, "--out", "cannot create or write " + dir + (ec ? ": " + ec.message() : ""),
                       "choose a writable --out on a filesystem the compute nodes share");
   write_text(array_path, array_script(spec), true);
   write_text(merge_path, merge_script(spec), true);
@@ -312,7 +312,7 @@ int submit_slurm(const RunOptions& opt) {
   }
   const std::string exe = find_on_path("sbatch");
   if (exe.empty())
-    throw ConfigError(array_path, 0, "--slurm", "sbatch is not on the PATH: nothing was submitted",
+    throw UserError(array_path, 0, "--slurm", "sbatch is not on the PATH: nothing was submitted",
                       "run on a host with Slurm's client commands (a login node), or add their "
                       "directory to PATH; the scripts are written, to submit by hand: " + command);
   // The marks of the tasks submitted now start afresh; a task left out because its points
@@ -330,7 +330,7 @@ int submit_slurm(const RunOptions& opt) {
   plan.array_job = sbatch(exe, {}, array_path);
   try {
     plan.merge_job = sbatch(exe, {"--dependency=afterany:" + plan.array_job}, merge_path);
-  } catch (const ConfigError&) {
+  } catch (const UserError&) {
     run_command({"scancel", plan.array_job});  // nothing half-way: the array goes too
     throw;
   }

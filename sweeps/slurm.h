@@ -50,7 +50,7 @@ std::string array_script(const ScriptSpec& s);
 std::string merge_script(const ScriptSpec& s);
 
 // Submits (or with --dry-run writes) the array and the merge job. Returns the exit code;
-// throws ConfigError for bad input, a missing sbatch, a rejected submission or an unwritable
+// throws UserError for bad input, a missing sbatch, a rejected submission or an unwritable
 // OUT, having submitted nothing (a merge job refused after its array cancels the array).
 int submit_slurm(const RunOptions& opt);
 

@@ -5,9 +5,12 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <exception>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -39,7 +42,7 @@ std::string resolve_device(const std::string& wanted, const std::string& config_
   const int gpus = cuda_device_count();
   if (wanted == "auto") return gpus > 0 ? "cuda" : "cpu";
   if (wanted == "cuda" && gpus == 0)
-    throw ConfigError(config_path, 0, "device", "device cuda requested but no GPU is visible",
+    throw UserError(config_path, 0, "device", "device cuda requested but no GPU is visible",
                       "use --device cpu (or auto) on this machine");
   return wanted;
 }
@@ -129,12 +132,6 @@ class Progress {
   clock::time_point t0_;
 };
 
-std::string gib(double bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
-  return buf;
-}
-
 // Key of the "other axes" of a point: OOM pruning and the max-batch search work along batch.
 std::string prune_key(const Point& p) {
   Point q = p;
@@ -193,7 +190,7 @@ class Runner {
     row["wall_s"] = std::round(r.wall_s * 1000) / 1000;
     std::string detail;
     if (r.status == "ok" || r.status == "oom")
-      detail = "peak " + gib(row.value("peak_allocated_bytes", 0.0));
+      detail = "peak " + reports::format_bytes(row.value("peak_allocated_bytes", 0.0));
     if (r.status == "ok" && row.contains("tokens_per_s"))
       detail += ", " + std::to_string(static_cast<int64_t>(row["tokens_per_s"].get<double>())) + " tokens/s";
     const std::string message = row.value("message", std::string());
@@ -296,9 +293,12 @@ std::vector<std::vector<Point>> combinations(const std::vector<Point>& points) {
 void hold_lock(const std::string& lock_path, const std::string& out) {
   std::filesystem::create_directories(std::filesystem::path(lock_path).parent_path());
   const int lock_fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) != 0)
-    throw ConfigError(lock_path, 0, "out", "another sweep is writing to " + out,
-                      "wait for it to finish, or choose another --out");
+  if (lock_fd < 0)
+    throw UserError(lock_path, 0, "out", std::string("cannot open the lock file: ") + std::strerror(errno),
+                    "choose an output directory you can write to with --out DIR");
+  if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0)
+    throw UserError(lock_path, 0, "out", "another sweep is writing to " + out,
+                    "wait for it to finish, or choose another --out");
 }
 
 Config load_run_config(const RunOptions& opt, std::string& out) {
@@ -315,7 +315,7 @@ int run_sweep(const RunOptions& opt) {
   run.device = resolve_device(opt.device_given ? opt.device : cfg.device, cfg.path);
   std::vector<std::string> gpus = split_gpus(opt.gpus);
   if (!gpus.empty() && run.device != "cuda")
-    throw ConfigError(opt.config, 0, "--gpus", "--gpus needs device cuda (this run is on the CPU)",
+    throw UserError(opt.config, 0, "--gpus", "--gpus needs device cuda (this run is on the CPU)",
                       "drop --gpus, or run with --device cuda on a GPU host");
   // --gpus indices count the GPUs this process sees: each becomes the CUDA_VISIBLE_DEVICES
   // entry that names it (index i of an inherited CUDA_VISIBLE_DEVICES=2,3 is GPU "2" or "3").
@@ -323,7 +323,7 @@ int run_sweep(const RunOptions& opt) {
   for (auto& g : gpus) {
     if (g.find_first_not_of("0123456789") != std::string::npos || g.size() > 4 ||
         std::stoi(g) >= cuda_device_count())
-      throw ConfigError(opt.config, 0, "--gpus", "no GPU " + g + " on this host (" +
+      throw UserError(opt.config, 0, "--gpus", "no GPU " + g + " on this host (" +
                         std::to_string(cuda_device_count()) + " visible)",
                         "list local GPU indices, e.g. --gpus 0,1");
     g = visible_device(visible, static_cast<std::size_t>(std::stoi(g)));
@@ -337,6 +337,7 @@ int run_sweep(const RunOptions& opt) {
   const Budget budget = resolve_budget(cfg, run.device, probed);
   run.budget_bytes = budget.bytes;
   run.budget_emulated = budget.emulated;
+  run.max_points = opt.max_points;
   auto points = expand_grid(cfg, run);
   auto combos = combinations(points);
   const bool search = cfg.search == "max_batch";
@@ -371,7 +372,7 @@ int run_sweep(const RunOptions& opt) {
   if (const int n = task ? 0 : merge_shard_rows(store, out, bad_shards); n > 0 && !opt.quiet)
     std::fprintf(stderr, "merged %d rows from %s\n", n, shard_dir(out).c_str());
   if (bad_shards)
-    throw ConfigError(shard_dir(out), 0, "shards", "a shard does not parse (named above)",
+    throw UserError(shard_dir(out), 0, "shards", "a shard does not parse (named above)",
                       "repair or move it, then run again");
   std::filesystem::create_directories(std::filesystem::path(out) / "logs");
   Progress progress(search ? 0 : points.size(), opt.quiet);
@@ -385,9 +386,13 @@ int run_sweep(const RunOptions& opt) {
   }
   Runner runner(opt, out, store, progress);
 
-  // One thread per GPU (one in all without --gpus), each taking the next combination.
+  // One thread per GPU (one in all without --gpus), each taking the next combination. A
+  // thread that throws (a full disk) stops the others taking more; the first failure is
+  // rethrown here, after every row in flight is written, for the CLI to print.
   std::atomic<std::size_t> next{0};
-  auto work = [&](const std::string& gpu) {
+  std::exception_ptr failure;
+  std::mutex failure_mu;
+  auto work_on = [&](const std::string& gpu) {
     for (std::size_t i; (i = next++) < combos.size();) {
       if (search) {
         const std::string prefix = "search " + std::to_string(i + 1) + "/" +
@@ -399,6 +404,15 @@ int run_sweep(const RunOptions& opt) {
       if (task) task->finished(combos[i]);
     }
   };
+  auto work = [&](const std::string& gpu) noexcept {
+    try {
+      work_on(gpu);
+    } catch (...) {
+      std::lock_guard lock(failure_mu);
+      if (!failure) failure = std::current_exception();
+      next = combos.size();
+    }
+  };
   if (gpus.size() <= 1) {
     work(gpus.empty() ? "" : gpus.front());
   } else {
@@ -406,16 +420,12 @@ int run_sweep(const RunOptions& opt) {
     for (const auto& g : gpus) threads.emplace_back(work, g);
     for (auto& t : threads) t.join();
   }
+  if (failure) std::rethrow_exception(failure);
   if (!opt.quiet) std::fprintf(stderr, "results: %s\n", store.path().c_str());
   if (task) return 0;  // the merge job writes results.csv and the report
   // The report reads only the results file, like any later `sweep report`.
-  try {
-    reports::write_report(out, out);
-    if (!opt.quiet) std::fprintf(stderr, "report:  %s/report.md (and report.html)\n", out.c_str());
-  } catch (const reports::ResultsError& e) {
-    std::fprintf(stderr, "error: %s\n", e.located().c_str());
-    return 2;
-  }
+  reports::write_report(out, out);
+  if (!opt.quiet) std::fprintf(stderr, "report:  %s/report.md (and report.html)\n", out.c_str());
   return 0;
 }
 

@@ -1,6 +1,7 @@
 // `sweep run`: config -> points -> isolated workers -> rows appended to results.csv.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -30,11 +31,12 @@ struct RunOptions {
   bool force = false;  // re-run points already recorded
   std::string search;  // "max-batch" | "none" overrides the config's `search`; "" keeps it
   std::string gpus;    // "0,1": one worker per GPU at a time, points spread over them
+  std::size_t max_points = 10000;  // a larger grid is refused before it is expanded
   bool snapshot = false;  // CUDA allocator history per point: OUT/snapshots/<point_id>.pickle
   SlurmOptions slurm;
 };
 
-// Returns the process exit code. Throws ConfigError for bad input (caller prints, exit 2).
+// Returns the process exit code. Throws UserError for bad input (caller prints, exit 2).
 int run_sweep(const RunOptions& opt);
 
 // Points grouped by their other axes (everything but batch), batches ascending, in the order
@@ -43,7 +45,7 @@ int run_sweep(const RunOptions& opt);
 std::vector<std::vector<Point>> combinations(const std::vector<Point>& points);
 
 // Takes the lock a writer of OUT holds until it exits (flock on `lock_path`, created with its
-// folder); ConfigError naming it when another process holds it.
+// folder); UserError naming it when another process holds it.
 void hold_lock(const std::string& lock_path, const std::string& out);
 
 // The config with the run's overrides applied (--search), and its output directory.

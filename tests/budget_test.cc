@@ -51,7 +51,7 @@ TEST(Budget, SmallerGpuIsRefusedAtTheConfigLine) {
   try {
     resolve_budget(target(141), "cuda", {h100()});
     FAIL() << "a smaller card was accepted";
-  } catch (const ConfigError& e) {
+  } catch (const UserError& e) {
     EXPECT_EQ(e.line(), 9);
     EXPECT_EQ(e.key(), "gpu.memory_gib");
     EXPECT_NE(std::string(e.what()).find("smaller than the target"), std::string::npos) << e.what();
@@ -78,7 +78,7 @@ TEST(Budget, AnExplicitBudgetAboveTheCardIsRefusedAtItsLine) {
   try {
     resolve_budget(c, "cuda", {h100()});
     FAIL() << "a budget above the card was accepted";
-  } catch (const ConfigError& e) {
+  } catch (const UserError& e) {
     EXPECT_EQ(e.line(), 4);
     EXPECT_EQ(e.key(), "budget_gib");
     EXPECT_NE(std::string(e.what()).find("more than GPU 0"), std::string::npos) << e.what();
@@ -89,7 +89,7 @@ TEST(Budget, AnExplicitBudgetAboveTheCardIsRefusedAtItsLine) {
 }
 
 TEST(Budget, AnAllowanceThatLeavesNothingIsRefused) {
-  EXPECT_THROW(resolve_budget(target(1, 1.5), "cuda", {h100()}), ConfigError);
+  EXPECT_THROW(resolve_budget(target(1, 1.5), "cuda", {h100()}), UserError);
 }
 
 TEST(Budget, OtherProcessesOnTheGpuAreNamedNotCounted) {

@@ -9,15 +9,15 @@
 namespace sweep {
 namespace {
 
-ConfigError error_of(const std::string& name, const std::string& yaml) {
+UserError error_of(const std::string& name, const std::string& yaml) {
   auto path = testing::write_file(testing::temp_dir(name) / "bad.yaml", yaml);
   try {
     load_config(path);
-  } catch (const ConfigError& e) {
+  } catch (const UserError& e) {
     return e;
   }
-  ADD_FAILURE() << "no ConfigError for:\n" << yaml;
-  return ConfigError("", 0, "", "");
+  ADD_FAILURE() << "no UserError for:\n" << yaml;
+  return UserError("", 0, "", "");
 }
 
 TEST(Config, UnknownTopLevelKeyNamesLineAndKey) {
@@ -61,6 +61,77 @@ TEST(Config, UnknownKeyInsideSweepGroup) {
 TEST(Config, MissingModels) {
   auto e = error_of("nomodels", "grid: {batch: 1}\n");
   EXPECT_EQ(e.key(), "models");
+}
+
+// Every numeric key keeps its value exactly or is refused with its range; nothing is
+// printed with 6 significant digits and read back (batch 1000000 used to run batch 1).
+TEST(ConfigNumbers, LargeIntegersStayExact) {
+  auto path = testing::write_file(testing::temp_dir("bigints") / "c.yaml",
+                                  "models: [gpt2-test]\ngrid: {batch: [1000000, 1e6, 1234567], seq: 1000000}\n");
+  auto c = load_config(path);
+  EXPECT_EQ(c.grid.at("batch").values, (std::vector<std::string>{"1000000", "1000000", "1234567"}));
+  EXPECT_EQ(c.grid.at("seq").values, std::vector<std::string>{"1000000"});
+}
+
+TEST(ConfigNumbers, OutOfRangeValuesAreRefusedWithTheirRange) {
+  struct Case {
+    std::string yaml, key, message, hint;
+  };
+  const Case cases[] = {
+      {"grid: {batch: 1e12}", "grid.batch", "must be at most 1073741824, got 1e12",
+       "expected a whole number from 1 to 1073741824"},
+      {"grid: {batch: 0}", "grid.batch", "must be at least 1, got 0", "a whole number from 1"},
+      {"grid: {batch: -4}", "grid.batch", "must be at least 1, got -4", "a whole number from 1"},
+      {"grid: {batch: 2.5}", "grid.batch", "'2.5' is not a whole number", "a whole number"},
+      {"grid: {seq: 0}", "grid.seq", "must be at least 1, got 0", "from 1 to 1048576"},
+      {"steps: 4294967297", "steps", "must be at most 1000000, got 4294967297", "from 1 to 1000000"},
+      {"steps: 2147483648", "steps", "must be at most 1000000", "from 1 to 1000000"},
+      {"steps: 99999999999999999999999", "steps", "must be at most 1000000", "from 1 to"},
+      {"timeout_s: 1e300", "timeout_s", "must be at most 86400, got 1e300", "from 0.1 to 86400"},
+      {"timeout_s: 0", "timeout_s", "must be at least 0.1, got 0", "from 0.1 to 86400"},
+      {"timeout_s: .nan", "timeout_s", "is not a number", "from 0.1 to 86400"},
+      {"repetitions: 1e9", "repetitions", "must be at most 10000", "from 1 to 10000"},
+      {"seed: -1", "seed", "must be at least 0", "a whole number from 0"},
+      {"lr: inf", "lr", "'inf' is not a finite number", "a number from 0 to 1000"},
+      {"lr: 1e400", "lr", "must be at most 1000, got 1e400", "a number from 0 to 1000"},
+      {"grid: {audio_s: 31}", "grid.audio_s", "must be at most 30, got 31", "30 s of audio"},
+      {"steps:", "steps", "has no value", "steps: VALUE"},
+      {"steps: [3]", "steps", "expected a single value", "steps: VALUE"},
+  };
+  for (const auto& c : cases) {
+    auto e = error_of("range", "models: [gpt2-test]\n" + c.yaml + "\n");
+    EXPECT_EQ(e.line(), 2) << c.yaml;
+    EXPECT_EQ(e.key(), c.key) << c.yaml;
+    EXPECT_NE(std::string(e.what()).find(c.message), std::string::npos) << c.yaml << ": " << e.what();
+    EXPECT_NE(e.hint().find(c.hint), std::string::npos) << c.yaml << ": " << e.hint();
+  }
+}
+
+TEST(ConfigNumbers, ParseIntegerIsExact) {
+  const Range r{0, 9e15, true};
+  EXPECT_EQ(parse_integer("9007199254740993", {0, 1e17, true}), 9007199254740993);
+  EXPECT_EQ(parse_integer("4e3", r), 4000);
+  EXPECT_THROW(parse_integer("4e-3", r), std::invalid_argument);
+  EXPECT_THROW(parse_integer("", r), std::invalid_argument);
+  EXPECT_THROW(parse_integer("0x10", r), std::invalid_argument);
+  EXPECT_EQ(number_text(2.5), "2.5");
+  EXPECT_EQ(number_text(1e6), "1000000");
+}
+
+TEST(Config, DuplicateKeysAreRefused) {
+  auto top = error_of("dup_top", "models: [gpt2-test]\nsteps: 3\nsteps: 5\n");
+  EXPECT_EQ(top.line(), 3);
+  EXPECT_EQ(top.key(), "steps");
+  EXPECT_NE(std::string(top.what()).find("duplicate key"), std::string::npos);
+  EXPECT_NE(top.hint().find("line 2"), std::string::npos) << top.hint();
+  auto grid = error_of("dup_grid", "models: [gpt2-test]\ngrid:\n  batch: [1]\n  seq: 64\n  batch: [2]\n");
+  EXPECT_EQ(grid.line(), 5);
+  EXPECT_EQ(grid.key(), "grid.batch");
+}
+
+TEST(Config, YamlSyntaxErrorHasAHint) {
+  auto e = error_of("syntax_hint", "models: [gpt2-test\ngrid: {batch: 1}\n");
+  EXPECT_NE(e.hint().find("indentation"), std::string::npos) << e.hint();
 }
 
 TEST(Config, DefaultsNameAndOutFromTheFile) {

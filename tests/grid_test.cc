@@ -41,6 +41,59 @@ grid:
                          }));
 }
 
+TEST(Grid, EveryModelsDefaultAxesAreOnesItTakes) {
+  // whisper-test used to default to Whisper's 30 s of audio, 7.5 times its window.
+  auto cfg = load("defaults", "models: [whisper-test, whisper-tiny, gpt2-test]\n");
+  auto pts = expand_grid(cfg, RunSettings{});
+  ASSERT_EQ(pts.size(), 3u);
+  EXPECT_EQ(pts[0].audio_s, 2);
+  EXPECT_EQ(pts[1].audio_s, 30);
+  EXPECT_EQ(pts[2].seq, 128);
+}
+
+TEST(Grid, ExcludesThatRemoveEveryPointAreAnError) {
+  auto cfg = load("exclude_all", R"(
+models: [gpt2-test]
+grid: {batch: [1, 2], seq: 32}
+exclude:
+  - {model: gpt2-test}
+)");
+  try {
+    expand_grid(cfg, RunSettings{});
+    FAIL() << "an empty grid was expanded";
+  } catch (const UserError& e) {
+    EXPECT_EQ(e.line(), 5);
+    EXPECT_EQ(e.key(), "exclude");
+    EXPECT_NE(std::string(e.what()).find("remove every point"), std::string::npos);
+    EXPECT_FALSE(e.hint().empty());
+  }
+}
+
+TEST(Grid, AnUnboundedGridIsCountedAndRefusedBeforeExpanding) {
+  // Four 100-value axes: 10^8 points used to end in std::bad_alloc.
+  std::string values;
+  for (int i = 1; i <= 100; ++i) values += (i > 1 ? ", " : "") + std::to_string(i);
+  auto cfg = load("huge", "models: [gpt2-test]\ngrid: {batch: [" + values + "], seq: [" + values +
+                              "], accumulation: [" + values + "], alloc_conf: [" + values + "]}\n");
+  EXPECT_EQ(count_grid(cfg), 100000000u);
+  try {
+    expand_grid(cfg, RunSettings{});
+    FAIL() << "expanded 10^8 points";
+  } catch (const UserError& e) {
+    EXPECT_EQ(e.key(), "grid");
+    EXPECT_NE(std::string(e.what()).find("100000000 points, more than the limit of 10000"),
+              std::string::npos) << e.what();
+    EXPECT_NE(e.hint().find("--max-points"), std::string::npos);
+  }
+  // Within the limit (and with it raised) the same code expands.
+  auto small = load("small", "models: [gpt2-test]\ngrid: {batch: [1, 2], seq: [8, 16]}\n");
+  RunSettings tight;
+  tight.max_points = 3;
+  EXPECT_THROW(expand_grid(small, tight), UserError);
+  tight.max_points = 4;
+  EXPECT_EQ(expand_grid(small, tight).size(), 4u);
+}
+
 TEST(Grid, ExcludeRulesDropMatchingPointsOnly) {
   auto cfg = load("exclude", R"(
 models: [gpt2-test]

@@ -208,16 +208,16 @@ TEST(Recommend, CrossGpuColumnsStartAtTheSmallestMeasuredPeak) {
 TEST(Recommend, UserErrors) {
   RecommendOptions o;
   o.gpu = "H100";  // which one?
-  EXPECT_THROW(run({"recommend_ties.csv"}, o), RecommendError);
+  EXPECT_THROW(run({"recommend_ties.csv"}, o), UserError);
   // Two devices and no card named: ambiguous.
-  EXPECT_THROW(run({"recommend_ties.csv", "recommend_cpu.csv"}), RecommendError);
-  EXPECT_THROW(run({"recommend_bad.csv"}), ResultsError);
+  EXPECT_THROW(run({"recommend_ties.csv", "recommend_cpu.csv"}), UserError);
+  EXPECT_THROW(run({"recommend_bad.csv"}), UserError);
 }
 
 TEST(Recommend, EmulatedBudgetIsNoted) {
   auto r = run({"recommend_margin.csv"});
   ASSERT_FALSE(r.notes.empty());
-  EXPECT_NE(r.notes.back().find("emulated budget (10 GiB)"), std::string::npos) << r.notes.back();
+  EXPECT_NE(r.notes.back().find("emulated budget (10.00 GiB)"), std::string::npos) << r.notes.back();
 }
 
 // The command, in process: exit codes, stderr, files.
@@ -266,7 +266,7 @@ TEST(RecommendCli, BadInputExitsTwoWithLocationAndHint) {
 
   auto bad = cli({data("recommend_bad.csv")});
   EXPECT_EQ(bad.code, 2);
-  EXPECT_EQ(bad.err.rfind(data("recommend_bad.csv") + ":3: ", 0), 0u) << bad.err;
+  EXPECT_EQ(bad.err.rfind("error: " + data("recommend_bad.csv") + ":3: ", 0), 0u) << bad.err;
 
   auto gpu = cli({data("recommend_ties.csv"), "--gpu", "rtx9999"});
   EXPECT_EQ(gpu.code, 2);

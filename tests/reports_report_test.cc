@@ -285,8 +285,8 @@ TEST(Report, MalformedRowThrowsWithItsLineAndWritesNothing) {
   TempDir dir;
   try {
     write_report(kMalformed, dir.str());
-    FAIL() << "no ResultsError";
-  } catch (const ResultsError& e) {
+    FAIL() << "no UserError";
+  } catch (const UserError& e) {
     EXPECT_EQ(e.line(), 4u);
     EXPECT_NE(e.located().find("report_malformed.csv:4: column 'batch': 'four'"), std::string::npos)
         << e.located();
@@ -305,8 +305,8 @@ TEST(Report, UnknownStatusIsAnError) {
   std::ofstream(dir.path() / "results.csv") << csv;
   try {
     write_report(dir.str(), (dir.path() / "out").string());
-    FAIL() << "no ResultsError";
-  } catch (const ResultsError& e) {
+    FAIL() << "no UserError";
+  } catch (const UserError& e) {
     EXPECT_EQ(e.line(), 3u);
     EXPECT_NE(
         std::string(e.what()).find("'exploded' is not one of ok, oom, crash, timeout, skipped"),

@@ -73,6 +73,18 @@ TEST(SweepEndToEnd, PointOverBudgetIsOomAndLargerOnesAreImplied) {
   }
 }
 
+TEST(SweepEndToEnd, WhisperTestRunsWithItsDefaultAudio) {
+  auto dir = testing::temp_dir("e2e_whisper_default");
+  auto cfg = testing::write_file(dir / "w.yaml",
+                                 "device: cpu\nsteps: 1\nwarmup_steps: 0\nrepetitions: 1\n"
+                                 "models: [whisper-test]\n");
+  auto r = testing::run_sweep_cli("run " + cfg + " --out " + (dir / "out").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto rows = read_results((dir / "out").string()).rows;
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].at(column("status")), "ok") << rows[0].at(column("message"));
+}
+
 TEST(SweepEndToEnd, OnePointOfEachFamilyTrainsWithItsOwnAxes) {
   auto dir = testing::temp_dir("e2e_families");
   auto cfg = testing::write_file(dir / "families.yaml", R"(

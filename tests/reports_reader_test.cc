@@ -1,0 +1,211 @@
+// The one typed reader: every value is checked once, for every command (finite,
+// non-negative, known status and schema version); a torn last line is named as such with
+// the command that drops it; and report, recommend and compare agree on which row of a
+// point counts after a `--force` re-run.
+#include <gtest/gtest.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "reports/compare.h"
+#include "reports/recommend.h"
+#include "reports/report.h"
+#include "reports/report_sections.h"
+#include "reports/results.h"
+
+namespace sweep::reports {
+namespace {
+
+namespace fs = std::filesystem;
+using schema::column;
+
+std::string data(const std::string& name) { return std::string(SWEEP_TEST_DATA) + "/" + name; }
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// A copy of a fixture with `edit` applied to its text, in a fresh directory.
+fs::path edited(const std::string& test, const std::string& fixture,
+                const std::function<void(std::string&)>& edit) {
+  const fs::path dir = fs::temp_directory_path() / ("sweep_reader_test_" + test);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::string text = slurp(data(fixture));
+  edit(text);
+  std::ofstream(dir / "results.csv") << text;
+  return dir / "results.csv";
+}
+
+// The message every command prints for `path`, and its exit code.
+struct Cli {
+  int code = -1;
+  std::string err;
+};
+Cli run(const std::string& args) {
+  CLI::App app;
+  int code = -1;
+  register_report_command(app, code);
+  register_recommend_command(app, code);
+  register_compare_command(app, code);
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  app.parse(args, false);
+  testing::internal::GetCapturedStdout();
+  return {code, testing::internal::GetCapturedStderr()};
+}
+
+// Replaces the value of `col` in the first data row (line 2) of CSV text.
+void set_first_row(std::string& text, std::string_view col, const std::string& value) {
+  const std::size_t row_start = text.find('\n') + 1;
+  const std::string header = "," + text.substr(0, row_start - 1) + ",";
+  const auto index = std::count(header.begin(), header.begin() + header.find("," + std::string(col) + ","), ',');
+  std::size_t at = row_start;
+  for (long i = 0; i < index; ++i) at = text.find(',', at) + 1;
+  const std::size_t end = text.find_first_of(",\n", at);
+  text.replace(at, end - at, value);
+}
+
+void expect_every_command_refuses(const fs::path& file, const std::string& message) {
+  const std::string dir = file.parent_path().string();
+  for (const std::string& args :
+       {"report " + dir + " --out " + dir + "/report", "recommend " + dir + " --memory-gib 24",
+        "compare " + data("recommend_ties.csv") + " " + dir}) {
+    const Cli c = run(args);
+    EXPECT_EQ(c.code, 2) << args << "\n" << c.err;
+    EXPECT_NE(c.err.find(file.string() + ":2: " + message), std::string::npos) << args << "\n" << c.err;
+    EXPECT_NE(c.err.find("\nhint: "), std::string::npos) << c.err;
+  }
+  EXPECT_FALSE(fs::exists(file.parent_path() / "report" / "report.md"));
+}
+
+TEST(TypedReader, NanPeakIsRefusedByEveryCommand) {
+  auto f = edited("nan", "recommend_ties.csv",
+                  [](std::string& t) { set_first_row(t, "peak_reserved_bytes", "nan"); });
+  expect_every_command_refuses(f, "column 'peak_reserved_bytes': 'nan' is not a finite number");
+}
+
+TEST(TypedReader, NegativePeakIsRefusedByEveryCommand) {
+  auto f = edited("negative", "recommend_ties.csv",
+                  [](std::string& t) { set_first_row(t, "peak_allocated_bytes", "-5"); });
+  expect_every_command_refuses(f, "column 'peak_allocated_bytes': '-5' is negative");
+}
+
+TEST(TypedReader, UnknownSchemaVersionIsRefusedByEveryCommand) {
+  auto f = edited("schema99", "recommend_ties.csv",
+                  [](std::string& t) { set_first_row(t, "schema_version", "99"); });
+  expect_every_command_refuses(f, "schema_version 99: this sweep reads versions 1 to 1");
+}
+
+TEST(TypedReader, UnknownStatusAndBadSampleAreRefused) {
+  auto status = edited("status", "recommend_ties.csv",
+                       [](std::string& t) { set_first_row(t, "status", "fine"); });
+  expect_every_command_refuses(status, "column 'status': 'fine' is not one of ok, oom");
+  auto sample = edited("sample", "recommend_ties.csv",
+                       [](std::string& t) { set_first_row(t, "step_ms_samples", "289.6;inf"); });
+  expect_every_command_refuses(sample, "column 'step_ms_samples': 'inf' is not a finite number");
+}
+
+TEST(TypedReader, ParsesSamplesAndStatusOnce) {
+  const Results r = read_results(data("recommend_ties.csv"));
+  ASSERT_FALSE(r.rows.empty());
+  EXPECT_EQ(r.rows[0].status, Status::kOk);
+  EXPECT_EQ(r.rows[0].step_ms_samples, (std::vector<double>{289.646, 292.571, 295.497}));
+  EXPECT_EQ(status_name(Status::kTimeout), "timeout");
+  EXPECT_EQ(parse_status("oom"), Status::kOom);
+  EXPECT_FALSE(parse_status("OOM"));
+}
+
+TEST(TypedReader, TornLastLineSaysSoAndHowToDropIt) {
+  // What a full disk or a kill mid-write used to leave: a row cut short, no newline.
+  auto f = edited("torn", "recommend_ties.csv", [](std::string& t) {
+    t.pop_back();  // the final newline
+    t.erase(t.rfind('\n') + 200);
+  });
+  const std::string text = slurp(f.string());
+  const std::size_t lines = std::count(text.begin(), text.end(), '\n') + 1;
+  try {
+    read_results(f.string());
+    FAIL() << "a torn row was read";
+  } catch (const UserError& e) {
+    EXPECT_EQ(e.line(), static_cast<int>(lines));
+    EXPECT_NE(std::string(e.what()).find("the last row is cut short"), std::string::npos) << e.what();
+    const std::string drop = "sed -i '" + std::to_string(lines) + "d' " + f.string();
+    ASSERT_NE(e.hint().find(drop), std::string::npos) << e.hint();
+    // The offered command works: the file reads again, one row shorter.
+    ASSERT_EQ(std::system(drop.c_str()), 0);
+    EXPECT_EQ(read_results(f.string()).rows.size(), lines - 2);
+  }
+}
+
+TEST(InternalCheck, AbortsWithFileAndLine) {
+  EXPECT_DEATH(SWEEP_CHECK(1 + 1 == 3, "arithmetic"),
+               "reports_reader_test.cc:[0-9]+: internal check failed: 1 \\+ 1 == 3: arithmetic");
+}
+
+TEST(Formatting, OneByteFormatterAndOneCsvQuoter) {
+  EXPECT_EQ(format_bytes(512.0 * 1024 * 1024), "512.0 MiB");
+  EXPECT_EQ(format_bytes(1.5 * 1024 * 1024 * 1024), "1.50 GiB");
+  EXPECT_EQ(format_bytes(2.0 * 1024 * 1024, true), "+2.0 MiB");
+  EXPECT_EQ(csv_field("plain"), "plain");
+  EXPECT_EQ(csv_field("a,b"), "\"a,b\"");
+  EXPECT_EQ(csv_field("say \"hi\"\nthen"), "\"say \"\"hi\"\" then\"");
+}
+
+TEST(LatestPerPoint, ReportRecommendAndCompareAgreeAfterAForcedRerun) {
+  // The fastest fitting configuration was measured again (`sweep run --force`) and ran out
+  // of memory. recommend used to keep every row and still named it.
+  const Results before = read_results(data("recommend_ties.csv"));
+  const Recommendation r0 = recommend({before}, {});
+  ASSERT_FALSE(r0.groups.empty());
+  ASSERT_TRUE(r0.groups[0].fastest);
+  const std::string fastest_where = r0.groups[0].fastest->where;
+  const unsigned line = std::stoul(fastest_where.substr(fastest_where.rfind(':') + 1));
+  const fs::path f = edited("force", "recommend_ties.csv", [&](std::string& t) {
+    std::size_t at = 0;
+    for (unsigned i = 1; i < line; ++i) at = t.find('\n', at) + 1;
+    std::string row = t.substr(at, t.find('\n', at) - at + 1);
+    row.replace(row.find(",ok,"), 4, ",oom,");
+    t += row;
+  });
+  const Results after = read_results(f.string());
+  const Row& rerun = after.rows.back();
+  const std::string id = rerun.at(column("point_id"));
+
+  const Latest latest = latest_per_point(after);
+  EXPECT_EQ(latest.rows.size(), before.rows.size());
+  ASSERT_EQ(latest.duplicates.size(), 1u);
+  EXPECT_EQ(latest.duplicates[0],
+            id + " (lines " + std::to_string(line) + ", " + std::to_string(rerun.line) + ")");
+
+  int seen = 0;  // report: the point is shown once, as the OOM it became
+  for (const auto& p : report::parse_points(after))
+    if (p.line == line || p.line == rerun.line) {
+      ++seen;
+      EXPECT_EQ(p.status, "oom");
+    }
+  EXPECT_EQ(seen, 1);
+
+  const Recommendation r = recommend({after}, {});  // recommend: no longer the fastest
+  for (const auto& g : r.groups)
+    if (g.fastest) {
+      EXPECT_NE(g.fastest->where, fastest_where) << g.label();
+      EXPECT_NE(g.fastest->where, rerun.where()) << g.label();
+    }
+
+  const CompareResult c = compare_results(before, after, {});  // compare: newly failing
+  bool newly_failing = false;
+  for (const auto& p : c.points)
+    if (p.point_id == id) newly_failing = p.next && p.next->status == Status::kOom;
+  EXPECT_TRUE(newly_failing);
+  EXPECT_TRUE(c.regressed());
+}
+
+}  // namespace
+}  // namespace sweep::reports

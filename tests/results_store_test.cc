@@ -1,0 +1,156 @@
+// The results file on a full disk: a failed append leaves the file exactly as it was (no
+// half row that every reader then refuses), and `sweep run` stops with a clear message.
+// The disk is made "full" with RLIMIT_FSIZE (SIGXFSZ ignored, so write(2) fails with
+// EFBIG), which needs no mount and works for any user.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/resource.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "reports/results.h"
+#include "sweeps/results_store.h"
+#include "test_util.h"
+
+namespace sweep {
+namespace {
+
+namespace fs = std::filesystem;
+
+nlohmann::json row(const std::string& id, const std::string& message) {
+  return {{"schema_version", 1}, {"point_id", id}, {"model", "gpt2-test"}, {"status", "ok"},
+          {"batch", 1},          {"message", message}};
+}
+
+// A sweep of gpt2-test points, one step each.
+std::string one_step_config(const fs::path& dir, const std::string& device, const std::string& axes) {
+  return testing::write_file(dir / "tiny.yaml", "device: " + device +
+                                                    "\nsteps: 1\nwarmup_steps: 0\nrepetitions: 1\n"
+                                                    "models: [gpt2-test]\ngrid: {seq: 8, " + axes + "}\n");
+}
+
+// Lowers the file-size limit for the scope, with SIGXFSZ ignored.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    getrlimit(RLIMIT_FSIZE, &old_);
+    old_handler_ = signal(SIGXFSZ, SIG_IGN);
+    rlimit r = old_;
+    r.rlim_cur = bytes;
+    EXPECT_EQ(setrlimit(RLIMIT_FSIZE, &r), 0);
+  }
+  ~FileSizeLimit() {
+    setrlimit(RLIMIT_FSIZE, &old_);
+    signal(SIGXFSZ, old_handler_);
+  }
+
+ private:
+  rlimit old_{};
+  sighandler_t old_handler_;
+};
+
+TEST(ResultsStore, AFailedAppendLeavesTheFileAsItWas) {
+  auto dir = testing::temp_dir("store_full");
+  ResultsStore store(dir.string());
+  store.append(row("00000000000000a1", "first"));
+  const auto size = fs::file_size(store.path());
+  {
+    // Room for part of the next row only: the write is short, then fails.
+    FileSizeLimit limit(size + 20);
+    try {
+      store.append(row("00000000000000a2", std::string(200, 'x')));
+      ADD_FAILURE() << "the append did not fail";
+    } catch (const UserError& e) {
+      EXPECT_EQ(e.file(), store.path());
+      EXPECT_NE(std::string(e.what()).find("cannot append a row: File too large"), std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("the file is left as it was"), std::string::npos);
+      EXPECT_NE(e.hint().find("free space"), std::string::npos);
+    }
+  }
+  EXPECT_EQ(fs::file_size(store.path()), size);
+  const auto rows = reports::read_results(store.path()).rows;
+  ASSERT_EQ(rows.size(), 1u);
+  // With space again, the next row lands whole after the first.
+  store.append(row("00000000000000a3", "third"));
+  EXPECT_EQ(reports::read_results(store.path()).rows.size(), 2u);
+}
+
+TEST(ResultsStore, AKeyThatIsNoColumnIsAnInternalError) {
+  EXPECT_EQ(ResultsStore::format_row({{"model", "gpt2"}, {"status", "ok"}}).find("gpt2"), 3u);
+  EXPECT_DEATH(ResultsStore::format_row({{"model", "gpt2"}, {"peak_alocated_bytes", 1}}),
+               "internal check failed: .*'peak_alocated_bytes' is not a results column");
+}
+
+TEST(ResultsStore, ARunOnAFullDiskStopsWithAMessageAndKeepsWholeRows) {
+  auto dir = testing::temp_dir("store_full_cli");
+  auto cfg = one_step_config(dir, "cpu", "batch: [1, 2, 3]");
+  // The header and one row fit in 1100 bytes, the second row does not (sweep ignores
+  // SIGXFSZ itself, so the limit shows as EFBIG).
+  auto r = testing::run_sweep_cli("run " + cfg + " --out " + (dir / "out").string(),
+                                  "prlimit --fsize=1100:");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("cannot append a row: File too large; the file is left as it was"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("hint: free space"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
+  // Every row there is whole: the file reads, and a re-run with space finishes it.
+  const auto kept = reports::read_results((dir / "out").string()).rows.size();
+  EXPECT_EQ(kept, 1u);
+  auto again = testing::run_sweep_cli("run " + cfg + " --out " + (dir / "out").string());
+  EXPECT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_EQ(reports::read_results((dir / "out").string()).rows.size(), 3u);
+}
+
+TEST(ResultsStore, OpenFailureAndHeldLockAreToldApart) {
+  auto dir = testing::temp_dir("store_lock");
+  auto cfg = testing::write_file(dir / "tiny.yaml",
+                                 "device: cpu\nmodels: [gpt2-test]\ngrid: {seq: 8, batch: 1}\n");
+  // /proc exists but nothing can be created in it, whoever runs the test (root included).
+  auto ro = testing::run_sweep_cli("run " + cfg + " --out /proc");
+  EXPECT_EQ(ro.exit_code, 2) << ro.output;
+  EXPECT_NE(ro.output.find("error: /proc/.lock: out: cannot open the lock file"), std::string::npos)
+      << ro.output;
+  EXPECT_EQ(ro.output.find("another sweep"), std::string::npos) << ro.output;
+
+  fs::create_directories(dir / "out");
+  const int fd = open((dir / "out" / ".lock").c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(flock(fd, LOCK_EX | LOCK_NB), 0);
+  auto held = testing::run_sweep_cli("run " + cfg + " --out " + (dir / "out").string());
+  close(fd);
+  EXPECT_EQ(held.exit_code, 2) << held.output;
+  EXPECT_NE(held.output.find("another sweep is writing to"), std::string::npos) << held.output;
+}
+
+TEST(RunBoundary, AnUncreatableOutputDirectoryNamesThePathAndTheCause) {
+  auto dir = testing::temp_dir("boundary");
+  auto cfg = testing::write_file(dir / "tiny.yaml",
+                                 "device: cpu\nmodels: [gpt2-test]\ngrid: {seq: 8, batch: 1}\n");
+  auto r = testing::run_sweep_cli("run " + cfg + " --out /proc/nope/out");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("error: /proc/nope/out: cannot create directories: No such file or directory"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("hint: "), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
+}
+
+// With --gpus a failure in one runner thread (here the full disk) used to end the process
+// with `terminate called`; now every thread stops and the run ends with the message.
+TEST(RunBoundary, AFailureInAGpuThreadEndsTheRunWithAMessage_CUDA) {
+  auto dir = testing::temp_dir("boundary_gpus");
+  auto cfg = one_step_config(dir, "cuda", "batch: [1, 2, 3, 4], precision: [fp32, bf16]");
+  auto r = testing::run_sweep_cli("run " + cfg + " --gpus 0,0 --out " + (dir / "out").string(),
+                                  "prlimit --fsize=1100:");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("cannot append a row"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
+  EXPECT_NO_THROW(reports::read_results((dir / "out").string()));
+}
+
+}  // namespace
+}  // namespace sweep
