@@ -95,10 +95,19 @@ Point parse_point(const Row& r) {
   p.budget_bytes = r.number(column("budget_bytes")).value_or(0);
   p.budget_emulated = r.number(column("budget_emulated")).value_or(0) == 1;
   p.device_memory_bytes = r.number(column("device_memory_bytes"));
-  p.weights = r.number(column("weights_bytes"));
-  p.grads = r.number(column("grads_bytes"));
-  p.optimizer_state = r.number(column("optimizer_bytes"));
-  p.activations = r.number(column("activations_bytes"));
+  // The breakdown as it stood at the peak (it adds up to peak_allocated_bytes); files written
+  // before those columns existed have only each kind's size.
+  if (auto at_peak = r.number(column("at_peak_weights_bytes"))) {
+    p.weights = at_peak;
+    p.grads = r.number(column("at_peak_grads_bytes"));
+    p.optimizer_state = r.number(column("at_peak_optimizer_bytes"));
+    p.activations = r.number(column("at_peak_activations_bytes"));
+  } else {
+    p.weights = r.number(column("weights_bytes"));
+    p.grads = r.number(column("grads_bytes"));
+    p.optimizer_state = r.number(column("optimizer_bytes"));
+    p.activations = r.number(column("activations_bytes"));
+  }
   p.peak_allocated = r.number(column("peak_allocated_bytes"));
   p.peak_reserved = r.number(column("peak_reserved_bytes"));
   p.tokens_per_s = r.number(column("tokens_per_s"));

@@ -45,6 +45,29 @@ TEST(Burst, BreakdownAddsUpAndWeightsAreTheParameters) {
   EXPECT_GT(*m.tflops, 0);
 }
 
+// The breakdown at the peak adds up to the peak exactly, wherever the peak falls: in the
+// optimizer step (small batch: weights, gradients and AdamW state are all there) or in
+// backward (large batch: activations dominate, gradients only partly built).
+TEST(Burst, BreakdownAtThePeakAddsUpToThePeak) {
+  for (int64_t batch : {1, 16}) {
+    auto m = burst(tiny(batch));
+    SCOPED_TRACE("batch " + std::to_string(batch) + ", peak in " + m.peak_phase);
+    EXPECT_EQ(m.at_peak_weights_bytes + m.at_peak_grads_bytes + m.at_peak_optimizer_bytes +
+                  m.at_peak_activations_bytes,
+              m.peak_allocated_bytes);
+    EXPECT_EQ(m.at_peak_weights_bytes, m.weights_bytes);
+    EXPECT_GE(m.at_peak_activations_bytes, 0);
+    EXPECT_LE(m.at_peak_grads_bytes, m.grads_bytes);
+    ASSERT_TRUE(m.forward_peak_bytes && m.backward_peak_bytes && m.optimizer_peak_bytes);
+    EXPECT_EQ(std::max({*m.forward_peak_bytes, *m.backward_peak_bytes, *m.optimizer_peak_bytes}),
+              m.peak_allocated_bytes);
+    if (m.peak_phase == "optimizer") {
+      EXPECT_EQ(m.at_peak_grads_bytes, m.grads_bytes);
+      EXPECT_EQ(m.at_peak_optimizer_bytes, m.optimizer_bytes);
+    }
+  }
+}
+
 TEST(Burst, CheckpointingLowersActivations) {
   auto p = tiny(8);
   auto none = burst(p);

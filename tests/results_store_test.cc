@@ -4,6 +4,8 @@
 // EFBIG), which needs no mount and works for any user.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/resource.h>
@@ -87,10 +89,19 @@ TEST(ResultsStore, AKeyThatIsNoColumnIsAnInternalError) {
 TEST(ResultsStore, ARunOnAFullDiskStopsWithAMessageAndKeepsWholeRows) {
   auto dir = testing::temp_dir("store_full_cli");
   auto cfg = one_step_config(dir, "cpu", "batch: [1, 2, 3]");
-  // The header and one row fit in 1100 bytes, the second row does not (sweep ignores
-  // SIGXFSZ itself, so the limit shows as EFBIG).
+  // The limit: the header and the first row fit, the second row does not (sweep ignores
+  // SIGXFSZ itself, so the limit shows as EFBIG). Taken from an unlimited run of the same
+  // config, so that it holds whatever the columns are.
+  auto probe = testing::run_sweep_cli("run " + cfg + " --out " + (dir / "probe").string());
+  ASSERT_EQ(probe.exit_code, 0) << probe.output;
+  std::ifstream probe_csv(dir / "probe" / "results.csv");
+  std::string header, first, second;
+  std::getline(probe_csv, header);
+  std::getline(probe_csv, first);
+  std::getline(probe_csv, second);
+  const std::size_t limit = header.size() + first.size() + 2 + second.size() / 2;
   auto r = testing::run_sweep_cli("run " + cfg + " --out " + (dir / "out").string(),
-                                  "prlimit --fsize=1100:");
+                                  "prlimit --fsize=" + std::to_string(limit) + ":");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("cannot append a row: File too large; the file is left as it was"),
             std::string::npos)
