@@ -24,7 +24,7 @@ ModelSpec gpt2(std::string name, std::string hf_id, int64_t n_embd, int64_t n_la
   const int64_t params = vocab * C + n_positions * C + n_layer * block + 2 * C;
   return ModelSpec{std::move(name), "gpt2", std::move(hf_id), test_only, n_layer, n_embd, n_head,
                    params, {"seq"},
-                   [c] { return std::make_shared<GPT2LMHeadModelImpl>(c); }};
+                   [c] { return std::make_shared<GPT2LMHeadModelImpl>(c); }, n_positions};
 }
 
 ModelSpec t5(std::string name, std::string hf_id, int64_t d_model, int64_t d_ff, int64_t layers,
@@ -66,7 +66,8 @@ ModelSpec whisper(std::string name, std::string hf_id, int64_t d_model, int64_t 
                        (c.classifier_proj_size * c.num_labels + c.num_labels);
   return ModelSpec{std::move(name), "whisper", std::move(hf_id), test_only, layers, d_model, heads,
                    stem + layers * layer + head, {"audio_s"},
-                   [c] { return std::make_shared<WhisperForAudioClassificationImpl>(c); }};
+                   [c] { return std::make_shared<WhisperForAudioClassificationImpl>(c); }, 0,
+                   2.0 * static_cast<double>(max_source_positions) / 100.0};
 }
 
 std::vector<ModelSpec> build_zoo() {

@@ -21,6 +21,10 @@ struct ModelSpec {
   int64_t parameters = 0;
   std::vector<std::string> axes;  // sequence axes it takes: "seq", "target_seq", "audio_s"
   std::function<std::shared_ptr<ModelImpl>()> make;
+  // The longest input it takes (0: no limit): GPT-2's n_positions tokens, Whisper's window
+  // of 2 x max_source_positions frames in seconds. T5's relative positions have no limit.
+  int64_t max_seq = 0;
+  double max_audio_s = 0;
 };
 
 // All models, real ones first, then test models.

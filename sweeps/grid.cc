@@ -57,6 +57,22 @@ void set_axis(Point& p, const std::string& axis, const std::string& v) {
   else if (axis == "batch") p.batch = std::stoll(v);
 }
 
+// A sequence the model cannot take is a config error, not a crashed worker.
+void check_fits(const models::ModelSpec& spec, const Point& p, const std::string& axis,
+                const std::string& file, int line) {
+  if (axis == "seq" && spec.max_seq > 0 && p.seq > spec.max_seq)
+    throw UserError(file, line, "seq",
+                    "seq " + std::to_string(p.seq) + " is longer than " + spec.name + "'s " +
+                        std::to_string(spec.max_seq) + " positions",
+                    "use seq up to " + std::to_string(spec.max_seq) + " for " + spec.name +
+                        ", or give it its own group under sweeps: with a shorter seq");
+  if (axis == "audio_s" && spec.max_audio_s > 0 && p.audio_s > spec.max_audio_s + 1e-9)
+    throw UserError(file, line, "audio_s",
+                    "audio_s " + number_text(p.audio_s) + " is longer than " + spec.name +
+                        "'s " + number_text(spec.max_audio_s) + " s window",
+                    "use audio_s up to " + number_text(spec.max_audio_s) + " for " + spec.name);
+}
+
 }  // namespace
 
 bool matches(const ExcludeRule& rule, const Point& p) {
@@ -143,6 +159,7 @@ std::vector<Point> expand_grid(const Config& cfg, const RunSettings& run) {
         for (const auto& v : values) {
           Point q = p;
           set_axis(q, axis, v);
+          check_fits(*spec, q, axis, cfg.path, it != grid.end() ? it->second.line : 0);
           rec(i + 1, q);
         }
       };

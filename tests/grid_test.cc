@@ -69,6 +69,29 @@ exclude:
   }
 }
 
+TEST(Grid, ASequenceLongerThanTheModelTakesIsAConfigError) {
+  auto cfg = load("too_long", R"(
+models: [gpt2-test, t5-test]
+grid:
+  batch: 1
+  seq: [128, 512]
+)");
+  try {
+    expand_grid(cfg, RunSettings{});
+    FAIL() << "seq 512 was expanded for gpt2-test (256 positions)";
+  } catch (const UserError& e) {
+    EXPECT_EQ(e.line(), 5);
+    EXPECT_EQ(e.key(), "seq");
+    EXPECT_NE(std::string(e.what()).find("gpt2-test's 256 positions"), std::string::npos) << e.what();
+    EXPECT_NE(e.hint().find("up to 256"), std::string::npos) << e.hint();
+  }
+  // T5's relative positions take any length; Whisper's window is its limit.
+  EXPECT_NO_THROW(expand_grid(load("t5_long", "models: [t5-test]\ngrid: {seq: 4096}\n"), RunSettings{}));
+  EXPECT_THROW(expand_grid(load("whisper_long", "models: [whisper-test]\ngrid: {audio_s: 5}\n"),
+                           RunSettings{}),
+               UserError);
+}
+
 TEST(Grid, AnUnboundedGridIsCountedAndRefusedBeforeExpanding) {
   // Four 100-value axes: 10^8 points used to end in std::bad_alloc.
   std::string values;
