@@ -22,13 +22,6 @@
 namespace sweep {
 namespace {
 
-int64_t grad_bytes(const std::vector<torch::Tensor>& params) {
-  int64_t n = 0;
-  for (const auto& p : params)
-    if (p.grad().defined()) n += p.grad().nbytes();
-  return n;
-}
-
 // Follows the phase the burst is in: each phase's peak (over every step) and the burst's
 // peak with the ledger as it stood then. Reads only allocator counters (no device sync).
 class PeakMeter {
@@ -90,26 +83,41 @@ class PeakMeter {
 };
 
 // Keeps the ledger's gradient bytes current: runs after each AccumulateGrad (every leaf's
-// gradient, also those a checkpointed block's recompute produces).
+// gradient, also those a checkpointed block's recompute produces) and adds the change in its
+// own parameter's gradient, so the cost per accumulation does not grow with the model.
+struct GradCounts {
+  Ledger& ledger;
+  std::vector<int64_t> counted;  // per parameter: the gradient bytes in the ledger
+  void reset() {  // after zero_grad(set_to_none=True)
+    ledger.grads = 0;
+    std::fill(counted.begin(), counted.end(), 0);
+  }
+};
+
 class GradLedgerHook final : public torch::autograd::FunctionPostHook {
  public:
-  GradLedgerHook(Ledger& ledger, const std::vector<torch::Tensor>& params)
-      : ledger_(ledger), params_(params) {}
+  GradLedgerHook(GradCounts& counts, std::size_t index, torch::Tensor param)
+      : counts_(counts), index_(index), param_(std::move(param)) {}
   torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
                                             const torch::autograd::variable_list&) override {
-    ledger_.grads = grad_bytes(params_);
+    const auto& g = param_.grad();
+    const int64_t now = g.defined() ? static_cast<int64_t>(g.nbytes()) : 0;
+    counts_.ledger.grads += now - counts_.counted[index_];
+    counts_.counted[index_] = now;
     return outputs;
   }
 
  private:
-  Ledger& ledger_;
-  const std::vector<torch::Tensor>& params_;
+  GradCounts& counts_;
+  std::size_t index_;
+  torch::Tensor param_;
 };
 
 // Everything a step uses, built once.
 struct Workload {
   std::shared_ptr<models::ModelImpl> model;
   std::vector<torch::Tensor> params;  // those the optimizer updates
+  std::unique_ptr<GradCounts> grad_counts;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // hold the ledger hooks
   std::unique_ptr<Optimizer> opt;
   std::unique_ptr<GradScaler> scaler;
@@ -143,9 +151,11 @@ Workload build(const Point& p, Ledger& ledger, MemoryTracker& mem) {
   }
   w.weights_bytes = mem.allocated() - base;
   ledger.weights = w.weights_bytes;
-  for (const auto& t : w.params) {
-    w.accumulators.push_back(torch::autograd::impl::grad_accumulator(t));
-    w.accumulators.back()->add_post_hook(std::make_unique<GradLedgerHook>(ledger, w.params));
+  w.grad_counts.reset(new GradCounts{ledger, std::vector<int64_t>(w.params.size(), 0)});
+  for (std::size_t i = 0; i < w.params.size(); ++i) {
+    w.accumulators.push_back(torch::autograd::impl::grad_accumulator(w.params[i]));
+    w.accumulators.back()->add_post_hook(
+        std::make_unique<GradLedgerHook>(*w.grad_counts, i, w.params[i]));
   }
   if (w.train) w.opt = make_optimizer({p.optimizer, p.lr, p.weight_decay}, w.params);
   if (w.train && p.precision == "fp16-amp") w.scaler = std::make_unique<GradScaler>(w.device);
@@ -284,7 +294,7 @@ Measurement run_burst(const Point& p, MemoryTracker& mem, StepTimer& timer,
         }
         ledger.optimizer = w.opt->state_bytes();
         w.opt->zero_grad();
-        ledger.grads = 0;
+        w.grad_counts->reset();
         meter.enter("idle");
         if (first_step) m.optimizer_bytes = ledger.optimizer;
       }

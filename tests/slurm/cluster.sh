@@ -8,7 +8,7 @@
 #   tests/slurm/cluster.sh stop DIR    stops slurmd, then slurmctld, then munged
 #
 # Clients reach it with SLURM_CONF=DIR/slurm.conf. Without the Slurm binaries `start` writes
-# DIR/absent (the tests then skip, saying why) and succeeds.
+# DIR/absent (the tests then fail, saying why: scripts/setup.sh installs Slurm) and succeeds.
 set -euo pipefail
 
 cmd=${1:?usage: cluster.sh start|stop DIR}
