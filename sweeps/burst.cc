@@ -172,13 +172,21 @@ Workload build(const Point& p, Ledger& ledger, MemoryTracker& mem) {
   return w;
 }
 
+// A run that ended in an error: Google Benchmark 1.7 (Debian 12) says so in `error_occurred`,
+// 1.8 and later (the GPU image's) in `skipped`.
+template <class R>
+bool failed_run(const R& r) {
+  if constexpr (requires { r.error_occurred; }) return r.error_occurred;
+  else return static_cast<int>(r.skipped) != 0;
+}
+
 // Google Benchmark reporter that keeps the per-repetition times and the aggregates.
 class Collector : public benchmark::BenchmarkReporter {
  public:
   bool ReportContext(const Context&) override { return true; }
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const auto& r : runs) {
-      if (r.error_occurred) continue;
+      if (failed_run(r)) continue;
       if (r.run_type == Run::RT_Iteration) samples.push_back(r.GetAdjustedRealTime());
       else if (r.aggregate_name == "mean") mean = r.GetAdjustedRealTime();
       else if (r.aggregate_name == "median") median = r.GetAdjustedRealTime();

@@ -3,6 +3,7 @@
 // (compare_results) and through the CLI (register_compare_command: exit code, stdout,
 // stderr), plus the printers and the dashboard exports.
 #include "reports/compare.h"
+#include "temp_tree.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -38,10 +39,10 @@ class TempDir {
     const auto* info = testing::UnitTest::GetInstance()->current_test_info();
     path_ = fs::temp_directory_path() /
             ("sweep_compare_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
-    fs::remove_all(path_);
+    sweep::remove_tree(path_);
     fs::create_directories(path_);
   }
-  ~TempDir() { fs::remove_all(path_); }
+  ~TempDir() { sweep::remove_tree(path_); }
   const fs::path& path() const { return path_; }
 
  private:

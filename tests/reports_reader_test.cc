@@ -15,6 +15,7 @@
 #include "reports/report.h"
 #include "reports/report_sections.h"
 #include "reports/results.h"
+#include "temp_tree.h"
 
 namespace sweep::reports {
 namespace {
@@ -35,7 +36,7 @@ std::string slurp(const std::string& path) {
 fs::path edited(const std::string& test, const std::string& fixture,
                 const std::function<void(std::string&)>& edit) {
   const fs::path dir = fs::temp_directory_path() / ("sweep_reader_test_" + test);
-  fs::remove_all(dir);
+  sweep::remove_tree(dir);
   fs::create_directories(dir);
   std::string text = slurp(data(fixture));
   edit(text);

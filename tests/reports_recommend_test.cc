@@ -9,6 +9,7 @@
 
 #include "reports/gpus.h"
 #include "reports/recommend.h"
+#include "temp_tree.h"
 
 namespace sweep::reports {
 namespace {
@@ -243,7 +244,7 @@ Cli cli(std::vector<std::string> args) {
 
 TEST(RecommendCli, WritesMarkdownAndCsv) {
   auto dir = std::filesystem::temp_directory_path() / "sweep_recommend_test";
-  std::filesystem::remove_all(dir);
+  sweep::remove_tree(dir);
   auto c = cli({data("recommend_accum.csv"), "--effective-batch", "32", "--out", dir.string()});
   ASSERT_EQ(c.code, 0) << c.err;
   EXPECT_NE(c.out.find("# Recommendations for NVIDIA GeForce RTX 3060"), std::string::npos);

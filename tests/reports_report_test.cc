@@ -15,6 +15,7 @@
 
 #include "reports/markup.h"
 #include "reports/results.h"
+#include "temp_tree.h"
 
 namespace sweep::reports {
 namespace {
@@ -38,9 +39,9 @@ class TempDir {
     const auto* info = testing::UnitTest::GetInstance()->current_test_info();
     path_ = fs::temp_directory_path() /
             ("sweep_report_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
-    fs::remove_all(path_);
+    sweep::remove_tree(path_);
   }
-  ~TempDir() { fs::remove_all(path_); }
+  ~TempDir() { sweep::remove_tree(path_); }
   const fs::path& path() const { return path_; }
   std::string str() const { return path_.string(); }
 

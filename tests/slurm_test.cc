@@ -136,7 +136,7 @@ class Slurm : public ::testing::Test {
   // checkouts testing at once never share one).
   fs::path temp_dir(const std::string& name) {
     const fs::path dir = fs::path(cluster_) / "tests" / name;
-    fs::remove_all(dir);
+    sweep::remove_tree(dir);
     fs::create_directories(dir);
     return dir;
   }

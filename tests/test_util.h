@@ -1,21 +1,23 @@
 // Helpers shared by the sweep tests: temp dirs, writing configs, running the binary.
 #pragma once
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
-#include <unistd.h>
 #include <fstream>
 #include <string>
 
+#include "temp_tree.h"
+
 namespace sweep::testing {
 
-// A fresh directory under the system temp dir, unique per test.
-// A fresh folder per test and process: checkouts (worktrees, CI beside a developer) running
-// the suite at once must not delete each other's files.
+// A fresh folder per test and process under the system temp dir: checkouts (worktrees, CI
+// beside a developer) running the suite at once must not delete each other's files.
 inline std::filesystem::path temp_dir(const std::string& name) {
   auto dir = std::filesystem::temp_directory_path() /
              ("sweep_test_" + name + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
+  remove_tree(dir);
   std::filesystem::create_directories(dir);
   return dir;
 }
