@@ -186,7 +186,8 @@ def compare(results_dir, extra):
                 "--accumulation", r["accumulation"], "--optimizer", r["optimizer"],
                 "--steps", r["steps"], "--warmup", r["warmup_steps"],
                 "--repetitions", r["repetitions"], "--mode", r.get("mode") or "train",
-                "--use_cache", r.get("use_cache") or "true"] + extra
+                "--use_cache", {"1": "true", "0": "false"}.get(r.get("use_cache") or "1",
+                                                                r.get("use_cache"))] + extra
         for axis in ("seq", "target_seq", "audio_s"):
             if r[axis]:
                 args += ["--" + axis, r[axis]]
