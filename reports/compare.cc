@@ -1,4 +1,4 @@
-// The comparison behind `sweep compare` (see compare.h): join on point_id, then per point
+// The comparison behind `sweep compare` (see compare.h): join on the configuration, then per point
 // the status, three memory peaks and the step time, each with a verdict and a mark. Plus the
 // `compare` command over it.
 #include "reports/compare.h"
@@ -29,6 +29,34 @@ constexpr std::array kEnvColumns = std::to_array<std::string_view>(
 
 constexpr std::string_view kRefreshHint =
     "refresh the baseline with results of this version (docs/regression-tracking.md)";
+
+// What a row measured, without how: the identity columns less the measurement settings
+// (steps, warm-up, repetitions) and the suite version. Two rows with the same configuration
+// are the same point for a comparison, whatever those settings were.
+constexpr std::array kMeasurementSettings =
+    std::to_array<std::string_view>({"steps", "warmup_steps", "repetitions", "suite_version"});
+
+std::string configuration(const Row& row) {
+  std::string key;
+  for (auto name : schema::kIdentityColumns)
+    if (std::find(kMeasurementSettings.begin(), kMeasurementSettings.end(), name) == kMeasurementSettings.end())
+      key += std::string(name) + "=" + row.at(schema::find_column(name)) + ";";
+  // Columns written after the first schema: an empty cell (an older file) is their default.
+  const std::string& cache = row.at(column("use_cache"));
+  key += "use_cache=" + (cache.empty() ? std::string("1") : cache) + ";";
+  return key;
+}
+
+// "steps 5 vs 3, repetitions 9 vs 3", or "" when the settings are the same.
+std::string settings_difference(const Row& b, const Row& n) {
+  std::string out;
+  for (std::string_view name : {"steps", "warmup_steps", "repetitions"}) {
+    const auto col = schema::find_column(name);
+    if (b.at(col) != n.at(col))
+      out += (out.empty() ? "" : ", ") + std::string(name) + " " + b.at(col) + " vs " + n.at(col);
+  }
+  return out;
+}
 
 bool failing(std::string_view status) {
   return status == schema::kOom || status == schema::kCrash || status == schema::kTimeout;
@@ -130,14 +158,8 @@ std::optional<MetricComparison> step_time_change(const Row& b, const Row& n, dou
     m.note = std::string("no step time in the ") + (xs.empty() ? "baseline" : "new results");
     return m;
   }
-  if (xs.size() < kMinSamples || ys.size() < kMinSamples) {
-    m.verdict = Verdict::kWarning;
-    m.mark = 'x';
-    m.note = "unreliable: " + std::to_string(xs.size()) + " vs " + std::to_string(ys.size()) +
-             " samples, a verdict needs " + std::to_string(kMinSamples) +
-             " per side: set repetitions to " + std::to_string(kMinSamples) + " in the config";
-    return m;
-  }
+  // Too few samples for a verdict: the step time is not compared (the run says so once).
+  if (xs.size() < kMinSamples || ys.size() < kMinSamples) return std::nullopt;
   const MannWhitney test = mann_whitney_u(xs, ys);
   m.p_value = test.p;
   m.exact = test.exact;
@@ -268,34 +290,58 @@ CompareResult compare_results(const Results& base, const Results& next,
                           " point(s) written more than once, e.g. " + dups->front() +
                           "; the last row of each is used.");
 
-  std::unordered_map<std::string, const Row*> by_id;
-  for (const Row* row : next_rows) by_id.emplace(row->at(column("point_id")), row);
-  std::size_t matched = 0;
+  // Joined on the configuration; where one side measured a configuration more than once
+  // (with other settings), its later row counts.
+  std::unordered_map<std::string, const Row*> by_config;
+  for (const Row* row : next_rows) by_config[configuration(*row)] = row;
+  std::unordered_map<std::string, const Row*> base_by_config;
+  for (const Row* row : base_rows) base_by_config[configuration(*row)] = row;
+  std::size_t matched = 0, other_settings = 0, too_few_samples = 0;
+  std::string settings_example;
   for (const Row* b : base_rows) {
-    auto it = by_id.find(b->at(column("point_id")));
-    if (it == by_id.end()) {
+    const std::string key = configuration(*b);
+    if (base_by_config.at(key) != b) continue;  // an earlier measurement of the same configuration
+    auto it = by_config.find(key);
+    if (it == by_config.end()) {
       out.points.push_back(one_side(*b, true));
       continue;
     }
+    const Row& n = *it->second;
     ++matched;
-    out.points.push_back({.point_id = it->first,
+    if (const auto d = settings_difference(*b, n); !d.empty()) {
+      ++other_settings;
+      if (settings_example.empty()) settings_example = d;
+    }
+    if (b->at(column("status")) == schema::kOk && n.at(column("status")) == schema::kOk &&
+        (b->step_times().size() < kMinSamples || n.step_times().size() < kMinSamples))
+      ++too_few_samples;
+    out.points.push_back({.point_id = n.at(column("point_id")),
                           .base = *b,
-                          .next = *it->second,
-                          .metrics = compare_rows(*b, *it->second, options)});
-    by_id.erase(it);
+                          .next = n,
+                          .metrics = compare_rows(*b, n, options)});
+    by_config.erase(it);
   }
-  for (const Row* n : next_rows)
-    if (by_id.contains(n->at(column("point_id")))) out.points.push_back(one_side(*n, false));
+  for (const Row* n : next_rows) {
+    auto it = by_config.find(configuration(*n));
+    if (it != by_config.end() && it->second == n) out.points.push_back(one_side(*n, false));
+  }
 
-  if (matched == 0 && !base_rows.empty() && !next_rows.empty()) {
-    const auto bv = distinct(base, column("suite_version"));
-    const auto nv = distinct(next, column("suite_version"));
-    out.notes.push_back("No point is in both files, so nothing was compared" +
-                        (bv != nv ? " (suite_version " + bv.front() + " vs " + nv.front() +
-                                        ": point ids hash the suite version)"
-                                  : std::string()) +
-                        "; " + std::string(kRefreshHint) + ".");
-  }
+  if (other_settings)
+    out.notes.push_back(std::to_string(other_settings) + " point(s) were measured with other settings (" +
+                        settings_example + "); they are compared as the same configurations.");
+  if (too_few_samples)
+    out.notes.push_back("Step time not compared for " + std::to_string(too_few_samples) +
+                        " point(s): a verdict needs " + std::to_string(kMinSamples) +
+                        " samples per side (set repetitions to " + std::to_string(kMinSamples) +
+                        " in the config); memory was compared.");
+  const auto bv = distinct(base, column("suite_version"));
+  const auto nv = distinct(next, column("suite_version"));
+  if (!bv.empty() && !nv.empty() && bv != nv)
+    out.notes.push_back("suite_version " + bv.front() + " vs " + nv.front() +
+                        ": the configurations are compared, but a change may come from the suite.");
+  if (matched == 0 && !base_rows.empty() && !next_rows.empty())
+    out.notes.push_back("No configuration is in both files, so nothing was compared; " +
+                        std::string(kRefreshHint) + ".");
   return out;
 }
 
