@@ -200,13 +200,6 @@ Target resolve_target(const std::vector<Measured>& rows, const RecommendOptions&
   return t;
 }
 
-int64_t usable_bytes(int64_t memory, double margin, int64_t context) {
-  // The epsilon keeps 10 GiB x 0.8 from landing one byte under 8 GiB.
-  auto kept =
-      static_cast<int64_t>(std::floor(static_cast<long double>(memory) * (1 - margin) + 1e-6L));
-  return kept - context;
-}
-
 // The "nothing fits" walk: step k may use the first k changes; accumulation is free
 // throughout (it barely moves the peak).
 struct Change {
@@ -359,6 +352,12 @@ std::vector<std::string> notes_for(const Recommendation& r, const std::vector<Me
                     (default_target ? " To recommend for the emulated card, pass --gpu NAME or "
                                       "--memory-gib N."
                                     : ""));
+  const auto on_cpu = std::count_if(rows.begin(), rows.end(), [](auto& m) { return m.ok && !m.cuda; });
+  if (on_cpu > 0 && (r.target.gpu || r.target.cuda))
+    notes.push_back(std::to_string(on_cpu) + " rows were measured on the CPU: their memory is what "
+                    "PyTorch allocates for that configuration (the CUDA context and the caching "
+                    "allocator's rounding are not in it), their throughput is the CPU's and says "
+                    "nothing about a GPU's. Run the sweep on a GPU for GPU answers.");
   if (std::none_of(rows.begin(), rows.end(), [](auto& m) { return m.ok && m.train(); }))
     notes.push_back(
         "No train row ran ok: nothing to recommend. Check the results' status and "
@@ -367,6 +366,13 @@ std::vector<std::string> notes_for(const Recommendation& r, const std::vector<Me
 }
 
 }  // namespace
+
+int64_t usable_bytes(int64_t memory, double margin, int64_t context) {
+  // The epsilon keeps 10 GiB x 0.8 from landing one byte under 8 GiB.
+  auto kept =
+      static_cast<int64_t>(std::floor(static_cast<long double>(memory) * (1 - margin) + 1e-6L));
+  return kept - context;
+}
 
 int Choice::techniques() const {
   return (precision != "fp32") + (checkpointing != "none") + (accumulation > 1) +

@@ -110,6 +110,11 @@ struct Recommendation {
   std::vector<std::vector<std::optional<Choice>>> cells;  // [group][column]: fastest fit
 };
 
+// The one rule for "fits", used by `recommend`, `fit` and the budget `fit` searches under:
+// a configuration fits a card when its peak reserved memory is at most
+// floor(memory x (1 - margin)) - context, memory being what CUDA reports for the card.
+int64_t usable_bytes(int64_t memory, double margin, int64_t context);
+
 // The analysis. Throws UserError for an unknown --gpu or results that do not say
 // which card to recommend for, UserError for a malformed cell.
 Recommendation recommend(const std::vector<Results>& results, const RecommendOptions& options);

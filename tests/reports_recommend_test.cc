@@ -3,6 +3,8 @@
 // computed here from the definition, usable = floor(memory x (1 - margin)) - context.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <CLI/CLI.hpp>
 #include <filesystem>
 #include <fstream>
@@ -189,6 +191,17 @@ TEST(Recommend, CpuRowsHaveNoContextAllowance) {
   EXPECT_EQ(r.target.context_bytes, 0);
   EXPECT_EQ(r.target.usable_bytes, 16 * kGiBBytes * 9 / 10);  // 15461882265.6, floored
   EXPECT_EQ(group(r, "gpt2", "128").fastest->batch, 4);
+}
+
+TEST(Recommend, CpuRowsAreNeverPresentedAsGpuAnswers) {
+  auto cpu_note = [](const Recommendation& r) {
+    return std::any_of(r.notes.begin(), r.notes.end(),
+                       [](const auto& n) { return n.find("measured on the CPU") != std::string::npos; });
+  };
+  RecommendOptions o;
+  o.gpu = "rtx3060";
+  EXPECT_TRUE(cpu_note(run({"recommend_cpu.csv"}, o)));
+  EXPECT_FALSE(cpu_note(run({"recommend_cpu.csv"})));  // for the CPU itself: nothing to say
 }
 
 TEST(Recommend, CrossGpuColumnsStartAtTheSmallestMeasuredPeak) {
