@@ -10,6 +10,7 @@
 #include "reports/report.h"
 #include "sweeps/budget.h"
 #include "sweeps/config.h"
+#include "sweeps/fit.h"
 #include "sweeps/slurm.h"
 #include "sweeps/sweep.h"
 #include "sweeps/worker.h"
@@ -63,6 +64,37 @@ void register_commands(CLI::App& app, int& exit_code) {
     exit_code = run_guarded([&] { return opts->slurm.submit ? submit_slurm(*opts) : run_sweep(*opts); });
   });
   register_slurm_commands(app, exit_code);
+
+  auto fo = std::make_shared<FitOptions>();
+  auto* fit = app.add_subcommand(
+      "fit", "What fits on a card and what is fastest: a max-batch search per technique, then the "
+             "recommendation, measured");
+  fit->add_option("model", fo->model, "Model (sweep models lists them)")->required();
+  fit->add_option("--gpu", fo->gpu, "The card, by name (e.g. rtx3060, a100-80gb)");
+  fit->add_option("--memory-gib", fo->memory_gib, "The card's memory in GiB, as CUDA reports it");
+  fit->add_option("--seq", fo->seq, "Tokens per sample (GPT-2, T5 encoder)")->check(CLI::PositiveNumber);
+  fit->add_option("--target-seq", fo->target_seq, "T5 decoder tokens")->check(CLI::PositiveNumber);
+  fit->add_option("--audio-s", fo->audio_s, "Seconds of audio (Whisper)")->check(CLI::PositiveNumber);
+  fit->add_option("--effective-batch", fo->effective_batch,
+                  "Micro-batch x accumulation to reach; the pick is measured at its accumulation");
+  fit->add_option("--precision", fo->precisions, "Precisions to try (default fp32 bf16-amp bf16)")
+      ->delimiter(',');
+  fit->add_option("--checkpointing", fo->checkpointing, "Checkpointing to try (default none block)")
+      ->delimiter(',');
+  fit->add_option("--optimizer", fo->optimizers, "Optimizers to try (default adamw adafactor)")
+      ->delimiter(',');
+  fit->add_option("--device", fo->device, "Where to measure (cpu: the tracking allocator enforces "
+                                          "the card's memory)")
+      ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
+  fit->add_option("--margin", fo->margin, "Fraction of the card kept free")->capture_default_str();
+  fit->add_option("--context-gib", fo->context_gib, "CUDA context allowance (default: measured)");
+  fit->add_option("--max-batch", fo->max_batch, "Largest batch a search tries")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  fit->add_option("--out", fo->out, "Results directory (default results/fit-MODEL-CARD)");
+  fit->add_flag("--json", fo->json, "The answer as JSON on stdout (progress stays on stderr)");
+  fit->add_flag("--quiet,-q", fo->quiet, "No progress output");
+  fit->callback([fo, &exit_code] { exit_code = run_guarded([&] { return run_fit(*fo); }); });
 
   reports::register_report_command(app, exit_code);
   reports::register_recommend_command(app, exit_code);

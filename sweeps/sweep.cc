@@ -291,6 +291,10 @@ std::vector<std::vector<Point>> combinations(const std::vector<Point>& points) {
 }
 
 void hold_lock(const std::string& lock_path, const std::string& out) {
+  static std::mutex mu;
+  static std::set<std::string> held;  // the locks this process holds, as named
+  std::lock_guard guard(mu);
+  if (held.count(lock_path)) return;
   std::filesystem::create_directories(std::filesystem::path(lock_path).parent_path());
   const int lock_fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (lock_fd < 0)
@@ -299,6 +303,7 @@ void hold_lock(const std::string& lock_path, const std::string& out) {
   if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0)
     throw UserError(lock_path, 0, "out", "another sweep is writing to " + out,
                     "wait for it to finish, or choose another --out");
+  held.insert(lock_path);
 }
 
 Config load_run_config(const RunOptions& opt, std::string& out) {
@@ -422,7 +427,7 @@ int run_sweep(const RunOptions& opt) {
   }
   if (failure) std::rethrow_exception(failure);
   if (!opt.quiet) std::fprintf(stderr, "results: %s\n", store.path().c_str());
-  if (task) return 0;  // the merge job writes results.csv and the report
+  if (task || !opt.write_report) return 0;  // the merge job writes results.csv and the report
   // The report reads only the results file, like any later `sweep report`.
   reports::write_report(out, out);
   if (!opt.quiet) std::fprintf(stderr, "report:  %s/report.md (and report.html)\n", out.c_str());

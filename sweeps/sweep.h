@@ -33,6 +33,7 @@ struct RunOptions {
   std::string gpus;    // "0,1": one worker per GPU at a time, points spread over them
   std::size_t max_points = 10000;  // a larger grid is refused before it is expanded
   bool snapshot = false;  // CUDA allocator history per point: OUT/snapshots/<point_id>.pickle
+  bool write_report = true;  // OUT/report.md at the end (`fit` leaves it to `sweep report`)
   SlurmOptions slurm;
 };
 
@@ -45,7 +46,8 @@ int run_sweep(const RunOptions& opt);
 std::vector<std::vector<Point>> combinations(const std::vector<Point>& points);
 
 // Takes the lock a writer of OUT holds until it exits (flock on `lock_path`, created with its
-// folder); UserError naming it when another process holds it.
+// folder); UserError naming it when another process holds it. Taking a lock this process
+// already holds is a no-op (`fit` runs its search, then its pick, into one directory).
 void hold_lock(const std::string& lock_path, const std::string& out);
 
 // The config with the run's overrides applied (--search), and its output directory.

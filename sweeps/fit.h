@@ -1,0 +1,49 @@
+// `sweep fit MODEL --gpu NAME | --memory-gib N`: what fits on a card, and what is fastest.
+// For each technique combination (precision x checkpointing x optimizer, and use_cache where
+// the model has a cache), a max-batch search under the card's usable memory, each probe an
+// isolated worker; then the recommendation, measured: the fastest way to the effective batch.
+// It writes an ordinary results directory (OUT/fit.yaml is the config it ran), so `report`,
+// `recommend` and `compare` read it and a second `fit` reuses every probe already measured.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace sweep {
+
+struct FitOptions {
+  std::string model;
+  std::string gpu;                  // --gpu NAME (reports/gpus.h), or
+  std::optional<double> memory_gib;  // --memory-gib N: the card's memory as CUDA reports it
+  std::optional<int64_t> seq, target_seq;
+  std::optional<double> audio_s;
+  std::optional<int64_t> effective_batch;  // micro-batch x accumulation to reach
+  std::vector<std::string> precisions, checkpointing, optimizers;  // empty: the defaults
+  std::string device = "auto";
+  double margin = 0.1;                 // fraction of the card kept free, as `recommend`
+  std::optional<double> context_gib;   // CUDA context allowance; measured when absent
+  int64_t max_batch = 1024;
+  std::string out;  // default results/fit-<model>-<card>
+  bool json = false, quiet = false;
+};
+
+// One technique combination and what its search found.
+struct FitTechnique {
+  std::string precision, checkpointing, optimizer;
+  bool use_cache = true;
+  std::optional<int64_t> largest;    // largest batch that fits; none: not even batch 1
+  std::optional<int64_t> first_oom;  // smallest batch measured out of memory
+  int probes = 0;
+  double peak_reserved = 0, peak_allocated = 0, tokens_per_s = 0, step_ms_cv = 0;
+  std::string stopped;  // a probe that crashed or timed out: its status
+  std::string label() const;  // "bf16-amp, block, adamw" (+ ", use_cache=False")
+};
+
+// Exit code; UserError for bad input (the CLI prints it, exit 2).
+int run_fit(const FitOptions& opt);
+
+}  // namespace sweep

@@ -1,0 +1,163 @@
+// `sweep fit` against the grid: for each test model, the command the issue names
+// (`sweep fit MODEL --memory-gib 0.05 --device cpu --json`) must give, for every technique,
+// the largest batch that the grid under the same budget gives (each burst measured here with
+// the CPU tracker), with a probe count and a measured recommendation; and the budget must be the one rule of
+// `recommend` (usable_bytes). Then the consistency rules: a second fit measures nothing new,
+// an effective batch is reached by a pick measured at its accumulation, bad input exits 2.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "reports/recommend.h"
+#include "reports/results.h"
+#include "sweeps/burst.h"
+#include "sweeps/config.h"
+#include "sweeps/grid.h"
+#include "sweeps/trackers.h"
+#include "test_util.h"
+
+namespace sweep {
+namespace {
+
+using reports::kGiB;
+
+nlohmann::json fit_json(const std::string& args, const std::filesystem::path& out) {
+  // stdout only: progress goes to stderr, which the CLI helper would mix in.
+  const auto r = testing::run_sweep_cli("fit " + args + " --json --out " + out.string() + " 2>/dev/null");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return nlohmann::json::parse(r.output.substr(r.output.find('{')));
+}
+
+std::string key(const std::string& precision, const std::string& ckpt, const std::string& opt, bool cache) {
+  return precision + "/" + ckpt + "/" + opt + (cache ? "" : "/no-cache");
+}
+
+class FitEqualsExhaustiveGrid : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FitEqualsExhaustiveGrid, OnTheCpuUnderAFiftyMibCard) {
+  const std::string model = GetParam();
+  const auto dir = testing::temp_dir("fit_" + model);
+  const auto j = fit_json(model + " --memory-gib 0.05 --device cpu", dir / "out");
+
+  // The budget is `recommend`'s usable memory for a 0.05 GiB card: no context on the CPU.
+  const auto card = static_cast<int64_t>(std::llround(0.05 * kGiB));
+  EXPECT_EQ(j["card"]["usable_bytes"].get<int64_t>(), reports::usable_bytes(card, 0.1, 0));
+  EXPECT_TRUE(j["cpu_measured"].get<bool>());
+  const int64_t budget = j["card"]["budget_bytes"].get<int64_t>();
+  EXPECT_LE(budget, j["card"]["usable_bytes"].get<int64_t>());
+
+  std::map<std::string, int64_t> largest;
+  int probes = 0;
+  for (const auto& t : j["techniques"]) {
+    ASSERT_FALSE(t["largest_batch"].is_null()) << t.dump();
+    ASSERT_TRUE(t["limit_reached"].get<bool>()) << t.dump();
+    EXPECT_EQ(t["first_oom"].get<int64_t>(), t["largest_batch"].get<int64_t>() + 1);
+    EXPECT_GT(t["probes"].get<int>(), 0);
+    EXPECT_LE(t["peak_reserved_bytes"].get<double>(), static_cast<double>(budget));
+    probes += t["probes"].get<int>();
+    largest[key(t["precision"], t["checkpointing"], t["optimizer"], t["use_cache"])] =
+        t["largest_batch"].get<int64_t>();
+  }
+  EXPECT_EQ(j["probes"].get<int>(), probes);
+  ASSERT_FALSE(j["recommendation"].is_null());
+  EXPECT_FALSE(j["recommendation"]["reason"].get<std::string>().empty());
+
+  // Against the grid, each burst measured here with the CPU tracker on the points of the
+  // config fit ran (same steps, budget, inputs). The plain technique (fp32, no checkpointing,
+  // AdamW) exhaustively: every batch from 1 until the first that runs out of memory. Every
+  // other technique at its boundary: fit's largest batch fits and the next one does not (an
+  // exhaustive grid of all of them, up to batch 129 on whisper-test, would take CI an hour).
+  Config cfg = load_config((dir / "out" / "fit.yaml").string());
+  RunSettings run;
+  run.budget_bytes = budget;
+  auto points = expand_grid(cfg, run);
+  std::set<std::string> seen;
+  auto mem = make_cpu_tracker();
+  auto timer = make_cpu_timer();
+  auto status_at = [&](Point p, int64_t batch) {
+    p.batch = batch;
+    const auto m = run_burst(p, *mem, *timer);
+    EXPECT_TRUE(m.status == "ok" || m.status == "oom") << p.label() << ": " << m.message;
+    return m.status;
+  };
+  int bursts = 0;
+  for (const auto& base : points) {
+    const std::string k = key(base.precision, base.checkpointing, base.optimizer, base.use_cache);
+    if (!seen.insert(k).second) continue;
+    ASSERT_TRUE(largest.count(k)) << "fit did not report " << k;
+    const bool plain = base.precision == "fp32" && base.checkpointing == "none" && base.optimizer == "adamw";
+    if (plain) {
+      int64_t exhaustive = 0;
+      for (int64_t b = 1; b <= 1024; ++b, ++bursts) {
+        if (status_at(base, b) != "ok") break;
+        exhaustive = b;
+      }
+      EXPECT_EQ(largest[k], exhaustive) << model << " " << k << ": exhaustive grid";
+    } else {
+      bursts += 2;
+      EXPECT_EQ(status_at(base, largest[k]), "ok") << model << " " << k;
+      EXPECT_EQ(status_at(base, largest[k] + 1), "oom") << model << " " << k;
+    }
+  }
+  EXPECT_EQ(seen.size(), largest.size());
+  std::printf("%s: %zu techniques, %d probes by fit, %d bursts to check them\n", model.c_str(),
+              largest.size(), probes, bursts);
+}
+
+INSTANTIATE_TEST_SUITE_P(TestModels, FitEqualsExhaustiveGrid,
+                         ::testing::Values("gpt2-test", "t5-test", "whisper-test"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (auto& c : n)
+                             if (c == '-') c = '_';
+                           return n;
+                         });
+
+TEST(Fit, ASecondFitReusesEveryProbeAndAnEffectiveBatchIsMeasuredAtItsAccumulation) {
+  const auto dir = testing::temp_dir("fit_again");
+  const std::string args =
+      "whisper-test --memory-gib 0.03 --device cpu --precision fp32 --optimizer adamw --checkpointing none";
+  const auto first = fit_json(args, dir / "out");
+  const auto rows = reports::read_results((dir / "out").string()).rows.size();
+  const auto again = fit_json(args, dir / "out");
+  EXPECT_EQ(reports::read_results((dir / "out").string()).rows.size(), rows);  // nothing re-measured
+  EXPECT_EQ(first["techniques"], again["techniques"]);
+
+  // An effective batch above the largest fitting batch: reached with accumulation, and the
+  // pick was run as such (one more row, a plain grid point at that accumulation).
+  const int64_t largest = first["techniques"][0]["largest_batch"].get<int64_t>();
+  const int64_t effective = 4 * largest;
+  const auto acc = fit_json(args + " --effective-batch " + std::to_string(effective), dir / "out");
+  const auto& pick = acc["recommendation"];
+  ASSERT_FALSE(pick.is_null());
+  EXPECT_EQ(pick["batch"].get<int64_t>() * pick["accumulation"].get<int64_t>(), effective);
+  EXPECT_GT(pick["accumulation"].get<int64_t>(), 1);
+  EXPECT_LE(pick["batch"].get<int64_t>(), largest);
+  bool measured = false;
+  for (const auto& r : reports::read_results((dir / "out").string()).rows)
+    if (r.at(schema::column("search")).empty() &&
+        r.number(schema::column("accumulation")) == pick["accumulation"].get<double>() &&
+        r.number(schema::column("batch")) == pick["batch"].get<double>() && r.status == reports::Status::kOk)
+      measured = true;
+  EXPECT_TRUE(measured) << "the pick at its accumulation has no ok row";
+}
+
+TEST(Fit, BadInputExitsTwoWithAHint) {
+  const auto dir = testing::temp_dir("fit_bad");
+  for (const std::string args :
+       {"gpt2-test --device cpu", "gpt2-test --memory-gib 1 --gpu rtx3060 --device cpu",
+        "nosuch --memory-gib 1 --device cpu", "gpt2-test --gpu nosuchcard --device cpu",
+        "gpt2-test --memory-gib -1 --device cpu", "gpt2-test --memory-gib nan --device cpu",
+        "gpt2-test --memory-gib 1 --precision fp8 --device cpu"}) {
+    const auto r = testing::run_sweep_cli("fit " + args + " --out " + (dir / "out").string());
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find("hint:"), std::string::npos) << args << "\n" << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace sweep
