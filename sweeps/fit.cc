@@ -34,6 +34,9 @@ constexpr int kFitJsonVersion = 1;
 // Probes each search takes on average (doubling, then a bisection steered by the peaks); the
 // end-to-end search test measures 4 to 6 on the tiny models.
 constexpr int kProbesPerSearch = 6;
+// A step time that varies more than this between repetitions (coefficient of variation) makes
+// a throughput ranking unreliable: the pick is flagged.
+constexpr double kNoisyCv = 0.10;
 
 bool has_cache(const models::ModelSpec& spec) { return spec.family == "gpt2" || spec.family == "t5"; }
 
@@ -140,7 +143,7 @@ Analysis analyse(const reports::Results& results, const std::string& model, int6
 struct Pick {
   const FitTechnique* technique = nullptr;
   int64_t batch = 0, accumulation = 1;
-  double tokens_per_s = 0;
+  double tokens_per_s = 0, step_ms_cv = 0;
 };
 
 std::optional<Pick> pick(const Analysis& a, std::optional<int64_t> effective,
@@ -157,7 +160,8 @@ std::optional<Pick> pick(const Analysis& a, std::optional<int64_t> effective,
                              "|" + std::to_string(b) + "|" + std::to_string(k);
       if (std::find(refused.begin(), refused.end(), id) != refused.end()) continue;
       const double tps = r->number(column("tokens_per_s")).value_or(0);
-      if (!best || tps > best->tokens_per_s) best = Pick{&t, b, k, tps};
+      if (!best || tps > best->tokens_per_s)
+        best = Pick{&t, b, k, tps, r->number(column("step_ms_cv")).value_or(0)};
     }
   }
   return best;
@@ -341,6 +345,7 @@ int run_fit(const FitOptions& o) {
         measured = r;
     if (measured && measured->status == reports::Status::kOk) {
       choice->tokens_per_s = measured->number(column("tokens_per_s")).value_or(0);
+      choice->step_ms_cv = measured->number(column("step_ms_cv")).value_or(0);
       break;
     }
     refused.push_back(pick_id(*choice));
@@ -354,6 +359,11 @@ int run_fit(const FitOptions& o) {
       why << " and reach an effective batch of " << *o.effective_batch << " (micro-batch " << choice->batch
           << " x accumulation " << choice->accumulation << (choice->accumulation > 1 ? ", measured as such" : "") << ")";
     if (t.largest && choice->batch < *t.largest) why << "; its largest batch is " << *t.largest;
+    if (choice->step_ms_cv > kNoisyCv)
+      why << ". Noisy: its step time varied " << std::lround(choice->step_ms_cv * 100)
+          << "% between repetitions, so the ranking by throughput is not reliable; re-run on an idle "
+             "machine, or with more repetitions (`sweep run " << out << "/fit.yaml --search max-batch --force` "
+             "after raising `repetitions`)";
     reason = why.str();
   }
 
@@ -396,7 +406,8 @@ int run_fit(const FitOptions& o) {
       j["recommendation"] = {{"precision", t.precision}, {"checkpointing", t.checkpointing},
                              {"optimizer", t.optimizer}, {"use_cache", t.use_cache},
                              {"batch", choice->batch}, {"accumulation", choice->accumulation},
-                             {"tokens_per_s", choice->tokens_per_s}, {"reason", reason}};
+                             {"tokens_per_s", choice->tokens_per_s}, {"step_ms_cv", choice->step_ms_cv},
+                             {"noisy", choice->step_ms_cv > kNoisyCv}, {"reason", reason}};
     } else {
       j["recommendation"] = nullptr;
     }
@@ -410,7 +421,7 @@ int run_fit(const FitOptions& o) {
               gib_text(static_cast<double>(context)).c_str(), context_source.c_str(),
               cpu ? "\nMeasured on the CPU: memory as PyTorch would allocate it, enforced by the tracking "
                     "allocator; the throughput is the CPU's, not a GPU's." : "");
-  std::printf("| technique | largest batch | peak | headroom | tokens/s | probes |\n"
+  std::printf("| technique | largest batch | peak | headroom | tokens/s ±cv | probes |\n"
               "| --- | ---: | ---: | ---: | ---: | ---: |\n");
   for (const auto& t : a.techniques) {
     std::string largest = t.largest ? std::to_string(*t.largest) : "none";
@@ -419,7 +430,9 @@ int run_fit(const FitOptions& o) {
     std::printf("| %s | %s | %s | %s | %s | %d |\n", t.label().c_str(), largest.c_str(),
                 t.largest ? gib_text(t.peak_reserved).c_str() : "",
                 t.largest ? gib_text(static_cast<double>(budget) - t.peak_reserved).c_str() : "",
-                t.largest ? std::to_string(static_cast<int64_t>(t.tokens_per_s)).c_str() : "", t.probes);
+                t.largest ? (std::to_string(static_cast<int64_t>(t.tokens_per_s)) + " ±" +
+                             std::to_string(std::lround(t.step_ms_cv * 100)) + "%").c_str() : "",
+                t.probes);
   }
   if (choice) {
     const auto& t = *choice->technique;
@@ -430,8 +443,9 @@ int run_fit(const FitOptions& o) {
   } else {
     std::printf("\nNothing fits %s: not even batch 1 of any technique.\n", card.name.c_str());
   }
-  std::printf("\nRows: %s (sweep report %s; sweep recommend %s --memory-gib %s)\n", results_path.c_str(),
-              out.c_str(), out.c_str(), number_text(static_cast<double>(card.memory_bytes) / kGiB).c_str());
+  const std::string card_arg = o.gpu.empty() ? "--memory-gib " + number_text(*o.memory_gib) : "--gpu " + o.gpu;
+  std::printf("\nRows: %s (sweep report %s; sweep recommend %s %s)\n", results_path.c_str(), out.c_str(),
+              out.c_str(), card_arg.c_str());
   return 0;
 }
 
