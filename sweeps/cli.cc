@@ -39,6 +39,8 @@ void register_commands(CLI::App& app, int& exit_code) {
   auto opts = std::make_shared<RunOptions>();
   auto* run = app.add_subcommand("run", "Run a sweep: every grid point in its own worker process");
   run->add_option("config", opts->config, "Sweep config (YAML)")->required()->check(CLI::ExistingFile);
+  run->add_option("overrides", opts->overrides,
+                  "key=value: set any config key or grid axis, e.g. grid.batch=[1,2] models=[gpt2]");
   run->add_option("--out", opts->out, "Output directory (default: the config's `out`)");
   run->add_option("--device", opts->device, "Where to train")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))

@@ -229,6 +229,9 @@ std::string merge_script(const ScriptSpec& s) {
 
 int submit_slurm(const RunOptions& opt) {
   std::string out;
+  if (!opt.overrides.empty())
+    throw UserError(opt.config, 0, opt.overrides.front(), "key=value overrides do not combine with --slurm",
+                    "write them into the config: the array's tasks read the config file");
   Config cfg = load_run_config(opt, out);
   const SlurmOptions& so = opt.slurm;
   if (opt.force)

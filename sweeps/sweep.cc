@@ -13,6 +13,7 @@
 #include <exception>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <atomic>
 #include <map>
@@ -34,6 +35,8 @@
 #include "sweeps/schema.h"
 #include "sweeps/search.h"
 #include "sweeps/shards.h"
+
+#include <yaml-cpp/yaml.h>
 
 namespace sweep {
 namespace {
@@ -306,8 +309,70 @@ void hold_lock(const std::string& lock_path, const std::string& out) {
   held.insert(lock_path);
 }
 
+namespace {
+
+// The config file with the command line's key=value overrides applied, written to a file of
+// its own and loaded from there (so every check and error of a config file applies).
+Config load_with_overrides(const RunOptions& opt) {
+  Config original = load_config(opt.config);  // the file itself first, with its own lines
+  YAML::Node root = YAML::LoadFile(opt.config);
+  for (const auto& o : opt.overrides) {
+    const auto eq = o.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw UserError("command line", 0, o, "an override is key=value",
+                      "e.g. grid.batch=[1,2] models=[gpt2] steps=5");
+    const std::string key = o.substr(0, eq);
+    YAML::Node value;
+    try {
+      value = YAML::Load(o.substr(eq + 1));
+    } catch (const YAML::Exception& e) {
+      throw UserError("command line", 0, key, "the value is not YAML: " + e.msg,
+                      "quote it for the shell, e.g. 'grid.precision=[fp32, bf16-amp]'");
+    }
+    std::vector<std::string> parts;
+    std::stringstream in(key);
+    for (std::string part; std::getline(in, part, '.');) {
+      if (part.empty())
+        throw UserError("command line", 0, key, "empty part in the key", "e.g. grid.batch=[1,2]");
+      parts.push_back(part);
+    }
+    std::vector<YAML::Node> path{root};
+    for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+      YAML::Node next = path.back()[parts[i]];
+      if (next.IsDefined() && !next.IsMap())
+        throw UserError("command line", 0, key, parts[i] + " is not a mapping in " + opt.config,
+                        "override a key inside a mapping, e.g. grid.batch");
+      path.push_back(next);
+    }
+    path.back()[parts.back()] = value;
+  }
+  YAML::Emitter text;
+  text << root;
+  std::string out = opt.out.empty() ? original.out : opt.out;
+  if (root["out"] && opt.out.empty()) out = root["out"].as<std::string>();
+  std::filesystem::path file;
+  if (opt.dry_run || out.empty()) {
+    file = std::filesystem::temp_directory_path() / ("sweep-config-" + std::to_string(::getpid()) + ".yaml");
+  } else {
+    std::filesystem::create_directories(out);
+    file = std::filesystem::path(out) / "config.yaml";
+  }
+  std::string overrides;
+  for (const auto& o : opt.overrides) overrides += " " + o;
+  std::ofstream f(file);
+  f << "# " << opt.config << " with" << overrides << "\n" << text.c_str() << "\n";
+  if (!f.flush())
+    throw UserError(file.string(), 0, "out", "cannot write the config with the overrides",
+                    "choose an output directory you can write to with --out DIR");
+  f.close();
+  if (!opt.quiet) std::fprintf(stderr, "config with overrides: %s\n", file.c_str());
+  return load_config(file.string());
+}
+
+}  // namespace
+
 Config load_run_config(const RunOptions& opt, std::string& out) {
-  Config cfg = load_config(opt.config);
+  Config cfg = opt.overrides.empty() ? load_config(opt.config) : load_with_overrides(opt);
   if (!opt.search.empty()) cfg.search = opt.search == "none" ? "" : "max_batch";
   out = opt.out.empty() ? cfg.out : opt.out;
   return cfg;

@@ -178,3 +178,31 @@ TEST(Workflow, GpuRegressionWorkflowIsValidYamlWithItsJob) {
 
 }  // namespace
 }  // namespace sweep
+
+namespace sweep {
+namespace {
+
+// `sweep run CONFIG key=value ...`: the overrides set keys and axes, and are checked like the
+// file itself (an error names the line of the config with the overrides applied).
+TEST(ConfigOverrides, SetAxesAndKeysAndAreCheckedLikeTheFile) {
+  const auto dir = testing::temp_dir("overrides");
+  const auto cfg = testing::write_file(dir / "c.yaml", "device: cpu\nmodels: [gpt2-test]\ngrid: {batch: [1, 2]}\n");
+  auto r = testing::run_sweep_cli("run " + cfg + " --dry-run grid.batch=[1,2,4,8] 'grid.precision=[fp32, bf16]'");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("8 points"), std::string::npos) << r.output;
+  r = testing::run_sweep_cli("run " + cfg + " --dry-run models=[t5-test] grid.seq=16");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("t5-test b=2 seq=16"), std::string::npos) << r.output;
+  for (const std::string bad : {"grid.batch=[0]", "nosuch=1", "'grid.batch=[1,'", "=3", "steps=1e12"}) {
+    r = testing::run_sweep_cli("run " + cfg + " --dry-run " + bad);
+    EXPECT_EQ(r.exit_code, 2) << bad << "\n" << r.output;
+    EXPECT_NE(r.output.find("hint:"), std::string::npos) << bad << "\n" << r.output;
+  }
+  // A real run keeps the config it ran beside its results.
+  r = testing::run_sweep_cli("run " + cfg + " -q --out " + (dir / "out").string() + " steps=1 repetitions=1 grid.seq=8 grid.batch=1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(dir / "out" / "config.yaml"));
+}
+
+}  // namespace
+}  // namespace sweep
