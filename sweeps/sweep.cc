@@ -495,7 +495,34 @@ int run_sweep(const RunOptions& opt) {
   if (task || !opt.write_report) return 0;  // the merge job writes results.csv and the report
   // The report reads only the results file, like any later `sweep report`.
   reports::write_report(out, out);
-  if (!opt.quiet) std::fprintf(stderr, "report:  %s/report.md (and report.html)\n", out.c_str());
+  if (!opt.quiet) {
+    // A closing summary from the file: what it holds now, the fastest row, what to run next.
+    const auto results = reports::read_results(store.path());
+    std::map<std::string, int> counts;
+    const reports::Row* fastest = nullptr;
+    for (const auto* r : reports::latest_per_point(results).rows) {
+      ++counts[std::string(reports::status_name(r->status))];
+      if (r->status == reports::Status::kOk && r->at(schema::column("mode")) == "train" &&
+          (!fastest || r->number(schema::column("tokens_per_s")).value_or(0) >
+                           fastest->number(schema::column("tokens_per_s")).value_or(0)))
+        fastest = r;
+    }
+    std::string line;
+    for (const auto& [status, n] : counts) line += (line.empty() ? "" : ", ") + std::to_string(n) + " " + status;
+    std::fprintf(stderr, "summary: %s\n", line.c_str());
+    if (fastest) {
+      auto cell = [&](std::string_view c) { return fastest->at(schema::find_column(c)); };
+      std::fprintf(stderr, "fastest train row: %s batch %s, %s, checkpointing %s, %s: %.0f tokens/s, peak %s (%s)\n",
+                   cell("model").c_str(), cell("batch").c_str(), cell("precision").c_str(),
+                   cell("checkpointing").c_str(), cell("optimizer").c_str(),
+                   fastest->number(schema::column("tokens_per_s")).value_or(0),
+                   reports::format_bytes(fastest->number(schema::column("peak_reserved_bytes")).value_or(0)).c_str(),
+                   fastest->where().c_str());
+    }
+    std::fprintf(stderr, "report:  %s/report.md (and report.html)\n"
+                         "next:    sweep recommend %s --gpu NAME   (what fits a card, and is fastest)\n",
+                 out.c_str(), out.c_str());
+  }
   return 0;
 }
 
