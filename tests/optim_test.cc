@@ -145,7 +145,7 @@ TEST_P(FiniteLoss, AfterABurstOnTheCpu) {
 INSTANTIATE_TEST_SUITE_P(
     PrecisionsAndOptimizers, FiniteLoss,
     testing::Combine(testing::Values("fp32", "bf16", "bf16-amp", "fp16-amp"),
-                     testing::Values("adamw", "adamw-fused", "sgd", "adafactor")),
+                     testing::Values("adamw", "adamw-fused", "sgd", "adafactor", "adamw8bit")),
     [](const auto& info) {
       std::string n = std::get<0>(info.param) + "_" + std::get<1>(info.param);
       for (auto& ch : n)
