@@ -7,25 +7,17 @@
 #include <cmath>
 #include <limits>
 
-#include "models/weights.h"
 #include "models/zoo.h"
 #include "sweeps/burst.h"
 #include "sweeps/optim8bit.h"
+#include "pickle_fixture.h"
 
 namespace sweep {
 namespace {
 
 const c10::Dict<c10::IValue, c10::IValue>& fixture() {
-  static const auto blob =
-      models::read_pickle(std::string(SWEEP_SOURCE_DIR) + "/tests/fixtures/adamw8bit-reference.pt")
-          .toGenericDict();
+  static const auto blob = read_fixture("adamw8bit-reference.pt");
   return blob;
-}
-
-std::vector<torch::Tensor> tensors(const c10::IValue& list) {
-  std::vector<torch::Tensor> out;
-  for (const auto& t : list.toList()) out.push_back(t.get().toTensor());
-  return out;
 }
 
 // bnb's rules (Optimizer2State.init_state), written out here independently of the optimizer:
@@ -216,7 +208,9 @@ TEST(AdamW8bit, KernelMatchesTheAtenPath_CUDA) {
         const double codes_differ =
             (s_kernel.state1 != s_aten.state1).to(torch::kFloat).mean().item<double>();
         EXPECT_LT(codes_differ, 0.01);
-        EXPECT_TRUE(torch::allclose(s_kernel.absmax1, s_aten.absmax1, 1e-4, 0));
+        // A block's absmax moves with its largest moment's code: 2% covers a code step.
+        EXPECT_TRUE(torch::allclose(s_kernel.absmax1, s_aten.absmax1, 2e-2, 0));
+        EXPECT_TRUE(torch::allclose(s_kernel.absmax2, s_aten.absmax2, 2e-2, 0));
       }
     }
   }
