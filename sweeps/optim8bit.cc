@@ -95,11 +95,11 @@ void update_8bit_chunk(const torch::Tensor& p, const torch::Tensor& g, AdamW8bit
   const auto fin = finite.view(-1).slice(0, 0, hi - lo);
   p_part.copy_(torch::where(fin, stepped(p_part, update, h, p.scalar_type()), p_part.to(torch::kFloat)));
 
-  auto q1 = quantize_codes(m1 / new1.unsqueeze(1), maps.qmap1, true);
+  auto q1 = quantize_codes(m1 / new1.unsqueeze(1), maps.qmap1);
   // The first moment keeps its sign: one code further where quantisation flipped it.
   const auto flipped = torch::signbit(maps.qmap1.index({q1})) != torch::signbit(m1);
   q1 = torch::where(flipped, torch::where(m1 > 0, q1 + 1, q1 - 1), q1).remainder(256);
-  const auto q2 = quantize_codes(m2 / new2.unsqueeze(1), maps.qmap2, false);
+  const auto q2 = quantize_codes(m2 / new2.unsqueeze(1), maps.qmap2);
   s1_codes.copy_(q1.view(-1).slice(0, 0, hi - lo));
   s2_codes.copy_(q2.view(-1).slice(0, 0, hi - lo));
 }
@@ -210,24 +210,18 @@ torch::Tensor dynamic_map(bool is_signed) {
   return torch::tensor(data, torch::kDouble).to(torch::kFloat);
 }
 
-torch::Tensor quantize_codes(const torch::Tensor& x, const torch::Tensor& code, bool is_signed) {
-  // quantize_2D, vectorised: the same seven comparisons, the same bracket and midpoints.
-  auto pivot = torch::full(x.sizes(), 127, x.options().dtype(torch::kLong));
-  auto lower_pivot = torch::zeros_like(pivot), upper_pivot = torch::full_like(pivot, 255);
-  auto lower = torch::full_like(x, is_signed ? -1.0f : 0.0f), upper = torch::ones_like(x);
-  auto val = code.index({pivot});
-  for (int64_t half_width = 64; half_width > 0; half_width >>= 1) {
-    const auto right = x > val;
-    lower_pivot = torch::where(right, pivot, lower_pivot);
-    lower = torch::where(right, val, lower);
-    upper_pivot = torch::where(right, upper_pivot, pivot);
-    upper = torch::where(right, upper, val);
-    pivot = pivot + torch::where(right, half_width, -half_width);
-    val = code.index({pivot});
-  }
-  const auto up = torch::where(x > (upper + val) * 0.5f, upper_pivot, pivot);
-  const auto down = torch::where(x < (lower + val) * 0.5f, lower_pivot, pivot);
-  return torch::where(x > val, up, down);
+torch::Tensor quantize_codes(const torch::Tensor& x, const torch::Tensor& code) {
+  // quantize_2D's search ends on an even code p with code[p-1] < x <= code[p+1] and picks p or
+  // the neighbour on x's side by the midpoint of the two, p where x is on it. So: the bracket
+  // code[i] < x <= code[i+1] (searchsorted), the nearer by their midpoint, the even one of the
+  // two on a tie. Below code[0] (and for NaN, from 0/0 in an all-zero block) the search ends
+  // at 0. Pinned against a one-value-at-a-time transcription by optim8bit_test.
+  const auto i = torch::searchsorted(code, x) - 1;
+  const auto lo = i.clamp(0, 254);
+  const auto hi = lo + 1;
+  const auto mid = (code.index({lo}) + code.index({hi})) * 0.5f;
+  auto q = torch::where(x > mid, hi, torch::where(x < mid, lo, lo + lo.remainder(2)));
+  return q.masked_fill_(i.lt(0).logical_or_(x.isnan()), 0);
 }
 
 int64_t adamw8bit_param_state_bytes(int64_t numel) {

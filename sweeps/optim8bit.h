@@ -22,9 +22,10 @@ constexpr int64_t kMin8bitSize = 4096;   // AdamW8bit(min_8bit_size=4096)
 // floats in [-1, 1] (signed) or [0, 1].
 torch::Tensor dynamic_map(bool is_signed);
 
-// The codes bnb's CUDA kernel gives x (already divided by its block's absmax): its binary
-// search and midpoint rule (quantize_2D), not the exact nearest code. Long, x's shape.
-torch::Tensor quantize_codes(const torch::Tensor& x, const torch::Tensor& code, bool is_signed);
+// The codes bnb's CUDA kernel gives x (already divided by its block's absmax): the nearest
+// code as its binary search and midpoint rule (quantize_2D) pick it, ties included. Long,
+// x's shape.
+torch::Tensor quantize_codes(const torch::Tensor& x, const torch::Tensor& code);
 
 // Optimizer-state bytes bnb allocates for one parameter of `numel` elements on the first step
 // (state1/state2 and, when 8-bit, absmax1/absmax2; the step count is a Python int).

@@ -65,21 +65,17 @@ TEST(AdamW8bit, DynamicMapsEqualBitsandbytes) {
   EXPECT_TRUE(torch::equal(dynamic_map(false), blob.at("qmap_unsigned").toTensor()));
 }
 
-// The kernel's binary search with midpoints picks the nearest code; where two codes are (all
-// but) equally near, either may be picked, so those are left out.
-TEST(AdamW8bit, QuantisationPicksTheNearestCode) {
+// quantize_codes against the fixture script's one-value-at-a-time transcription of the
+// kernel's quantize_2D, on every code, every midpoint (the ties) and the floats either side of
+// it, random values, the ends and NaN.
+TEST(AdamW8bit, QuantisationEqualsTheKernelSearch) {
+  const auto cases = fixture().at("quantised").toGenericDict();
   for (bool is_signed : {true, false}) {
-    const auto code = dynamic_map(is_signed);
-    auto x = torch::rand({200000}, torch::TensorOptions().dtype(torch::kFloat));
-    x = is_signed ? x * 2 - 1 : x;
-    x = torch::cat({x, code, torch::tensor({-1.0f, 0.0f, 1.0f})});
-    if (!is_signed) x = x.clamp_min(0);
-    const auto got = quantize_codes(x, code, is_signed);
-    const auto dist = (x.unsqueeze(1) - code).abs();
-    const auto [best, nearest] = dist.min(1);
-    const auto got_dist = dist.gather(1, got.unsqueeze(1)).squeeze(1);
-    const auto wrong = (got != nearest) & ((got_dist - best) > 1e-7);
-    EXPECT_EQ(wrong.sum().item<int64_t>(), 0) << (is_signed ? "signed" : "unsigned") << " map";
+    const auto c = cases.at(is_signed ? "signed" : "unsigned").toGenericDict();
+    const auto x = c.at("x").toTensor();
+    const auto got = quantize_codes(x, dynamic_map(is_signed));
+    const auto differ = got.ne(c.at("codes").toTensor()).sum().item<int64_t>();
+    EXPECT_EQ(differ, 0) << (is_signed ? "signed" : "unsigned") << " map, of " << x.numel();
   }
 }
 
