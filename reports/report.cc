@@ -311,7 +311,7 @@ int precision_rank(const std::string& precision) {
 }
 
 int optimizer_rank(const std::string& optimizer) {
-  static const std::vector<std::string> kOrder = {"adamw", "adamw-fused", "sgd", "adafactor"};
+  static const std::vector<std::string> kOrder = {"adamw", "adamw-fused", "adamw8bit", "sgd", "adafactor"};
   auto it = std::find(kOrder.begin(), kOrder.end(), optimizer);
   return static_cast<int>(it - kOrder.begin());
 }

@@ -134,7 +134,7 @@ void run_representative_bursts() {
   auto timer = make_cuda_timer();
   for (const char* model : {"gpt2-test", "t5-test", "whisper-test"}) {
     for (const char* precision : {"fp32", "fp16-amp", "bf16-amp", "bf16"}) {
-      for (const char* optimizer : {"adamw", "adamw-fused", "sgd", "adafactor", ""}) {
+      for (const char* optimizer : {"adamw", "adamw-fused", "sgd", "adafactor", "adamw8bit", ""}) {
         Point p = tiny_point(model, "cuda", precision, *optimizer ? optimizer : "none");
         if (!*optimizer) p.mode = "eval";
         // A combination this GPU cannot run (pure bf16 on a card without it) loads nothing

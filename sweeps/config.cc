@@ -25,7 +25,7 @@ const std::map<std::string, std::vector<std::string>> kChoices = {
     {"mode", {"train", "eval"}},
     {"precision", {"fp32", "fp16-amp", "bf16-amp", "bf16"}},
     {"checkpointing", {"none", "block"}},
-    {"optimizer", {"adamw", "adamw-fused", "sgd", "adafactor"}},
+    {"optimizer", {"adamw", "adamw-fused", "sgd", "adafactor", "adamw8bit"}},
     {"use_cache", {"true", "false"}},
 };
 

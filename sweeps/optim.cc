@@ -3,6 +3,8 @@
 // optimizer step's temporaries can be the peak of a small-batch point.
 #include "sweeps/optim.h"
 
+#include "sweeps/optim8bit.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -281,6 +283,7 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& o,
   if (o.name == "sgd") return std::make_unique<Sgd>(std::move(params), o.lr, o.weight_decay, o.impl);
   if (o.name == "adafactor")
     return std::make_unique<Adafactor>(std::move(params), o.lr, o.weight_decay);
+  if (o.name == "adamw8bit") return make_adamw8bit(o.lr, o.weight_decay, std::move(params));
   TORCH_CHECK(false, "unknown optimizer '", o.name, "'");
 }
 

@@ -3,7 +3,7 @@
 // torch.optim picks by default, temporaries included), fused AdamW (the ATen kernel), and
 // Adafactor (torch.optim.Adafactor: factored second moments, no first moment; for-loop on
 // every device, as torch.optim unless foreach=True is asked for). LibTorch's own torch::optim
-// has neither the foreach nor the fused paths.
+// has neither the foreach nor the fused paths. bitsandbytes' AdamW8bit: sweeps/optim8bit.h.
 #pragma once
 
 #include <torch/torch.h>
@@ -34,7 +34,7 @@ class Optimizer {
 };
 
 struct OptimizerOptions {
-  std::string name = "adamw";  // adamw | adamw-fused | sgd | adafactor
+  std::string name = "adamw";  // adamw | adamw-fused | sgd | adafactor | adamw8bit
   double lr = 1e-3;
   double weight_decay = 0.01;
   // "" picks as torch.optim does by default (optimizer.py _default_to_fused_or_foreach):

@@ -28,7 +28,7 @@ inline constexpr std::array kColumns = std::to_array<std::string_view>({
     "precision",          // "fp32" | "fp16-amp" | "bf16-amp" | "bf16"
     "checkpointing",      // "none" | "block"
     "accumulation",       // micro-batches per optimizer step
-    "optimizer",          // "adamw" | "adamw-fused" | "sgd" | "adafactor"
+    "optimizer",          // "adamw" | "adamw-fused" | "sgd" | "adafactor" | "adamw8bit"
     "use_cache",          // 1: transformers' default cache (off under checkpointing); 0: use_cache=False
     "alloc_conf",         // PYTORCH_ALLOC_CONF and PYTORCH_CUDA_ALLOC_CONF of the worker, "" = unset
     "allocator_settings", // what the CUDA caching allocator parsed (as a snapshot's

@@ -7,10 +7,10 @@
 #include <cmath>
 #include <limits>
 
-#include "models/weights.h"
 #include "sweeps/burst.h"
 #include "sweeps/optim.h"
 #include "sweeps/precision.h"
+#include "pickle_fixture.h"
 
 namespace sweep {
 namespace {
@@ -26,16 +26,8 @@ void PrintTo(const Case& c, std::ostream* os) { *os << c.fixture; }
 constexpr int kInfStep = 2;  // make_optim_reference.py INF_STEP
 
 const c10::Dict<c10::IValue, c10::IValue>& fixture() {
-  static const auto blob =
-      models::read_pickle(std::string(SWEEP_SOURCE_DIR) + "/tests/fixtures/optim-reference.pt")
-          .toGenericDict();
+  static const auto blob = read_fixture("optim-reference.pt");
   return blob;
-}
-
-std::vector<torch::Tensor> tensors(const c10::IValue& list) {
-  std::vector<torch::Tensor> out;
-  for (const auto& t : list.toList()) out.push_back(t.get().toTensor());
-  return out;
 }
 
 class AgainstTorchOptim : public testing::TestWithParam<Case> {};
@@ -145,7 +137,7 @@ TEST_P(FiniteLoss, AfterABurstOnTheCpu) {
 INSTANTIATE_TEST_SUITE_P(
     PrecisionsAndOptimizers, FiniteLoss,
     testing::Combine(testing::Values("fp32", "bf16", "bf16-amp", "fp16-amp"),
-                     testing::Values("adamw", "adamw-fused", "sgd", "adafactor")),
+                     testing::Values("adamw", "adamw-fused", "sgd", "adafactor", "adamw8bit")),
     [](const auto& info) {
       std::string n = std::get<0>(info.param) + "_" + std::get<1>(info.param);
       for (auto& ch : n)
