@@ -16,11 +16,13 @@ Conv1DImpl::Conv1DImpl(int64_t nf, int64_t nx) {
 }
 
 torch::Tensor Conv1DImpl::forward(const torch::Tensor& x) {
-  // transformers' Conv1D.forward: addmm on a view, then a view back.
   auto size_out = x.sizes().vec();
   size_out.back() = weight.size(1);
+  // transformers' Conv1D.forward: addmm on a view, then a view back (x = x.view(size_out):
+  // the addmm's own handle is gone, so a LoRA wrapper's sum can free the base output).
   auto y = torch::addmm(bias, x.view({-1, x.size(-1)}), weight);
-  return y.view(size_out);
+  y = y.view(size_out);
+  return with_lora(*this, x, std::move(y));
 }
 
 GPT2BlockImpl::GPT2BlockImpl(const GPT2Config& c) : c_(c) {
@@ -127,7 +129,7 @@ torch::Tensor GPT2LMHeadModelImpl::hidden(const torch::Tensor& input_ids, KVCach
   const int64_t T = input_ids.size(1);
   TORCH_CHECK(T <= c_.n_positions, "sequence length ", T, " exceeds n_positions ",
               c_.n_positions);
-  auto inputs_embeds = wte(input_ids);
+  auto inputs_embeds = input_embeddings_hook(wte(input_ids));
   auto position_ids = torch::arange(T, input_ids.options()) + 0;  // + past_seen_tokens
   position_ids = position_ids.unsqueeze(0);
   auto position_embeds = wpe(position_ids);

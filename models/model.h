@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "models/lora.h"
+
 namespace sweep::models {
 
 // The sequence axes a point can set; a model reads only those it takes.
@@ -53,6 +55,11 @@ class ModelImpl : public torch::nn::Module {
   // built even when nothing will ever read it. Models without a cache ignore it.
   void set_use_cache(bool on) { use_cache_ = on; }
   bool use_cache() const { return use_cache_; }
+  // transformers' enable_input_require_grads(): the input embeddings' output (GPT-2's wte,
+  // T5's shared, Whisper's conv1) is made to require grad, so that gradients flow through
+  // checkpointed blocks when the base is frozen. gradient_checkpointing_enable() turns it on
+  // for token models and get_peft_model for every model that was already checkpointing.
+  void set_inputs_require_grad(bool on) { inputs_require_grad_ = on; }
 
  protected:
   std::vector<torch::Tensor> run_block(const BlockFn& fn, const std::vector<torch::Tensor>& in) {
@@ -60,10 +67,16 @@ class ModelImpl : public torch::nn::Module {
   }
   // Whether blocks run through activation checkpointing (transformers then turns the cache off).
   bool checkpointing() const { return static_cast<bool>(runner_); }
+  // The forward hook enable_input_require_grads() registers: on the embedding's output.
+  torch::Tensor input_embeddings_hook(torch::Tensor output) const {
+    if (inputs_require_grad_) output.requires_grad_(true);
+    return output;
+  }
 
  private:
   BlockRunner runner_;
   bool use_cache_ = true;
+  bool inputs_require_grad_ = false;
 };
 
 // transformers' DynamicCache as one forward pass uses it: DynamicLayer.update concatenates the
@@ -86,10 +99,12 @@ class KVCache {
 // torch.nn.functional.linear as Python calls it: at::linear (addmm on the folded batch when
 // there is a bias). LibTorch's C++ torch::nn::Linear and F::linear are an older composite
 // (matmul, then an in-place bias add) whose backward runs other kernels in another order,
-// so every linear layer of the zoo goes through this.
+// so every linear layer of the zoo goes through this. A layer with a LoRA adapter adds it.
 inline torch::Tensor linear(const torch::nn::Linear& layer, const torch::Tensor& x) {
-  return at::linear(x, layer->weight,
-                    layer->bias.defined() ? std::optional<at::Tensor>(layer->bias) : std::nullopt);
+  return with_lora(*layer, x,
+                   at::linear(x, layer->weight,
+                              layer->bias.defined() ? std::optional<at::Tensor>(layer->bias)
+                                                    : std::nullopt));
 }
 
 // FLOPs of a (rows x inner) @ (inner x cols) matmul: one multiply and one add each.

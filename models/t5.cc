@@ -280,7 +280,7 @@ torch::Tensor T5ForConditionalGenerationImpl::run_stack(Stack& stack,
   // T5Stack.forward. inputs_embeds is a local there: it stays alive while every block runs.
   const bool train = is_training();
   const bool bias_requires_grad = checkpointing() && train;
-  auto inputs_embeds = shared(input_ids);
+  auto inputs_embeds = input_embeddings_hook(shared(input_ids));
   auto hidden_states = torch::dropout(inputs_embeds, c_.dropout_rate, train);
   // The first block computes the position biases (relative for self-attention, zeros for
   // cross-attention) and every later block takes them as inputs, as in transformers: under

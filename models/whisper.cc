@@ -129,7 +129,7 @@ torch::Tensor WhisperForAudioClassificationImpl::encode(const torch::Tensor& inp
   // stays alive while every layer runs.
   TORCH_CHECK(input_features.size(1) == c_.num_mel_bins, "whisper expects ", c_.num_mel_bins,
               " mel bins, got ", input_features.size(1));
-  auto inputs_embeds = torch::gelu(conv1(input_features));
+  auto inputs_embeds = torch::gelu(input_embeddings_hook(conv1(input_features)));
   inputs_embeds = torch::gelu(conv2(inputs_embeds));
   inputs_embeds = inputs_embeds.permute({0, 2, 1});  // (B, T, d)
   const int64_t T = inputs_embeds.size(1);

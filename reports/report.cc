@@ -92,6 +92,11 @@ Point parse_point(const Row& r) {
       {&p.timestamp, column("timestamp")},
   };
   for (auto [field, col] : text) *field = r.at(col);
+  if (!r.at(column("adapter")).empty()) p.adapter = r.at(column("adapter"));
+  if (p.adapter == "lora") {
+    r.number(column("lora_r"));  // numeric when present
+    p.lora_r = r.at(column("lora_r"));
+  }
   p.budget_bytes = r.number(column("budget_bytes")).value_or(0);
   p.budget_emulated = r.number(column("budget_emulated")).value_or(0) == 1;
   p.device_memory_bytes = r.number(column("device_memory_bytes"));
@@ -229,7 +234,7 @@ void write_text(const fs::path& path, const std::string& text) {
 
 std::string Point::technique() const {
   return precision + " / " + checkpointing + " / acc " + std::to_string(accumulation) + " / " +
-         optimizer;
+         optimizer + (adapter == "lora" ? " / lora r" + lora_r : "");
 }
 
 std::vector<Point> parse_points(const Results& results) {

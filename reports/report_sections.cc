@@ -19,11 +19,12 @@ double to_gib(double bytes) { return bytes / kGiB; }
 
 int checkpointing_rank(const std::string& c) { return c == "none" ? 0 : c == "block" ? 1 : 2; }
 
-// Order: precision, checkpointing, accumulation, optimizer, then batch.
+// Order: precision, checkpointing, accumulation, optimizer, adapter (none first), then batch.
 auto technique_key(const Point& p) {
   return std::make_tuple(precision_rank(p.precision), p.precision,
                          checkpointing_rank(p.checkpointing), p.checkpointing, p.accumulation,
-                         optimizer_rank(p.optimizer), p.optimizer);
+                         optimizer_rank(p.optimizer), p.optimizer, p.adapter != "none",
+                         p.adapter, p.lora_r);
 }
 bool by_technique(const Point& a, const Point& b) {
   return std::tuple_cat(technique_key(a), std::make_tuple(a.batch)) <
@@ -117,6 +118,7 @@ std::vector<std::string> short_labels(const std::vector<Point>& points) {
   bool ckpt = varies([](const Point& p) { return p.checkpointing; });
   bool acc = varies([](const Point& p) { return p.accumulation; });
   bool opt = varies([](const Point& p) { return p.optimizer; });
+  bool adapter = varies([](const Point& p) { return p.adapter + p.lora_r; });
   std::vector<std::string> out;
   for (const Point& p : points) {
     std::string s = "batch " + std::to_string(p.batch);
@@ -124,6 +126,7 @@ std::vector<std::string> short_labels(const std::vector<Point>& points) {
     if (ckpt) s += (prec ? " / " : ", ") + p.checkpointing;
     if (acc) s += ", acc " + std::to_string(p.accumulation);
     if (opt) s += ", " + p.optimizer;
+    if (adapter) s += ", " + (p.adapter == "lora" ? "lora r" + p.lora_r : p.adapter);
     out.push_back(s);
   }
   return out;
@@ -139,6 +142,8 @@ std::vector<Field<Point>> technique_fields() {
       {.header = "checkpointing", .cell = [](const Point& p) { return p.checkpointing; }},
       right<Point>("accumulation", [](const Point& p) { return std::to_string(p.accumulation); }),
       {.header = "optimizer", .cell = [](const Point& p) { return p.optimizer; }},
+      {.header = "adapter",
+       .cell = [](const Point& p) { return p.adapter == "lora" ? "lora r" + p.lora_r : p.adapter; }},
       {.header = "status", .cell = [](const Point& p) { return status_text(p); }},
   };
 }
@@ -222,7 +227,8 @@ void technique_section(Document& doc, Plotter& plotter, const Group& g) {
     const Point* base = nullptr;
     for (const Point& p : pts)
       if (p.ok() && p.precision == "fp32" && p.checkpointing == "none" && p.accumulation == 1 &&
-          p.optimizer == base_optimizer && p.peak_allocated && p.tokens_per_s)
+          p.optimizer == base_optimizer && p.adapter == "none" && p.peak_allocated &&
+          p.tokens_per_s)
         base = &p;
     auto saving = [&](const Point& p) -> std::optional<double> {
       if (!base || !p.ok() || !p.peak_allocated) return std::nullopt;

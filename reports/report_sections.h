@@ -21,6 +21,8 @@ struct Point {
   std::string device_name, torch_version, cuda_version, suite_version, git_commit, host;
   std::string timestamp;
   std::string search;  // "max_batch" for a max-batch search probe
+  std::string adapter = "none";  // "none" | "lora"; files from before the column: none
+  std::string lora_r;            // the LoRA rank as written, when adapter is lora
   int batch = 0;
   int accumulation = 1;
   double budget_bytes = 0;
@@ -33,9 +35,11 @@ struct Point {
   bool ok() const { return status == "ok"; }
   // oom, or skipped because a smaller point already ran out of memory
   bool out_of_memory() const { return status == "oom" || reason == "implied-oom"; }
-  // "fp16-amp / block"
-  std::string pair() const { return precision + " / " + checkpointing; }
-  // "fp16-amp / block / acc 4 / adamw"
+  // "fp16-amp / block", "fp16-amp / block / lora"
+  std::string pair() const {
+    return precision + " / " + checkpointing + (adapter == "none" ? "" : " / " + adapter);
+  }
+  // "fp16-amp / block / acc 4 / adamw", "... / adamw / lora r8"
   std::string technique() const;
 };
 

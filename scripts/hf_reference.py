@@ -56,6 +56,12 @@ ZOO = {
 }
 
 
+# PEFT's default LoRA target modules per family (peft/utils/constants.py
+# TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING; Whisper has no entry there, so its users
+# name q_proj and v_proj as for BART, its architecture's ancestor).
+LORA_TARGETS = {"gpt2": ["c_attn"], "t5": ["q", "v"], "whisper": ["q_proj", "v_proj"]}
+
+
 def build(name):
     import transformers as tf
     family, cfg = ZOO[name]
@@ -100,6 +106,18 @@ def optimizer(name, params):
     raise SystemExit(f"unknown optimizer {name}")
 
 
+def lora(model, family, a):
+    """peft.get_peft_model with LoraConfig's defaults but for the point's settings. PEFT freezes
+    every base parameter (bias="none", no modules_to_save: Whisper's classifier head too), keeps
+    bf16 adapters in fp32 (autocast_adapter_dtype), and, when checkpointing is already on,
+    makes the input embeddings' output require grad (enable_input_require_grads)."""
+    import peft
+    cfg = peft.LoraConfig(r=getattr(a, "lora_r", 8), lora_alpha=getattr(a, "lora_alpha", 8),
+                          lora_dropout=getattr(a, "lora_dropout", 0.0),
+                          target_modules=getattr(a, "lora_targets", None) or LORA_TARGETS[family])
+    return peft.get_peft_model(model, cfg)
+
+
 def burst(a, device, phase=None):
     """The training (or eval) loop as a user writes it. `phase(name)` returns a context manager
     around each phase (build, forward, backward, optimizer): the CPU fixtures mark phases with
@@ -118,6 +136,8 @@ def burst(a, device, phase=None):
         model.train(train)
         if train and a.checkpointing == "block":
             model.gradient_checkpointing_enable()
+        if getattr(a, "adapter", "none") == "lora":
+            model = lora(model, family, a)
         opt = optimizer(a.optimizer, [p for p in model.parameters() if p.requires_grad]) if train else None
         scaler = torch.amp.GradScaler(device.type) if train and a.precision == "fp16-amp" else None
         amp = {"fp16-amp": torch.float16, "bf16-amp": torch.bfloat16}.get(a.precision)
@@ -167,6 +187,8 @@ def point(a):
     step_ms = statistics.median(times)
     return dict(model=a.model, batch=a.batch, precision=a.precision, checkpointing=a.checkpointing,
                 accumulation=a.accumulation, optimizer=a.optimizer, use_cache=a.use_cache,
+                adapter=a.adapter, lora_r=a.lora_r, lora_alpha=a.lora_alpha,
+                lora_dropout=a.lora_dropout, lora_targets=a.lora_targets,
                 peak_allocated_bytes=torch.cuda.max_memory_allocated(),
                 peak_reserved_bytes=torch.cuda.max_memory_reserved(), step_ms=step_ms,
                 tokens_per_s=tokens / (step_ms / 1000), device_name=torch.cuda.get_device_name(),
@@ -187,7 +209,11 @@ def compare(results_dir, extra):
                 "--steps", r["steps"], "--warmup", r["warmup_steps"],
                 "--repetitions", r["repetitions"], "--mode", r.get("mode") or "train",
                 "--use_cache", {"1": "true", "0": "false"}.get(r.get("use_cache") or "1",
-                                                                r.get("use_cache"))] + extra
+                                                                r.get("use_cache")),
+                "--adapter", r.get("adapter") or "none"] + extra
+        if r.get("adapter") == "lora":
+            args += ["--lora_r", r["lora_r"], "--lora_alpha", r["lora_alpha"],
+                     "--lora_dropout", r["lora_dropout"], "--lora_targets", r["lora_targets"]]
         for axis in ("seq", "target_seq", "audio_s"):
             if r[axis]:
                 args += ["--" + axis, r[axis]]
@@ -204,6 +230,8 @@ def compare(results_dir, extra):
         mine_tps = float(r["tokens_per_s"])
         shape = " ".join(f"{k} {r[k]}" for k in ("seq", "target_seq", "audio_s") if r[k])
         tech = f"{r['precision']} / {r['checkpointing']} / acc {r['accumulation']} / {r['optimizer']}"
+        if r.get("adapter") == "lora":
+            tech += f" / lora r{r['lora_r']}"
         print(f"| {r['model']} | {r['batch']} | {shape} | {tech} | {ours / 2**30:.3f} | "
               f"{ref['peak_allocated_bytes'] / 2**30:.3f} | {ours / ref['peak_allocated_bytes']:.3f} | "
               f"{mine_tps:.0f} | {ref['tokens_per_s']:.0f} | {mine_tps / ref['tokens_per_s']:.3f} |",
@@ -230,6 +258,13 @@ def main():
     p.add_argument("--mode", default="train", choices=["train", "eval"])
     p.add_argument("--use_cache", default="true", choices=["true", "false"],
                    help="false passes use_cache=False to the model; true keeps transformers' default")
+    p.add_argument("--adapter", default="none", choices=["none", "lora"])
+    p.add_argument("--lora_r", type=int, default=8)
+    p.add_argument("--lora_alpha", type=float, default=8)
+    p.add_argument("--lora_dropout", type=float, default=0.0)
+    p.add_argument("--lora_targets", default="",
+                   help="';'-separated module names (as the results file writes them); "
+                        "empty: PEFT's default for the family")
     c = sub.add_parser("compare", help="reference for every ok CUDA row of a results directory")
     c.add_argument("results")
     a = ap.parse_args()
@@ -237,6 +272,7 @@ def main():
         if a.audio_s and not math.isclose(a.audio_s, 30) and ZOO[a.model][0] == "whisper":
             raise SystemExit("transformers' Whisper encoder takes only 30 s of audio")
         a.use_cache = a.use_cache == "true"
+        a.lora_targets = [t for t in a.lora_targets.split(";") if t]
         print(json.dumps(point(a)))
     else:
         compare(a.results, [])

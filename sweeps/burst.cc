@@ -143,8 +143,19 @@ Workload build(const Point& p, Ledger& ledger, MemoryTracker& mem) {
   w.model->train(w.train);  // train mode: dropout on, as in a training loop
   if (w.train && p.checkpointing == "block") w.model->set_block_runner(&checkpoint_block);
   w.model->set_use_cache(p.use_cache);
+  if (p.adapter == "lora") {
+    // peft.get_peft_model after gradient_checkpointing_enable(), as in scripts/hf_reference.py:
+    // the base frozen, adapters on the target layers. With checkpointing on, transformers
+    // (token models) and PEFT (every model: peft_model.py _prepare_model_for_gradient_
+    // checkpointing) make the input embeddings' output require grad; with a trained
+    // embedding that changes nothing, so only LoRA turns it on here.
+    models::add_lora(*w.model, {p.lora_r, p.lora_alpha, p.lora_dropout,
+                                p.lora_targets.empty() ? models::default_lora_targets(p.family)
+                                                       : p.lora_targets});
+    w.model->set_inputs_require_grad(w.train && p.checkpointing == "block");
+  }
   // The parameters a training loop updates: all but those the model freezes (Whisper's
-  // sinusoidal positions), as with transformers. Eval needs no gradients at all.
+  // sinusoidal positions, the base under LoRA), as with transformers and PEFT. Eval needs no gradients at all.
   for (auto& t : w.model->parameters()) {
     if (!w.train) t.set_requires_grad(false);
     if (t.requires_grad()) w.params.push_back(t);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <functional>
 #include <set>
 #include <stdexcept>
 
@@ -16,8 +17,8 @@ namespace sweep {
 
 const std::vector<std::string> kAxes = {"mode",          "seq",       "target_seq",
                                         "audio_s",       "precision", "checkpointing",
-                                        "optimizer",     "accumulation", "alloc_conf", "batch",
-                                        "use_cache"};
+                                        "optimizer",     "accumulation", "alloc_conf",
+                                        "adapter",       "batch",     "use_cache"};
 
 namespace {
 
@@ -27,6 +28,7 @@ const std::map<std::string, std::vector<std::string>> kChoices = {
     {"checkpointing", {"none", "block"}},
     {"optimizer", {"adamw", "adamw-fused", "sgd", "adafactor", "adamw8bit"}},
     {"use_cache", {"true", "false"}},
+    {"adapter", {"none", "lora"}},
 };
 
 // Ranges of the numeric axes. The upper ends keep every product the burst forms (batch x
@@ -155,21 +157,42 @@ std::vector<ExcludeRule> parse_excludes(const Ctx& c, const YAML::Node& n,
   return rules;
 }
 
-std::vector<std::string> parse_models(const Ctx& c, const YAML::Node& n, const std::string& key) {
+// A name or a list of names, each checked by `check` (which fails on a bad one).
+std::vector<std::string> parse_names(
+    const Ctx& c, const YAML::Node& n, const std::string& key, const std::string& empty_hint,
+    const std::function<void(const YAML::Node&, const std::string&)>& check) {
   std::vector<std::string> out;
   auto one = [&](const YAML::Node& v) {
     std::string name = c.scalar(v, key);
-    if (!models::find_model(name))
-      c.fail(v, key, "unknown model '" + name + "'", "run `sweep models` for the list");
+    check(v, name);
     out.push_back(name);
   };
   if (n.IsSequence()) {
-    if (n.size() == 0) c.fail(n, key, "empty list", "name at least one model");
+    if (n.size() == 0) c.fail(n, key, "empty list", empty_hint);
     for (const auto& v : n) one(v);
   } else {
     one(n);
   }
   return out;
+}
+
+std::vector<std::string> parse_models(const Ctx& c, const YAML::Node& n, const std::string& key) {
+  return parse_names(c, n, key, "name at least one model",
+                     [&](const YAML::Node& v, const std::string& name) {
+                       if (!models::find_model(name))
+                         c.fail(v, key, "unknown model '" + name + "'",
+                                "run `sweep models` for the list");
+                     });
+}
+
+// LoRA target modules: plain names; which layers they match is checked per model (grid.cc).
+std::vector<std::string> parse_targets(const Ctx& c, const YAML::Node& n, const std::string& key) {
+  return parse_names(c, n, key, "name at least one module, or drop the key",
+                     [&](const YAML::Node& v, const std::string& name) {
+                       if (name.empty() || name.find_first_of(";, ") != std::string::npos)
+                         c.fail(v, key, "'" + name + "' is not a module name",
+                                "write module names as a list, e.g. `" + key + ": [q, v]`");
+                     });
 }
 
 }  // namespace
@@ -264,7 +287,8 @@ Config load_config(const std::string& path) {
                     "start from configs/quickstart.yaml");
   c.only_keys(root, "", {"name", "device", "out", "gpu", "budget_gib", "timeout_s", "steps",
                          "warmup_steps", "repetitions", "prune_oom", "search", "search_max_batch",
-                         "lr", "weight_decay", "seed", "models", "grid", "exclude", "sweeps"});
+                         "lr", "weight_decay", "seed", "lora_r", "lora_alpha", "lora_dropout",
+                         "lora_targets", "models", "grid", "exclude", "sweeps"});
   Config cfg;
   cfg.path = path;
   for (const auto& kv : root) {
@@ -308,7 +332,21 @@ Config load_config(const std::string& path) {
     else if (key == "lr") cfg.lr = c.number(v, key, {0, 1e3});
     else if (key == "weight_decay") cfg.weight_decay = c.number(v, key, {0, 1e3});
     else if (key == "seed") cfg.seed = static_cast<uint64_t>(c.integer(v, key, {0, 9e15, true}));
-    else if (key == "grid") cfg.grid = parse_grid(c, v, "grid");
+    else if (key == "lora_r") cfg.lora_r = c.integer(v, key, {1, 1 << 16, true});
+    else if (key == "lora_alpha") {
+      cfg.lora_alpha = c.number(v, key, {0, 1e6});
+      if (cfg.lora_alpha <= 0)
+        c.fail(v, key, "must be more than 0, got " + c.scalar(v, key),
+               "LoRA scales its update by lora_alpha / lora_r; PEFT's default is 8");
+    } else if (key == "lora_dropout") {
+      cfg.lora_dropout = c.number(v, key, {0, 1});
+      if (cfg.lora_dropout >= 1)
+        c.fail(v, key, "must be less than 1, got " + c.scalar(v, key),
+               "a dropout probability from 0 (PEFT's default: none) up to, not including, 1");
+    } else if (key == "lora_targets") {
+      cfg.lora_targets = parse_targets(c, v, key);
+      cfg.lora_targets_line = v.Mark().line + 1;
+    } else if (key == "grid") cfg.grid = parse_grid(c, v, "grid");
     else if (key == "exclude") cfg.exclude = parse_excludes(c, v, "exclude");
   }
   if (root["models"] && root["sweeps"])

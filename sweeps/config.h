@@ -75,6 +75,13 @@ struct Config {
   double lr = 1e-3;
   double weight_decay = 0.01;
   uint64_t seed = 0;
+  // LoRA settings for the points with adapter lora (PEFT's LoraConfig defaults); no targets =
+  // each family's default target modules.
+  int64_t lora_r = 8;
+  double lora_alpha = 8;
+  double lora_dropout = 0;
+  std::vector<std::string> lora_targets;
+  int lora_targets_line = 0;  // where lora_targets was set
   GridSpec grid;
   std::vector<ExcludeRule> exclude;
   std::vector<SweepGroup> sweeps;  // from `sweeps:`, or one group from top-level `models:`

@@ -17,6 +17,7 @@ const std::map<std::string, std::string> kDefaults = {
     {"mode", "train"},      {"seq", "128"},       {"target_seq", "128"}, {"audio_s", "30"},
     {"precision", "fp32"},  {"checkpointing", "none"}, {"optimizer", "adamw"},
     {"accumulation", "1"},  {"alloc_conf", ""},   {"batch", "1"}, {"use_cache", "true"},
+    {"adapter", "none"},
 };
 
 // A test model is sized for a 2-core CPU and its positions with it: whisper-test's encoder
@@ -39,6 +40,7 @@ std::string axis_value(const Point& p, const std::string& axis) {
   else if (axis == "accumulation") s << p.accumulation;
   else if (axis == "alloc_conf") return p.alloc_conf;
   else if (axis == "use_cache") return p.use_cache ? "true" : "false";
+  else if (axis == "adapter") return p.adapter;
   else if (axis == "batch") s << p.batch;
   return s.str();
 }
@@ -54,6 +56,7 @@ void set_axis(Point& p, const std::string& axis, const std::string& v) {
   else if (axis == "accumulation") p.accumulation = std::stoll(v);
   else if (axis == "alloc_conf") p.alloc_conf = v;
   else if (axis == "use_cache") p.use_cache = v == "true";
+  else if (axis == "adapter") p.adapter = v;
   else if (axis == "batch") p.batch = std::stoll(v);
 }
 
@@ -71,6 +74,45 @@ void check_fits(const models::ModelSpec& spec, const Point& p, const std::string
                     "audio_s " + number_text(p.audio_s) + " is longer than " + spec.name +
                         "'s " + number_text(spec.max_audio_s) + " s window",
                     "use audio_s up to " + number_text(spec.max_audio_s) + " for " + spec.name);
+}
+
+// LoRA targets as PEFT takes them: a model must have a layer that some target names (PEFT
+// fails otherwise), and a target that names no layer of any model it is used with is a typo.
+bool names_layer(const std::string& family, const std::string& target) {
+  for (const auto& layer : models::lora_layer_names(family))
+    if (models::lora_target_matches(layer, target)) return true;
+  return false;
+}
+
+std::string layer_list(const std::string& family) {
+  std::string s;
+  for (const auto& layer : models::lora_layer_names(family)) s += (s.empty() ? "" : ", ") + layer;
+  return s;
+}
+
+void check_lora_targets(const Config& cfg, const std::set<std::string>& lora_models) {
+  if (cfg.lora_targets.empty()) return;  // each family's defaults
+  std::set<std::string> families;
+  for (const auto& name : lora_models) {
+    const auto* spec = models::find_model(name);
+    families.insert(spec->family);
+    bool any = false;
+    for (const auto& t : cfg.lora_targets) any = any || names_layer(spec->family, t);
+    if (!any)
+      throw UserError(cfg.path, cfg.lora_targets_line, "lora_targets",
+                      "no target names a layer of " + name,
+                      "layers of " + spec->family + " models LoRA can adapt: " +
+                          layer_list(spec->family));
+  }
+  for (const auto& t : cfg.lora_targets) {
+    bool any = false;
+    for (const auto& f : families) any = any || names_layer(f, t);
+    if (!any && !families.empty())
+      throw UserError(cfg.path, cfg.lora_targets_line, "lora_targets",
+                      "'" + t + "' names no layer of the models with adapter lora",
+                      "layers LoRA can adapt: " + layer_list(*families.begin()) +
+                          " (a name matches a layer's name or its end after a dot)");
+  }
 }
 
 }  // namespace
@@ -112,7 +154,7 @@ std::vector<Point> expand_grid(const Config& cfg, const RunSettings& run) {
                         std::to_string(run.max_points),
                     "use fewer values per axis, or raise the limit with --max-points N");
   std::vector<Point> out;
-  std::set<std::string> seen;
+  std::set<std::string> seen, lora_models;
   for (const auto& group : cfg.sweeps) {
     GridSpec grid = cfg.grid;
     for (const auto& [axis, values] : group.grid) grid[axis] = values;
@@ -138,6 +180,11 @@ std::vector<Point> expand_grid(const Config& cfg, const RunSettings& run) {
       base.lr = cfg.lr;
       base.weight_decay = cfg.weight_decay;
       base.seed = cfg.seed;
+      base.lora_r = cfg.lora_r;
+      base.lora_alpha = cfg.lora_alpha;
+      base.lora_dropout = cfg.lora_dropout;
+      base.lora_targets = cfg.lora_targets.empty() ? models::default_lora_targets(spec->family)
+                                                   : cfg.lora_targets;
 
       std::function<void(std::size_t, Point)> rec = [&](std::size_t i, Point p) {
         if (i == kAxes.size()) {
@@ -148,6 +195,7 @@ std::vector<Point> expand_grid(const Config& cfg, const RunSettings& run) {
           }
           for (const auto& r : rules)
             if (matches(r, p)) return;
+          if (p.adapter == "lora") lora_models.insert(p.model);
           if (seen.insert(p.id()).second) out.push_back(p);
           return;
         }
@@ -166,6 +214,7 @@ std::vector<Point> expand_grid(const Config& cfg, const RunSettings& run) {
       rec(0, base);
     }
   }
+  check_lora_targets(cfg, lora_models);
   if (out.empty()) {
     const int line = !cfg.exclude.empty() ? cfg.exclude.front().line
                      : cfg.sweeps.front().exclude.empty() ? 0

@@ -40,7 +40,19 @@ std::string Point::id() const {
   // Added after the first release: written only when it differs from the default, so that
   // the points measured before it keep their ids.
   if (!use_cache) s << ";use_cache=false";
+  if (adapter != "none") {
+    s << ";adapter=" << adapter << ";lora_r=" << lora_r << ";lora_alpha=" << lora_alpha
+      << ";lora_dropout=" << lora_dropout << ";lora_targets=" << lora_targets_text();
+  }
   return fnv1a_hex(s.str());
+}
+
+std::string Point::lora_targets_text() const {
+  const auto& targets =
+      lora_targets.empty() ? models::default_lora_targets(family) : lora_targets;
+  std::string s;
+  for (const auto& t : targets) s += (s.empty() ? "" : ";") + t;
+  return s;
 }
 
 std::string fnv1a_hex(const std::string& text) {
@@ -63,6 +75,7 @@ std::string Point::label() const {
   s << " " << precision << " ckpt=" << checkpointing << " acc=" << accumulation << " "
     << optimizer;
   if (!use_cache) s << " no-cache";
+  if (adapter == "lora") s << " lora r=" << lora_r;
   if (mode != "train") s << " " << mode;
   if (!alloc_conf.empty()) s << " [" << alloc_conf << "]";
   return s.str();
@@ -70,7 +83,7 @@ std::string Point::label() const {
 
 #define SWEEP_POINT_FIELDS(X)                                                              \
   X(model) X(family) X(mode) X(batch) X(seq) X(target_seq) X(audio_s) X(precision)         \
-  X(checkpointing) X(accumulation) X(optimizer) X(use_cache) X(alloc_conf) X(steps) X(warmup_steps)     \
+  X(checkpointing) X(accumulation) X(optimizer) X(use_cache) X(adapter) X(lora_r) X(lora_alpha) X(lora_dropout) X(lora_targets) X(alloc_conf) X(steps) X(warmup_steps)     \
   X(repetitions) X(budget_bytes) X(budget_emulated) X(timeout_s) X(device) X(lr)           \
   X(weight_decay) X(seed)
 

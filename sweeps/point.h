@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace sweep {
 
@@ -23,6 +24,13 @@ struct Point {
   int64_t accumulation = 1;
   std::string optimizer = "adamw";
   bool use_cache = true;  // transformers' use_cache (its default); off under checkpointing
+  std::string adapter = "none";  // none (full fine-tuning) | lora (PEFT's LoRA, base frozen)
+  // LoRA settings (part of the identity when adapter is lora): PEFT's LoraConfig defaults;
+  // targets empty = the family's default target modules (models::default_lora_targets).
+  int64_t lora_r = 8;
+  double lora_alpha = 8;
+  double lora_dropout = 0;
+  std::vector<std::string> lora_targets;
   std::string alloc_conf;
   // how it runs
   int steps = 3;
@@ -40,6 +48,8 @@ struct Point {
   std::string id() const;
   // "gpt2 b=4 seq=128 fp32 ckpt=none acc=1 adamw" for progress lines and messages.
   std::string label() const;
+  // The LoRA target modules as the results file writes them: "q;v".
+  std::string lora_targets_text() const;
 };
 
 // A small training point of a zoo model (the test models: gpt2-test, t5-test, whisper-test)

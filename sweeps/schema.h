@@ -30,6 +30,11 @@ inline constexpr std::array kColumns = std::to_array<std::string_view>({
     "accumulation",       // micro-batches per optimizer step
     "optimizer",          // "adamw" | "adamw-fused" | "sgd" | "adafactor" | "adamw8bit"
     "use_cache",          // 1: transformers' default cache (off under checkpointing); 0: use_cache=False
+    "adapter",            // "none" (every weight trains) | "lora" (PEFT's LoRA: base frozen)
+    "lora_r",             // LoRA rank; empty unless adapter is lora
+    "lora_alpha",         // LoRA alpha (the update is scaled by alpha / r)
+    "lora_dropout",       // dropout on the adapters' input
+    "lora_targets",       // adapted modules, ';'-separated: "c_attn", "q;v"
     "alloc_conf",         // PYTORCH_ALLOC_CONF and PYTORCH_CUDA_ALLOC_CONF of the worker, "" = unset
     "allocator_settings", // what the CUDA caching allocator parsed (as a snapshot's
                           // allocator_settings); empty on the CPU
@@ -118,7 +123,8 @@ inline constexpr std::string_view kSkipped = "skipped";
 // Numeric columns: the reader checks every non-empty cell is a finite number, and not
 // negative unless listed in kSignedColumns. step_ms_samples is a ';'-separated list of them.
 inline constexpr std::array kNumberColumns = std::to_array<std::string_view>({
-    "schema_version", "batch", "seq", "target_seq", "audio_s", "accumulation", "steps",
+    "schema_version", "batch", "seq", "target_seq", "audio_s", "accumulation", "lora_r",
+    "lora_alpha", "lora_dropout", "steps",
     "warmup_steps", "repetitions", "exit_code", "signal", "budget_bytes", "budget_emulated",
     "weights_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes",
     "peak_allocated_bytes", "peak_reserved_bytes", "device_used_bytes", "leak_bytes_per_step",

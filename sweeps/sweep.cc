@@ -67,6 +67,13 @@ nlohmann::json point_columns(const Point& p) {
   j["accumulation"] = p.accumulation;
   j["optimizer"] = p.optimizer;
   j["use_cache"] = p.use_cache ? 1 : 0;
+  j["adapter"] = p.adapter;
+  if (p.adapter == "lora") {
+    j["lora_r"] = p.lora_r;
+    j["lora_alpha"] = number_text(p.lora_alpha);
+    j["lora_dropout"] = number_text(p.lora_dropout);
+    j["lora_targets"] = p.lora_targets_text();
+  }
   j["alloc_conf"] = p.alloc_conf;
   j["steps"] = p.steps;
   j["warmup_steps"] = p.warmup_steps;

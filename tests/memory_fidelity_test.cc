@@ -40,6 +40,14 @@ Point point_of(const nlohmann::json& c) {
   p.accumulation = c.at("accumulation");
   p.optimizer = c.at("optimizer");
   p.use_cache = c.at("use_cache");
+  // LoRA cases (peft.get_peft_model) carry the adapter's settings; the others train every weight.
+  p.adapter = c.value("adapter", "none");
+  if (p.adapter == "lora") {
+    p.lora_r = c.at("lora_r");
+    p.lora_alpha = c.at("lora_alpha");
+    p.lora_dropout = c.at("lora_dropout");
+    p.lora_targets = c.at("lora_targets").get<std::vector<std::string>>();
+  }
   const auto& steps = fixture().at("steps");
   p.steps = steps.at("steps");
   p.warmup_steps = steps.at("warmup");

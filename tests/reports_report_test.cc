@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -293,6 +294,62 @@ TEST(Report, MalformedRowThrowsWithItsLineAndWritesNothing) {
         << e.located();
   }
   EXPECT_FALSE(fs::exists(dir.path()));
+}
+
+// A LoRA row (columns the fixture predates, appended here) is its own technique, labelled with
+// its rank, and compared with full fine-tuning; rows without the column count as adapter none.
+TEST(Report, LoraIsATechniqueOfItsOwn) {
+  TempDir dir;
+  fs::create_directories(dir.path());
+  auto split = [](const std::string& line) {
+    std::vector<std::string> cells;
+    std::string cell;
+    std::istringstream s(line);
+    while (std::getline(s, cell, ',')) cells.push_back(cell);
+    if (!line.empty() && line.back() == ',') cells.emplace_back();
+    return cells;
+  };
+  std::istringstream in(slurp(kFixture));
+  std::string header, line, csv;
+  std::getline(in, header);
+  const auto names = split(header);
+  auto col = [&](const std::string& name) {
+    return static_cast<std::size_t>(std::find(names.begin(), names.end(), name) - names.begin());
+  };
+  csv = header + ",adapter,lora_r\n";
+  std::vector<std::string> lora;
+  while (std::getline(in, line)) {
+    csv += line + ",,\n";
+    const auto cells = split(line);
+    if (lora.empty() && cells[col("batch")] == "4" && cells[col("precision")] == "fp32" &&
+        cells[col("checkpointing")] == "none" && cells[col("accumulation")] == "1" &&
+        cells[col("optimizer")] == "adamw" && cells[col("status")] == "ok")
+      lora = cells;
+  }
+  ASSERT_FALSE(lora.empty());
+  // The fp32 / none / adamw point at batch 4 again, with LoRA: 4 GiB at 7000 tokens/s.
+  lora[col("point_id")] = "10a0a0a0a0a0a0a0";
+  lora[col("peak_allocated_bytes")] = "4294967296";
+  lora[col("tokens_per_s")] = "7000";
+  lora[col("step_ms_samples")] = "";
+  std::string row;
+  for (const auto& c : lora) row += (row.empty() ? "" : ",") + c;
+  csv += row + ",lora,8\n";
+  std::ofstream(dir.path() / "results.csv") << csv;
+  ScopedEnv no_gnuplot("SWEEP_GNUPLOT", "/nonexistent");
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(write_report(dir.str(), (dir.path() / "out").string()), 0);
+  testing::internal::GetCapturedStderr();
+  const std::string md = slurp(dir.path() / "out" / "report.md");
+  std::string b4 = md.substr(md.find("#### Batch 4"));
+  b4 = b4.substr(0, b4.find("####", 4));
+  EXPECT_NE(b4.find("| fp32 | none | 1 | adamw | none | 12.89 | baseline | 6500 | baseline |"),
+            std::string::npos)
+      << b4;
+  // 1 - 4 / 12.89 = 69% saved; 7000 / 6500 = +8%.
+  EXPECT_NE(b4.find("| fp32 | none | 1 | adamw | lora r8 | 4.00 | 69% | 7000 | +8% |"),
+            std::string::npos)
+      << b4;
 }
 
 TEST(Report, UnknownStatusIsAnError) {

@@ -1,0 +1,115 @@
+// LoRA adapters on the zoo's models; see lora.h.
+#include "models/lora.h"
+
+#include <cmath>
+#include <map>
+
+#include "models/gpt2.h"
+
+namespace sweep::models {
+
+const std::vector<std::string>& default_lora_targets(const std::string& family) {
+  static const std::map<std::string, std::vector<std::string>> kDefaults = {
+      {"gpt2", {"c_attn"}}, {"t5", {"q", "v"}}, {"whisper", {"q_proj", "v_proj"}}};
+  return kDefaults.at(family);
+}
+
+const std::vector<std::string>& lora_layer_names(const std::string& family) {
+  // Names relative to a block (as named_modules() writes them) and the top-level heads; a
+  // test checks them against the built test models.
+  static const std::map<std::string, std::vector<std::string>> kLayers = {
+      {"gpt2", {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"}},
+      {"t5",
+       {"SelfAttention.q", "SelfAttention.k", "SelfAttention.v", "SelfAttention.o",
+        "EncDecAttention.q", "EncDecAttention.k", "EncDecAttention.v", "EncDecAttention.o",
+        "DenseReluDense.wi", "DenseReluDense.wo"}},
+      {"whisper",
+       {"self_attn.k_proj", "self_attn.v_proj", "self_attn.q_proj", "self_attn.out_proj", "fc1",
+        "fc2", "projector", "classifier"}}};
+  return kLayers.at(family);
+}
+
+bool lora_target_matches(const std::string& module_name, const std::string& target) {
+  if (module_name == target) return true;
+  return module_name.size() > target.size() &&
+         module_name.compare(module_name.size() - target.size(), target.size(), target) == 0 &&
+         module_name[module_name.size() - target.size() - 1] == '.';
+}
+
+LoraImpl::LoraImpl(int64_t in_features, int64_t out_features, const LoraSettings& s)
+    : dropout_(s.dropout), scaling_(s.alpha / static_cast<double>(s.r)) {
+  // LoraLayer.update_layer: nn.Linear(in, r, bias=False), nn.Linear(r, out, bias=False), then
+  // reset_lora_parameters: A kaiming_uniform_(a=sqrt(5)), B zeros (the adapter starts as 0).
+  lora_A = register_module(
+      "lora_A", torch::nn::Linear(torch::nn::LinearOptions(in_features, s.r).bias(false)));
+  lora_B = register_module(
+      "lora_B", torch::nn::Linear(torch::nn::LinearOptions(s.r, out_features).bias(false)));
+  torch::NoGradGuard no_grad;
+  torch::nn::init::kaiming_uniform_(lora_A->weight, std::sqrt(5.0));
+  torch::nn::init::zeros_(lora_B->weight);
+}
+
+torch::Tensor LoraImpl::forward(const torch::Tensor& x, torch::Tensor result) {
+  // peft/tuners/lora/layer.py Linear.forward. A Python temporary dies as soon as it is
+  // consumed, a C++ one only at the end of its full expression, so the nested expression
+  // `result + lora_B(lora_A(dropout(x))) * scaling` is one statement per call here: each
+  // intermediate is released as the next one exists, as in Python. The cast input is a local
+  // there and lives until the function returns.
+  const auto torch_result_dtype = result.scalar_type();
+  // _cast_input_dtype: a copy only when the dtypes differ (a bf16 model's fp32 adapters).
+  const torch::Tensor xc = x.scalar_type() == lora_A->weight.scalar_type()
+                               ? x
+                               : x.to(lora_A->weight.scalar_type());
+  // nn.Dropout when lora_dropout > 0 (F.dropout in the module's mode), else nn.Identity;
+  // nn.Linear is F.linear, i.e. at::linear.
+  torch::Tensor t = at::linear(dropout_ > 0 ? torch::dropout(xc, dropout_, is_training()) : xc,
+                               lora_A->weight);
+  t = at::linear(t, lora_B->weight);
+  t = t * scaling_;
+  result = result + t;
+  t.reset();
+  return result.to(torch_result_dtype);
+}
+
+int add_lora(torch::nn::Module& model, const LoraSettings& s) {
+  TORCH_CHECK(s.r >= 1 && s.alpha > 0 && s.dropout >= 0 && s.dropout < 1, "bad LoRA settings");
+  // _mark_only_adapters_as_trainable: every parameter not of an adapter is frozen.
+  for (auto& p : model.parameters()) p.set_requires_grad(false);
+  struct Target {
+    std::shared_ptr<torch::nn::Module> layer;
+    int64_t in, out;
+    torch::Tensor weight;
+  };
+  std::vector<Target> found;
+  for (const auto& item : model.named_modules()) {
+    bool match = false;
+    for (const auto& t : s.targets) match = match || lora_target_matches(item.key(), t);
+    if (!match) continue;
+    const auto& m = item.value();
+    if (auto* lin = m->as<torch::nn::Linear>())
+      found.push_back({m, lin->weight.size(1), lin->weight.size(0), lin->weight});
+    else if (auto* conv = m->as<Conv1D>())  // weight (in, out); PEFT sets fan_in_fan_out
+      found.push_back({m, conv->weight.size(0), conv->weight.size(1), conv->weight});
+    else
+      TORCH_CHECK(false, "LoRA target ", item.key(), " is not a Linear or Conv1D layer");
+  }
+  TORCH_CHECK(!found.empty(), "no layer matches the LoRA targets");
+  for (auto& t : found) {
+    // Built on the CPU in fp32, then moved to the base layer's device (PEFT's
+    // _move_adapter_to_device_of_base_layer; autocast_adapter_dtype keeps fp32 over bf16).
+    auto lora = t.layer->register_module("lora", Lora(t.in, t.out, s));
+    lora->to(t.weight.device());
+    lora->train(model.is_training());
+  }
+  return static_cast<int>(found.size());
+}
+
+torch::Tensor with_lora(const torch::nn::Module& layer, const torch::Tensor& x,
+                        torch::Tensor result) {
+  const auto children = layer.named_children();
+  const auto* lora = children.find("lora");
+  if (!lora) return result;
+  return (*lora)->as<LoraImpl>()->forward(x, std::move(result));
+}
+
+}  // namespace sweep::models
