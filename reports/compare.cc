@@ -44,6 +44,11 @@ std::string configuration(const Row& row) {
   // Columns written after the first schema: an empty cell (an older file) is their default.
   const std::string& cache = row.at(column("use_cache"));
   key += "use_cache=" + (cache.empty() ? std::string("1") : cache) + ";";
+  const std::string& adapter = row.at(column("adapter"));
+  key += "adapter=" + (adapter.empty() ? std::string("none") : adapter) + ";";
+  if (!adapter.empty() && adapter != "none")
+    for (std::string_view name : {"lora_r", "lora_alpha", "lora_dropout", "lora_targets"})
+      key += std::string(name) + "=" + row.at(schema::find_column(name)) + ";";
   return key;
 }
 

@@ -108,6 +108,7 @@ Analysis analyse(const reports::Results& results, const std::string& model, int6
   for (const auto* r : latest.rows) {
     if (r->at(column("model")) != model || r->at(column("search")) != "max_batch" ||
         r->at(column("mode")) != "train" || r->at(column("accumulation")) != "1" ||
+        (!r->at(column("adapter")).empty() && r->at(column("adapter")) != "none") ||
         r->number(column("budget_bytes")).value_or(-1) != static_cast<double>(budget))
       continue;
     const bool cache = r->at(column("use_cache")) != "0";
