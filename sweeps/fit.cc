@@ -317,11 +317,14 @@ int run_fit(const FitOptions& o) {
   std::optional<Pick> choice;
   std::string reason;
   std::vector<std::string> refused;
-  const reports::Row* measured = nullptr;
-  for (int attempt = 0; attempt < 4; ++attempt) {
+  bool confirmed = false;  // the pick ran ok at its accumulation (or needs none)
+  for (int attempt = 0; attempt < 6 && !confirmed; ++attempt) {
     choice = pick(a, o.effective_batch, refused);
     if (!choice) break;
-    if (choice->accumulation == 1) break;
+    if (choice->accumulation == 1) {
+      confirmed = true;
+      break;
+    }
     const auto& t = *choice->technique;
     std::ostringstream v;
     v << "# The recommendation of `sweep fit`, measured at its accumulation.\n"
@@ -333,10 +336,11 @@ int run_fit(const FitOptions& o) {
     write_text(pick_path, v.str());
     run.config = pick_path.string();
     if (const int rc = run_sweep(run); rc != 0) return rc;
-    results = reports::read_results(results_path.string());
-    a = analyse(results, o.model, budget, wanted);
-    measured = nullptr;
-    for (const auto* r : reports::latest_per_point(results).rows)
+    // Only the pick's row is new. `a` (which `choice` points into) and the rows it points to
+    // stay as they were: the file is read again into a copy of its own.
+    const auto after = reports::read_results(results_path.string());
+    const reports::Row* measured = nullptr;
+    for (const auto* r : reports::latest_per_point(after).rows)
       if (r->at(column("model")) == o.model && r->at(column("search")).empty() &&
           r->at(column("precision")) == t.precision && r->at(column("checkpointing")) == t.checkpointing &&
           r->at(column("optimizer")) == t.optimizer && (r->at(column("use_cache")) != "0") == t.use_cache &&
@@ -347,11 +351,12 @@ int run_fit(const FitOptions& o) {
     if (measured && measured->status == reports::Status::kOk) {
       choice->tokens_per_s = measured->number(column("tokens_per_s")).value_or(0);
       choice->step_ms_cv = measured->number(column("step_ms_cv")).value_or(0);
+      confirmed = true;
       break;
     }
-    refused.push_back(pick_id(*choice));
-    measured = nullptr;
+    refused.push_back(pick_id(*choice));  // out of memory once gradients accumulate: the next
   }
+  if (!confirmed) choice.reset();
   if (choice) {
     const auto& t = *choice->technique;
     std::ostringstream why;
