@@ -50,6 +50,9 @@ Measured measure(const Row& r) {
   c.checkpointing = or_default(r.at(column("checkpointing")), "none");
   c.optimizer = r.at(column("optimizer"));
   c.alloc_conf = r.at(column("alloc_conf"));
+  if (const auto& a = r.at(column("adapter")); !a.empty() && a != "none")
+    c.adapter = a + (r.at(column("lora_r")).empty() ? "" : " r" + r.at(column("lora_r")));
+  c.use_cache = r.at(column("use_cache")) != "0";
   c.batch = as_int(r, column("batch"), 0);
   c.accumulation = as_int(r, column("accumulation"), 1);
   c.tokens_per_s = r.number(column("tokens_per_s")).value_or(0);
@@ -257,7 +260,8 @@ void effective_batch(const Budgeted& b, int64_t n, GroupRecommendation& g) {
   std::vector<Choice> cand;
   auto same_axes = [](const Choice& x, const Choice& y) {
     return x.mode == y.mode && x.precision == y.precision && x.checkpointing == y.checkpointing &&
-           x.optimizer == y.optimizer && x.alloc_conf == y.alloc_conf && x.batch == y.batch;
+           x.optimizer == y.optimizer && x.alloc_conf == y.alloc_conf && x.batch == y.batch &&
+           x.adapter == y.adapter && x.use_cache == y.use_cache;
   };
   for (const auto& m : b.rows) {
     if (!b.fits(m) || !m.train() || m.choice.tokens_per_s <= 0) continue;
@@ -376,7 +380,8 @@ int64_t usable_bytes(int64_t memory, double margin, int64_t context) {
 
 int Choice::techniques() const {
   return (precision != "fp32") + (checkpointing != "none") + (accumulation > 1) +
-         (!optimizer.empty() && optimizer != "adamw" && optimizer != "none") + !alloc_conf.empty();
+         (!optimizer.empty() && optimizer != "adamw" && optimizer != "none") + !alloc_conf.empty() +
+         !adapter.empty() + !use_cache;
 }
 
 std::string Choice::label() const {
@@ -387,6 +392,8 @@ std::string Choice::label() const {
   if (accumulation > 1) s += " x " + std::to_string(accumulation);
   s += ", " + optimizer;
   if (!alloc_conf.empty()) s += ", alloc_conf " + alloc_conf;
+  if (!use_cache) s += ", use_cache=False";
+  if (!adapter.empty()) s += ", " + adapter;
   return s;
 }
 

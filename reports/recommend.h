@@ -51,6 +51,8 @@ struct Target {
 // One configuration and what was measured for it.
 struct Choice {
   std::string mode, precision, checkpointing, optimizer, alloc_conf;
+  std::string adapter;    // "" (full fine-tuning) or "lora r8": LoRA trains far fewer weights
+  bool use_cache = true;  // false: the model was called with use_cache=False
   int64_t batch = 0, accumulation = 1;
   double tokens_per_s = 0;
   int64_t peak_reserved_bytes = 0;

@@ -3,6 +3,8 @@
 // computed here from the definition, usable = floor(memory x (1 - margin)) - context.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 
 #include <CLI/CLI.hpp>
@@ -202,6 +204,27 @@ TEST(Recommend, CpuRowsAreNeverPresentedAsGpuAnswers) {
   o.gpu = "rtx3060";
   EXPECT_TRUE(cpu_note(run({"recommend_cpu.csv"}, o)));
   EXPECT_FALSE(cpu_note(run({"recommend_cpu.csv"})));  // for the CPU itself: nothing to say
+}
+
+TEST(Recommend, ALoraRowIsNamedAsLoraNotAsFullFineTuning) {
+  // recommend_cpu.csv with its fastest row (batch 4) made a LoRA row: adapter and rank are
+  // columns added after that file was written, so they go at the end.
+  std::ifstream in(data("recommend_cpu.csv"));
+  std::string header, row1, row2;
+  std::getline(in, header);
+  std::getline(in, row1);
+  std::getline(in, row2);
+  const auto dir = std::filesystem::temp_directory_path() / ("sweep_recommend_lora_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "results.csv") << header << ",adapter,lora_r\n" << row1 << ",none,\n" << row2 << ",lora,8\n";
+  const auto r = recommend({read_results((dir / "results.csv").string())}, {});
+  const auto& fastest = group(r, "gpt2", "128").fastest;
+  ASSERT_TRUE(fastest.has_value());
+  EXPECT_EQ(fastest->batch, 4);
+  EXPECT_EQ(fastest->adapter, "lora r8");
+  EXPECT_NE(fastest->label().find("lora r8"), std::string::npos) << fastest->label();
+  EXPECT_EQ(fastest->techniques(), 1);
+  sweep::remove_tree(dir);
 }
 
 TEST(Recommend, CrossGpuColumnsStartAtTheSmallestMeasuredPeak) {
