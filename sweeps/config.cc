@@ -384,4 +384,43 @@ Config load_config(const std::string& path) {
   return cfg;
 }
 
+std::string apply_overrides(const std::string& path, const std::vector<std::string>& overrides) {
+  YAML::Node root = YAML::LoadFile(path);
+  std::string given;
+  for (const auto& o : overrides) {
+    given += " " + o;
+    const auto eq = o.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw UserError("command line", 0, o, "an override is key=value",
+                      "e.g. grid.batch=[1,2] models=[gpt2] steps=5");
+    const std::string key = o.substr(0, eq);
+    YAML::Node value;
+    try {
+      value = YAML::Load(o.substr(eq + 1));
+    } catch (const YAML::Exception& e) {
+      throw UserError("command line", 0, key, "the value is not YAML: " + e.msg,
+                      "quote it for the shell, e.g. 'grid.precision=[fp32, bf16-amp]'");
+    }
+    std::vector<std::string> parts;
+    std::stringstream in(key);
+    for (std::string part; std::getline(in, part, '.');) {
+      if (part.empty())
+        throw UserError("command line", 0, key, "empty part in the key", "e.g. grid.batch=[1,2]");
+      parts.push_back(part);
+    }
+    std::vector<YAML::Node> nodes{root};
+    for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+      YAML::Node next = nodes.back()[parts[i]];
+      if (next.IsDefined() && !next.IsMap())
+        throw UserError("command line", 0, key, parts[i] + " is not a mapping in " + path,
+                        "override a key inside a mapping, e.g. grid.batch");
+      nodes.push_back(next);
+    }
+    nodes.back()[parts.back()] = value;
+  }
+  YAML::Emitter text;
+  text << root;
+  return "# " + path + " with" + given + "\n" + text.c_str() + "\n";
+}
+
 }  // namespace sweep

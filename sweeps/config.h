@@ -92,6 +92,10 @@ struct Config {
 extern const std::vector<std::string> kAxes;
 
 Config load_config(const std::string& path);
+// The YAML text of the config at `path` (already checked with load_config) with `key=value`
+// overrides applied: a dotted key reaches into mappings (`grid.batch`), the value is YAML
+// (`[1, 2]`). Throws UserError for an override that is not key=value or not YAML.
+std::string apply_overrides(const std::string& path, const std::vector<std::string>& overrides);
 // Checks one value of an axis and returns it in canonical form; throws UserError.
 std::string canonical_axis_value(const std::string& axis, const std::string& value,
                                  const std::string& file, int line, const std::string& key);

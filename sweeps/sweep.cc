@@ -36,8 +36,6 @@
 #include "sweeps/search.h"
 #include "sweeps/shards.h"
 
-#include <yaml-cpp/yaml.h>
-
 namespace sweep {
 namespace {
 
@@ -318,62 +316,31 @@ void hold_lock(const std::string& lock_path, const std::string& out) {
 
 namespace {
 
-// The config file with the command line's key=value overrides applied, written to a file of
-// its own and loaded from there (so every check and error of a config file applies).
+// The config file with the command line's key=value overrides applied, written to a file
+// named by its content and loaded from there, so every check and error of a config file
+// applies. A run keeps that file as OUT/configs/<hash>.yaml: named by content, it never
+// replaces the config of an earlier run.
 Config load_with_overrides(const RunOptions& opt) {
-  Config original = load_config(opt.config);  // the file itself first, with its own lines
-  YAML::Node root = YAML::LoadFile(opt.config);
-  for (const auto& o : opt.overrides) {
-    const auto eq = o.find('=');
-    if (eq == std::string::npos || eq == 0)
-      throw UserError("command line", 0, o, "an override is key=value",
-                      "e.g. grid.batch=[1,2] models=[gpt2] steps=5");
-    const std::string key = o.substr(0, eq);
-    YAML::Node value;
-    try {
-      value = YAML::Load(o.substr(eq + 1));
-    } catch (const YAML::Exception& e) {
-      throw UserError("command line", 0, key, "the value is not YAML: " + e.msg,
-                      "quote it for the shell, e.g. 'grid.precision=[fp32, bf16-amp]'");
-    }
-    std::vector<std::string> parts;
-    std::stringstream in(key);
-    for (std::string part; std::getline(in, part, '.');) {
-      if (part.empty())
-        throw UserError("command line", 0, key, "empty part in the key", "e.g. grid.batch=[1,2]");
-      parts.push_back(part);
-    }
-    std::vector<YAML::Node> path{root};
-    for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
-      YAML::Node next = path.back()[parts[i]];
-      if (next.IsDefined() && !next.IsMap())
-        throw UserError("command line", 0, key, parts[i] + " is not a mapping in " + opt.config,
-                        "override a key inside a mapping, e.g. grid.batch");
-      path.push_back(next);
-    }
-    path.back()[parts.back()] = value;
+  load_config(opt.config);  // the file itself first, with its own lines
+  const std::string text = apply_overrides(opt.config, opt.overrides);
+  const std::string name = "sweep-config-" + fnv1a_hex(text) + ".yaml";
+  const auto tmp = std::filesystem::temp_directory_path() / name;
+  {
+    std::ofstream f(tmp);
+    f << text;
+    if (!f.flush())
+      throw UserError(tmp.string(), 0, "", "cannot write the config with the overrides",
+                      "make the temporary directory writable, or set TMPDIR");
   }
-  YAML::Emitter text;
-  text << root;
-  std::string out = opt.out.empty() ? original.out : opt.out;
-  if (root["out"] && opt.out.empty()) out = root["out"].as<std::string>();
-  std::filesystem::path file;
-  if (opt.dry_run || out.empty()) {
-    file = std::filesystem::temp_directory_path() / ("sweep-config-" + std::to_string(::getpid()) + ".yaml");
-  } else {
-    std::filesystem::create_directories(out);
-    file = std::filesystem::path(out) / "config.yaml";
+  Config cfg = load_config(tmp.string());
+  if (!opt.dry_run) {
+    const auto kept = std::filesystem::path(opt.out.empty() ? cfg.out : opt.out) / "configs" / name;
+    std::filesystem::create_directories(kept.parent_path());
+    std::filesystem::copy_file(tmp, kept, std::filesystem::copy_options::overwrite_existing);
+    cfg.path = kept.string();
   }
-  std::string overrides;
-  for (const auto& o : opt.overrides) overrides += " " + o;
-  std::ofstream f(file);
-  f << "# " << opt.config << " with" << overrides << "\n" << text.c_str() << "\n";
-  if (!f.flush())
-    throw UserError(file.string(), 0, "out", "cannot write the config with the overrides",
-                    "choose an output directory you can write to with --out DIR");
-  f.close();
-  if (!opt.quiet) std::fprintf(stderr, "config with overrides: %s\n", file.c_str());
-  return load_config(file.string());
+  if (!opt.quiet) std::fprintf(stderr, "config with the overrides: %s\n", cfg.path.c_str());
+  return cfg;
 }
 
 }  // namespace

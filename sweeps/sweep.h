@@ -25,8 +25,8 @@ struct RunOptions {
   std::string config;
   // `key=value` arguments after the config: any config key, dotted into mappings
   // (`grid.batch=[1,2]`, `models=[gpt2]`, `steps=5`), the value in YAML. The config with them
-  // applied is written to OUT/config.yaml (a temporary file for --dry-run) and checked as a
-  // config file is, so an error names that file's line.
+  // applied is checked as a config file is (an error names that file's line) and a run keeps
+  // it as OUT/configs/<hash>.yaml.
   std::vector<std::string> overrides;
   std::string out;              // overrides the config's `out`
   std::string device = "auto";  // overrides the config's device unless "auto"... see run.cc

@@ -201,7 +201,14 @@ TEST(ConfigOverrides, SetAxesAndKeysAndAreCheckedLikeTheFile) {
   // A real run keeps the config it ran beside its results.
   r = testing::run_sweep_cli("run " + cfg + " -q --out " + (dir / "out").string() + " steps=1 repetitions=1 grid.seq=8 grid.batch=1");
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_TRUE(std::filesystem::exists(dir / "out" / "config.yaml"));
+  ASSERT_TRUE(std::filesystem::is_directory(dir / "out" / "configs"));
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir / "out" / "configs"),
+                          std::filesystem::directory_iterator{}), 1);
+  // Another run with other overrides keeps its own file beside the first.
+  r = testing::run_sweep_cli("run " + cfg + " -q --out " + (dir / "out").string() + " steps=1 repetitions=1 grid.seq=8 grid.batch=2");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir / "out" / "configs"),
+                          std::filesystem::directory_iterator{}), 2);
 }
 
 }  // namespace
