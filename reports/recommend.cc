@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <iomanip>
 #include <map>
 #include <set>
 #include <sstream>
@@ -28,8 +29,16 @@ struct Measured {
   std::optional<double> device_memory, context;
   bool emulated = false;
   int64_t budget = 0;
+  std::optional<double> limit;  // what an OOM ran into: the budget, else the device's memory
   const Row* row = nullptr;
   bool train() const { return choice.mode == "train"; }
+  bool oom() const { return choice.status == schema::kOom; }
+  // Measured not to fit `usable`: it peaked above it, or it ran out of memory under a limit
+  // at least as large (an OOM under a smaller limit says nothing about a larger card).
+  bool exceeds(int64_t usable) const {
+    if (ok) return choice.peak_reserved_bytes > usable;
+    return oom() && (!limit || *limit >= static_cast<double>(usable));
+  }
 };
 
 int64_t as_int(const Row& r, std::size_t col, int64_t fallback) {
@@ -68,11 +77,19 @@ Measured measure(const Row& r) {
   if (m.cuda && m.ok && used) m.context = std::max(0.0, *used - *peak);
   m.emulated = r.number(column("budget_emulated")).value_or(0) == 1;
   m.budget = as_int(r, column("budget_bytes"), 0);
+  m.limit = m.budget > 0 ? std::optional<double>(static_cast<double>(m.budget)) : m.device_memory;
   for (auto col : {column("model"), column("seq"), column("target_seq"), column("audio_s")})
     m.group += r.at(col) + '\x1f';
   return m;
 }
 
+
+// Every axis but the batch and accumulation (which barely moves the peak).
+bool same_configuration(const Choice& x, const Choice& y) {
+  return x.mode == y.mode && x.precision == y.precision && x.checkpointing == y.checkpointing &&
+         x.optimizer == y.optimizer && x.alloc_conf == y.alloc_conf && x.adapter == y.adapter &&
+         x.use_cache == y.use_cache;
+}
 
 // Ranking: rows measured on the target first (their throughput is the target's), then
 // throughput, measured before inferred, lower peak, fewer techniques, then a stable order.
@@ -259,9 +276,7 @@ void walk_closest(const Budgeted& b, GroupRecommendation& g) {
 void effective_batch(const Budgeted& b, int64_t n, GroupRecommendation& g) {
   std::vector<Choice> cand;
   auto same_axes = [](const Choice& x, const Choice& y) {
-    return x.mode == y.mode && x.precision == y.precision && x.checkpointing == y.checkpointing &&
-           x.optimizer == y.optimizer && x.alloc_conf == y.alloc_conf && x.batch == y.batch &&
-           x.adapter == y.adapter && x.use_cache == y.use_cache;
+    return same_configuration(x, y) && x.batch == y.batch;
   };
   for (const auto& m : b.rows) {
     if (!b.fits(m) || !m.train() || m.choice.tokens_per_s <= 0) continue;
@@ -307,6 +322,42 @@ void eval_checks(const Budgeted& b, GroupRecommendation& g) {
     g.eval_check = found->choice.status;
 }
 
+// Where a least-squares line through the configuration's measured peaks (peak reserved vs
+// batch) meets `usable`; needs two batches and a rising line.
+std::optional<int64_t> predicted_batch(const Budgeted& b, const Choice& c) {
+  std::vector<std::pair<double, double>> xy;
+  std::set<int64_t> batches;
+  for (const auto& m : b.rows)
+    if (m.ok && same_configuration(m.choice, c) && m.choice.peak_reserved_bytes > 0) {
+      xy.emplace_back(static_cast<double>(m.choice.batch), static_cast<double>(m.choice.peak_reserved_bytes));
+      batches.insert(m.choice.batch);
+    }
+  if (batches.size() < 2) return std::nullopt;
+  const double n = static_cast<double>(xy.size());
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (auto [x, y] : xy) {
+    sx += x;
+    sy += y;
+    sxx += x * x;
+    sxy += x * y;
+  }
+  const double slope = (n * sxy - sx * sy) / (n * sxx - sx * sx);
+  const double intercept = (sy - slope * sx) / n;
+  if (!(slope > 0)) return std::nullopt;
+  const double at = std::floor((static_cast<double>(b.usable) - intercept) / slope);
+  if (!(at > static_cast<double>(c.batch)) || at > 1e9) return std::nullopt;
+  return static_cast<int64_t>(at);
+}
+
+// Marks a largest batch bounded when a larger batch of its configuration was measured not to
+// fit; otherwise predicts where the limit is.
+void bound(const Budgeted& b, Choice& c) {
+  c.bounded = std::any_of(b.rows.begin(), b.rows.end(), [&](const Measured& m) {
+    return same_configuration(m.choice, c) && m.choice.batch > c.batch && m.exceeds(b.usable);
+  });
+  if (!c.bounded) c.predicted_batch = predicted_batch(b, c);
+}
+
 void max_batch_per_precision(const Budgeted& b, GroupRecommendation& g) {
   std::vector<std::string> order = {"fp32", "fp16-amp", "bf16-amp", "bf16"};
   for (const auto& m : b.rows)
@@ -315,8 +366,27 @@ void max_batch_per_precision(const Budgeted& b, GroupRecommendation& g) {
   for (const auto& p : order) {
     auto c = largest_batch(
         b.fitting([&](const Measured& m) { return m.train() && m.choice.precision == p; }));
-    if (c) g.max_batch.push_back(*c);
+    if (!c) continue;
+    bound(b, *c);
+    g.max_batch.push_back(*c);
   }
+  if (g.eval_max_batch) bound(b, *g.eval_max_batch);
+}
+
+// The `sweep fit` command that measures a group's limit on the target.
+std::string measure_command(const GroupRecommendation& g, const Target& t) {
+  std::ostringstream s;
+  s << "sweep fit " << g.model;
+  if (t.gpu)
+    s << " --gpu " << t.gpu->key;
+  else
+    s << " --memory-gib " << std::setprecision(4) << static_cast<double>(t.memory_bytes) / kGiB;
+  if (!g.seq.empty()) s << " --seq " << g.seq;
+  if (!g.target_seq.empty()) s << " --target-seq " << g.target_seq;
+  if (!g.audio_s.empty()) s << " --audio-s " << g.audio_s;
+  if (t.margin != 0.1) s << " --margin " << t.margin;
+  if (!t.cuda) s << " --device cpu";
+  return s.str();
 }
 
 std::string join(const std::set<std::string>& v) {
@@ -473,19 +543,28 @@ Recommendation recommend(const std::vector<Results>& results, const RecommendOpt
     }
     Budgeted b = budgeted(members, r.target.usable_bytes, on_target);
     g.fastest = b.fastest();
+    if (r.has_eval) eval_checks(b, g);
     max_batch_per_precision(b, g);
     if (options.effective_batch) effective_batch(b, *options.effective_batch, g);
-    if (r.has_eval) eval_checks(b, g);
+    g.limit_reached = std::any_of(members.begin(), members.end(), [&](const Measured* m) {
+      return m->train() && m->exceeds(r.target.usable_bytes);
+    });
+    g.measure_command = measure_command(g, r.target);
     if (!g.fastest) walk_closest(b, g);
     r.groups.push_back(std::move(g));
 
     auto& cells = r.cells.emplace_back();
+    auto& covered = r.covered.emplace_back();
     for (const auto& col : r.columns) {
       auto on_column = [&col](const Measured& m) {
         const GpuSpec* s = find_gpu(m.choice.measured_on);
         return std::find(col.gpus.begin(), col.gpus.end(), s) != col.gpus.end();
       };
-      cells.push_back(budgeted(members, col.usable_bytes, on_column).fastest());
+      covered.push_back(std::any_of(members.begin(), members.end(), [&](const Measured* m) {
+        return m->train() && m->exceeds(col.usable_bytes);
+      }));
+      cells.push_back(covered.back() ? budgeted(members, col.usable_bytes, on_column).fastest()
+                                     : std::nullopt);
     }
   }
   r.notes = notes_for(r, rows, on_target, options.gpu.empty() && !options.memory_gib);

@@ -61,6 +61,12 @@ struct Choice {
   std::string where;        // "results.csv:12"
   bool inferred = false;    // accumulation applied to the accumulation-1 row's measurement
   bool on_target = true;    // measured on the card recommended for
+  // For a largest batch: whether a larger batch of the same configuration was measured not
+  // to fit (ran out of memory, or peaked over the usable memory). When it was not, the
+  // batch is only the largest *measured*, and predicted_batch is where a straight line
+  // through the configuration's measured peaks meets the usable memory (when that is larger).
+  bool bounded = true;
+  std::optional<int64_t> predicted_batch;
 
   // Changes from the plain configuration (fp32, no checkpointing, accumulation 1, AdamW,
   // default allocator): ties go to the simpler one.
@@ -88,6 +94,10 @@ struct GroupRecommendation {
   std::vector<ClosestStep> steps;  // filled when nothing fits
   int closest_step = -1;           // index into steps of the first that came closest
   int train_rows = 0, train_ok = 0;
+  // Whether some train row was measured not to fit the target: without one, every measured
+  // configuration fits and a larger batch, unmeasured, may fit and be faster.
+  bool limit_reached = false;
+  std::string measure_command;  // the `sweep fit` that measures the limit on the target
 
   std::string label() const;  // "gpt2 (seq 512)"
 };
@@ -109,7 +119,11 @@ struct Recommendation {
   std::vector<GroupRecommendation> groups;
   std::vector<GpuColumn> columns;
   int64_t column_context_bytes = 0;  // the target's allowance, or CUDA's default
-  std::vector<std::vector<std::optional<Choice>>> cells;  // [group][column]: fastest fit
+  // [group][column]: the fastest fit, only where the group's rows reach that card's limit
+  // (covered); elsewhere empty and printed "not measured": every measured row fits such a
+  // card, so what is fastest on it was never measured.
+  std::vector<std::vector<std::optional<Choice>>> cells;
+  std::vector<std::vector<bool>> covered;
 };
 
 // The one rule for "fits", used by `recommend`, `fit` and the budget `fit` searches under:

@@ -16,6 +16,9 @@
 namespace sweep::reports {
 namespace {
 
+constexpr const char* kNotMeasured =
+    "not measured: every measured configuration fits this card, so its limit was never reached";
+
 // A Choice in a role, for one target budget.
 struct Line {
   std::string kind;  // fastest | nothing-fits | closest-step | max-batch | effective-batch |
@@ -71,6 +74,7 @@ const std::vector<OutField> kFields = {
   {"headroom_gib", "headroom GiB", [](const Line& l) { return with_choice(l, [&](auto& c) { return c.status == "ok" ? gib(static_cast<double>(l.usable - c.peak_reserved_bytes)) : std::string(); }); }},
   {"status", "status", [](const Line& l) { return with_choice(l, [](auto& c) { return c.status; }); }},
   {"inferred", "inferred", [](const Line& l) { return with_choice(l, [](auto& c) { return std::string(c.inferred ? "1" : "0"); }); }},
+  {"predicted_batch", "predicted batch", [](const Line& l) { return with_choice(l, [](auto& c) { return c.predicted_batch ? std::to_string(*c.predicted_batch) : std::string(); }); }},
   {"measured_on", "measured on", [](const Line& l) { return with_choice(l, [](auto& c) { return c.measured_on; }); }},
   {"source", "source", [](const Line& l) { return with_choice(l, [](auto& c) { return c.where; }); }},
   {"note", "note", [](const Line& l) { return l.note; }},
@@ -91,8 +95,22 @@ std::vector<Line> lines(const Recommendation& r) {
     auto add = [&](std::string kind, std::optional<Choice> c, std::string note = "") {
       out.push_back({std::move(kind), t.name, t.usable_bytes, &g, std::move(c), std::move(note)});
     };
+    // A largest batch no OOM bounded is only the largest measured.
+    auto largest = [&](const std::optional<Choice>& c) -> std::string {
+      if (!c || c->bounded) return "";
+      return "largest measured, limit not reached" +
+             (c->predicted_batch ? "; predicted to fit up to batch " +
+                                       std::to_string(*c->predicted_batch) +
+                                       " (from the measured peaks)"
+                                 : std::string()) +
+             "; measure it: " + g.measure_command;
+    };
     if (g.fastest) {
-      add("fastest", g.fastest);
+      add("fastest", g.fastest,
+          g.limit_reached ? ""
+                          : "limit not reached: every measured configuration fits, a larger "
+                            "batch may fit and be faster; measure it: " +
+                                g.measure_command);
     } else if (g.closest_step >= 0) {
       const auto& s = g.steps[static_cast<std::size_t>(g.closest_step)];
       add("nothing-fits", s.best, "nothing fits; closest measured (" + s.change + ")");
@@ -101,21 +119,22 @@ std::vector<Line> lines(const Recommendation& r) {
       add("nothing-fits", std::nullopt,
           "no train row ran ok (" + std::to_string(g.train_rows) + " measured)");
     }
-    for (const auto& c : g.max_batch) add("max-batch", c);
+    for (const auto& c : g.max_batch) add("max-batch", c, largest(c));
     if (r.effective_batch)
       add("effective-batch", g.effective,
           !g.effective            ? "no measured micro-batch reaches it and fits"
           : g.effective->inferred ? "inferred: accumulation-1 row's memory and throughput"
                                   : "measured");
     if (r.has_eval) {
-      add("eval-max-batch", g.eval_max_batch, g.eval_max_batch ? "" : "no eval row fits");
+      add("eval-max-batch", g.eval_max_batch,
+          g.eval_max_batch ? largest(g.eval_max_batch) : "no eval row fits");
       if (!g.eval_check.empty())
         add("eval-counterpart", g.eval_counterpart,
             "recommended train config in eval: " + g.eval_check);
     }
     for (std::size_t c = 0; c < r.columns.size(); ++c)
       out.push_back({"cross-gpu", r.columns[c].name, r.columns[c].usable_bytes, &g, r.cells[i][c],
-                     r.cells[i][c] ? "" : "nothing fits"});
+                     !r.covered[i][c] ? kNotMeasured : r.cells[i][c] ? "" : "nothing fits"});
   }
   return out;
 }
@@ -162,9 +181,12 @@ std::string cross_gpu_table(const Recommendation& r) {
   std::vector<std::vector<std::string>> rows;
   for (std::size_t i = 0; i < r.groups.size(); ++i) {
     auto& row = rows.emplace_back(1, r.groups[i].label());
-    for (const auto& cell : r.cells[i])
-      row.push_back(cell ? cell->label() + " · " + rate(cell->tokens_per_s) + " tokens/s"
-                         : "nothing fits");
+    for (std::size_t c = 0; c < r.columns.size(); ++c) {
+      const auto& cell = r.cells[i][c];
+      row.push_back(!r.covered[i][c] ? "not measured"
+                    : cell ? cell->label() + " · " + rate(cell->tokens_per_s) + " tokens/s"
+                           : "nothing fits");
+    }
   }
   std::vector<bool> keep(headers.size(), true);
   std::vector<Align> align(headers.size(), Align::kLeft);
@@ -208,7 +230,7 @@ std::string recommendations_markdown(const Recommendation& r) {
   };
   s << "## Fastest configuration that fits\n\n"
     << md_table(all, {"fastest", "nothing-fits"}, cols({"note"}));
-  s << "## Largest micro-batch per precision\n\n" << md_table(all, {"max-batch"}, cols({}));
+  s << "## Largest micro-batch per precision\n\n" << md_table(all, {"max-batch"}, cols({"note"}));
   if (r.effective_batch)
     s << "## Effective batch " << *r.effective_batch << "\n\n"
       << "Micro-batch x accumulation (x 1 GPU). Inferred rows take the accumulation-1 row's "
@@ -239,7 +261,10 @@ std::string recommendations_markdown(const Recommendation& r) {
       << "Fastest fitting configuration per card of the GPU table, with the same margin and a "
       << gib(static_cast<double>(r.column_context_bytes))
       << " GiB context allowance. Memory transfers between cards; the throughput is as measured"
-      << (devices.empty() ? std::string() : " on " + devices) << ".\n\n"
+      << (devices.empty() ? std::string() : " on " + devices)
+      << ". \"not measured\": every measured configuration fits that card, so the rows cannot "
+         "say what is fastest on it (a larger batch, never run, may be); measure it with `sweep "
+         "fit MODEL --gpu NAME`.\n\n"
       << cross_gpu_table(r);
   }
   return s.str();

@@ -237,9 +237,45 @@ TEST(Recommend, CrossGpuColumnsStartAtTheSmallestMeasuredPeak) {
   EXPECT_EQ(r.columns.front().name, "T4 / V100 16GB");
   ASSERT_TRUE(r.cells[0][0]);  // 13.9 GiB usable: SGD (12.5) and Adafactor (13) fit
   EXPECT_EQ(r.cells[0][0]->optimizer, "sgd");
+  EXPECT_TRUE(r.covered[0][0]);
+  // The H200's 126 GiB usable is beyond every row: the largest peak is 70 GiB and the one OOM
+  // ran into the H100's 79.6 GiB, so what is fastest on an H200 was never measured.
   EXPECT_EQ(r.columns.back().name, "H200");
-  ASSERT_TRUE(r.cells[0].back());
-  EXPECT_EQ(r.cells[0].back()->tokens_per_s, 9000);
+  EXPECT_FALSE(r.covered[0].back());
+  EXPECT_FALSE(r.cells[0].back());
+  const std::string md = recommendations_markdown(r);
+  EXPECT_NE(md.find("not measured"), std::string::npos) << md;
+}
+
+TEST(Recommend, ALargestBatchNoOomBoundedIsTheLargestMeasuredWithAPrediction) {
+  RecommendOptions o;
+  o.context_gib = 0;
+  o.memory_gib = 24;  // 21.6 GiB usable: fp32 batch 32 ran out of memory on a 24 GiB card
+  auto g = group(run({"recommend_ties.csv"}, o), "gpt2", "512");
+  ASSERT_EQ(g.max_batch[0].precision, "fp32");
+  EXPECT_EQ(g.max_batch[0].batch, 16);
+  EXPECT_TRUE(g.max_batch[0].bounded);
+  EXPECT_FALSE(g.max_batch[0].predicted_batch);
+  EXPECT_TRUE(g.limit_reached);
+
+  o.memory_gib = 40;  // 36 GiB usable: that OOM (under 24 GiB) bounds nothing here
+  const auto r = run({"recommend_ties.csv"}, o);
+  g = group(r, "gpt2", "512");
+  EXPECT_EQ(g.max_batch[0].batch, 16);
+  EXPECT_FALSE(g.max_batch[0].bounded);
+  // Peaks 10.5 GiB at batch 8, 18 at 16: 3 + 0.9375 x batch meets 36 GiB at 35.2.
+  ASSERT_TRUE(g.max_batch[0].predicted_batch);
+  EXPECT_EQ(*g.max_batch[0].predicted_batch, 35);
+  EXPECT_FALSE(g.max_batch[1].bounded);  // bf16-amp: one batch measured, no line to draw
+  EXPECT_FALSE(g.max_batch[1].predicted_batch);
+  EXPECT_FALSE(g.limit_reached);
+  EXPECT_EQ(g.measure_command, "sweep fit gpt2 --memory-gib 40 --seq 512");
+  const std::string md = recommendations_markdown(r);
+  EXPECT_NE(md.find("largest measured, limit not reached; predicted to fit up to batch 35"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("limit not reached: every measured configuration fits"), std::string::npos);
+  EXPECT_NE(recommendations_csv(r).find(",predicted_batch,"), std::string::npos);
 }
 
 TEST(Recommend, UserErrors) {
