@@ -478,24 +478,42 @@ std::string GroupRecommendation::label() const {
   return axes.empty() ? model : model + " (" + axes + ")";
 }
 
-Recommendation recommend(const std::vector<Results>& results, const RecommendOptions& options) {
+namespace {
+
+std::vector<Measured> measure_all(const std::vector<Results>& results) {
   std::vector<Measured> rows;
   // The row that counts for each point (after a --force re-run, the new one), as in
   // `sweep report` and `sweep compare`.
   for (const auto& res : results)
     for (const Row* row : latest_per_point(res).rows) rows.push_back(measure(*row));
+  return rows;
+}
 
+Target target_of(const std::vector<Measured>& rows, const RecommendOptions& options,
+                 OnTarget& on_target) {
+  Target t = resolve_target(rows, options, on_target);
+  t.usable_bytes = usable_bytes(t.memory_bytes, t.margin, t.context_bytes);
+  if (t.usable_bytes <= 0)
+    throw UserError("", 0, "", "no usable memory: " + format_bytes(static_cast<double>(t.memory_bytes)) +
+                                   " x (1 - margin " + std::to_string(t.margin) + ") - context " +
+                                   format_bytes(static_cast<double>(t.context_bytes)) + " <= 0",
+                    "give a larger --memory-gib, or a smaller --margin or --context-gib");
+  return t;
+}
+
+}  // namespace
+
+Target card_target(const std::vector<Results>& results, const RecommendOptions& options) {
+  OnTarget on_target;
+  return target_of(measure_all(results), options, on_target);
+}
+
+Recommendation recommend(const std::vector<Results>& results, const RecommendOptions& options) {
+  const std::vector<Measured> rows = measure_all(results);
   Recommendation r;
   OnTarget on_target;
-  r.target = resolve_target(rows, options, on_target);
-  r.target.usable_bytes =
-      usable_bytes(r.target.memory_bytes, r.target.margin, r.target.context_bytes);
+  r.target = target_of(rows, options, on_target);
   r.effective_batch = options.effective_batch;
-  if (r.target.usable_bytes <= 0)
-    throw UserError("", 0, "", "no usable memory: " + format_bytes(static_cast<double>(r.target.memory_bytes)) +
-                                   " x (1 - margin " + std::to_string(r.target.margin) + ") - context " +
-                                   format_bytes(static_cast<double>(r.target.context_bytes)) + " <= 0",
-                    "give a larger --memory-gib, or a smaller --margin or --context-gib");
 
   std::set<std::string> devices;
   std::vector<std::string> order;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -131,6 +132,11 @@ struct Recommendation {
 // floor(memory x (1 - margin)) - context, memory being what CUDA reports for the card.
 int64_t usable_bytes(int64_t memory, double margin, int64_t context);
 
+// The card recommended (or reported) for, its context allowance and usable memory, by the
+// rule above; `sweep report --gpu/--memory-gib` draws the same line. Throws UserError for an
+// unknown --gpu, results that do not say which card, or no usable memory.
+Target card_target(const std::vector<Results>& results, const RecommendOptions& options);
+
 // The analysis. Throws UserError for an unknown --gpu or results that do not say
 // which card to recommend for, UserError for a malformed cell.
 Recommendation recommend(const std::vector<Results>& results, const RecommendOptions& options);
@@ -138,6 +144,11 @@ Recommendation recommend(const std::vector<Results>& results, const RecommendOpt
 // Printers over one field list (recommend_report.cc).
 std::string recommendations_markdown(const Recommendation& r);
 std::string recommendations_csv(const Recommendation& r);
+
+// Adds the card options shared by `recommend` and `report` (--gpu, --memory-gib, --margin,
+// --context-gib) to cmd; call the returned function in the callback to copy the optional
+// ones into options.
+std::function<void()> add_card_options(CLI::App* cmd, RecommendOptions& options);
 
 // `sweep recommend RESULTS_DIR... [--gpu NAME | --memory-gib N] [--margin F]
 //  [--effective-batch N] [--context-gib X] [--out DIR]`

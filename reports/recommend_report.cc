@@ -314,11 +314,32 @@ const CLI::Validator kMemoryGib(
     },
     "GIB", "GiB");
 
+std::function<void()> add_card_options(CLI::App* cmd, RecommendOptions& options) {
+  struct Given {
+    double memory_gib = 0, context_gib = 0;
+  };
+  auto given = std::make_shared<Given>();
+  auto* gpu = cmd->add_option("--gpu", options.gpu,
+                              "The card, from the GPU table (e.g. rtx3060, a100-80gb)");
+  auto* mem = cmd->add_option("--memory-gib", given->memory_gib, "A card of this memory, as CUDA reports it")
+                  ->check(kMemoryGib);
+  gpu->excludes(mem);
+  cmd->add_option("--margin", options.margin, "Fraction of the card's memory kept free")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 0.95));
+  auto* ctx = cmd->add_option("--context-gib", given->context_gib,
+                              "Memory outside the allocator (default: measured, else 0.5 on CUDA)")
+                  ->check(kMemoryGib);
+  return [given, mem, ctx, &options] {
+    if (mem->count()) options.memory_gib = given->memory_gib;
+    if (ctx->count()) options.context_gib = given->context_gib;
+  };
+}
+
 void register_recommend_command(CLI::App& app, int& exit_code) {
   struct Args {
     std::vector<std::string> inputs;
     RecommendOptions options;
-    double memory_gib = 0, context_gib = 0;
     int64_t effective_batch = 0;
     std::string out;
   };
@@ -326,28 +347,17 @@ void register_recommend_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand(
       "recommend", "What fits a GPU's memory and which configuration is fastest, from results");
   cmd->add_option("results", a->inputs, "Results directories (or results.csv files)")->required();
-  auto* gpu = cmd->add_option("--gpu", a->options.gpu,
-                              "Recommend for this card of the GPU table (e.g. rtx3060, a100-80gb)");
-  auto* mem = cmd->add_option("--memory-gib", a->memory_gib, "Recommend for a card of this memory")
-                  ->check(kMemoryGib);
-  gpu->excludes(mem);
-  cmd->add_option("--margin", a->options.margin, "Fraction of memory kept free")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 0.95));
+  auto card = add_card_options(cmd, a->options);
   auto* eff = cmd->add_option("--effective-batch", a->effective_batch,
                               "Micro-batch x accumulation to reach")
                   ->check(CLI::PositiveNumber);
-  auto* ctx = cmd->add_option("--context-gib", a->context_gib,
-                              "Memory outside the allocator (default: measured, else 0.5 on CUDA)")
-                  ->check(kMemoryGib);
   cmd->add_option("--out", a->out,
                   "Where to write recommendations.{md,csv} (default: beside the "
                   "first results.csv)");
-  cmd->callback([a, mem, eff, ctx, &exit_code] {
+  cmd->callback([a, eff, card, &exit_code] {
+    card();
     RecommendOptions o = a->options;
-    if (mem->count()) o.memory_gib = a->memory_gib;
     if (eff->count()) o.effective_batch = a->effective_batch;
-    if (ctx->count()) o.context_gib = a->context_gib;
     exit_code = run_guarded([&] { return run_recommend(a->inputs, o, a->out); });
   });
 }

@@ -232,6 +232,10 @@ void write_text(const fs::path& path, const std::string& text) {
 
 }  // namespace
 
+bool Group::fits(const Point& p) const {
+  return usable_bytes > 0 && p.ok() && p.peak_reserved && *p.peak_reserved <= usable_bytes;
+}
+
 std::string Point::technique() const {
   return precision + " / " + checkpointing + " / acc " + std::to_string(accumulation) + " / " +
          optimizer + (adapter == "lora" ? " / lora r" + lora_r : "");
@@ -249,27 +253,27 @@ std::vector<Group> make_groups(const std::vector<Point>& points) {
   std::vector<Group> groups;
   std::unordered_map<std::string, std::size_t> index;  // model + shape -> group
   for (const Point& p : points) {
-    auto [it, fresh] = index.emplace(p.model + '\x1f' + p.shape, groups.size());
+    // Train and eval rows are sections of their own (an eval batch is another question).
+    auto [it, fresh] = index.emplace(p.model + '\x1f' + p.shape + '\x1f' + p.mode, groups.size());
     if (fresh) {
       groups.push_back(Group{.model = p.model, .shape = p.shape});
-      groups.back().stem = slug(p.shape.empty() ? p.model : p.model + "-" + p.shape);
+      groups.back().stem = slug((p.shape.empty() ? p.model : p.model + "-" + p.shape) +
+                                (p.mode == "eval" ? "-eval" : ""));
     }
     groups[it->second].points.push_back(p);
   }
   for (Group& g : groups) {
-    std::vector<std::string> modes, allocs, budgets, memories;
+    std::vector<std::string> allocs, budgets, memories;
     for (const Point& p : g.points) {
-      modes.push_back(p.mode);
       allocs.push_back(p.alloc_conf);
       budgets.push_back(fixed(p.budget_bytes, 0));
     }
-    g.mode = most_common(modes);
+    g.mode = g.points.front().mode;
     g.alloc_conf = most_common(allocs);
     std::string budget = most_common(budgets);
     std::vector<Point> kept;
     for (const Point& p : g.points)
-      if (p.mode == g.mode && p.alloc_conf == g.alloc_conf && fixed(p.budget_bytes, 0) == budget)
-        kept.push_back(p);
+      if (p.alloc_conf == g.alloc_conf && fixed(p.budget_bytes, 0) == budget) kept.push_back(p);
     g.left_out = static_cast<int>(g.points.size() - kept.size());
     g.points = std::move(kept);
     const Point* emulated = nullptr;
@@ -278,7 +282,8 @@ std::vector<Group> make_groups(const std::vector<Point>& points) {
       if (p.budget_emulated) emulated = &p;
     }
     g.budget_bytes = std::stod(budget);
-    if (g.budget_bytes > 0) {
+    g.budget_enforced = g.budget_bytes > 0;
+    if (g.budget_enforced) {
       g.budget_title = "budget " + gib(g.budget_bytes) + " GiB" + (emulated ? " (emulated)" : "");
     } else if (!memories.empty()) {
       g.budget_bytes = std::stod(most_common(memories));
@@ -345,10 +350,43 @@ void add_plot(Document& doc, bool drawn, const std::string& stem, const std::str
 
 }  // namespace report
 
-int write_report(const std::string& results_dir, const std::string& out_dir_in) {
+namespace report {
+namespace {
+
+// Each group's usable line (see Group::usable_bytes); throws UserError before any write.
+void set_usable(std::vector<Group>& groups, const Results& res, const ReportOptions& options) {
+  const bool card = !options.card.gpu.empty() || options.card.memory_gib;
+  std::optional<Target> given;
+  if (card) given = card_target({res}, options.card);
+  std::map<double, Target> by_memory;  // the measuring devices' memory -> their target
+  for (Group& g : groups) {
+    if (given) {
+      g.usable_bytes = static_cast<double>(given->usable_bytes);
+      g.usable_title = "usable on " + given->name + ": " + gib(g.usable_bytes) + " GiB";
+    } else if (g.budget_enforced) {
+      g.usable_bytes = g.budget_bytes;  // enforced while measuring: already the usable memory
+      g.usable_title = g.budget_title;
+    } else if (g.budget_bytes > 0) {
+      RecommendOptions o = options.card;
+      o.memory_gib = g.budget_bytes / kGiB;
+      auto it = by_memory.find(g.budget_bytes);
+      if (it == by_memory.end()) it = by_memory.emplace(g.budget_bytes, card_target({res}, o)).first;
+      g.usable_bytes = static_cast<double>(it->second.usable_bytes);
+      g.usable_title = "usable: " + gib(g.usable_bytes) + " of " + gib(g.budget_bytes) + " GiB";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace report
+
+int write_report(const std::string& results_dir, const std::string& out_dir_in,
+                 const ReportOptions& options) {
   namespace fs = std::filesystem;
   Results res = read_results(results_dir);
   std::vector<report::Point> points = report::parse_points(res);  // throws before any write
+  std::vector<report::Group> groups = report::make_groups(points);
+  report::set_usable(groups, res, options);
   fs::path out_dir = out_dir_in.empty() ? fs::path(res.path).parent_path() : fs::path(out_dir_in);
   if (out_dir.empty()) out_dir = ".";
   fs::create_directories(out_dir);
@@ -362,15 +400,13 @@ int write_report(const std::string& results_dir, const std::string& out_dir_in) 
   }
   report::failures(doc, points);
   report::search_section(doc, points);
-  for (const report::Group& g : report::make_groups(points)) {
+  for (const report::Group& g : groups) {
     doc.heading(2, g.title());
     if (g.left_out > 0)
       doc.paragraph(
           std::to_string(g.left_out) +
-          " points with another mode, allocator setting or "
-          "budget are not shown; compared here: mode " +
-          g.mode + (g.alloc_conf.empty() ? ", default allocator" : ", alloc_conf " + g.alloc_conf) +
-          ".");
+          " points with another allocator setting or budget are not shown; compared here: " +
+          (g.alloc_conf.empty() ? "the default allocator" : "alloc_conf " + g.alloc_conf) + ".");
     report::memory_section(doc, plotter, g);
     report::technique_section(doc, plotter, g);
     report::breakdown_section(doc, plotter, g);
@@ -390,6 +426,7 @@ int write_report(const std::string& results_dir, const std::string& out_dir_in) 
 void register_report_command(CLI::App& app, int& exit_code) {
   struct Options {
     std::string results_dir, out_dir;
+    ReportOptions report;
   };
   auto opts = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand(
@@ -397,8 +434,11 @@ void register_report_command(CLI::App& app, int& exit_code) {
   cmd->add_option("RESULTS_DIR", opts->results_dir, "directory holding results.csv (or the file)")
       ->required();
   cmd->add_option("--out", opts->out_dir, "where to write the report (default: RESULTS_DIR)");
-  cmd->callback([opts, &exit_code] {
-    exit_code = run_guarded([&] { return write_report(opts->results_dir, opts->out_dir); });
+  auto card = add_card_options(cmd, opts->report.card);
+  cmd->callback([opts, card, &exit_code] {
+    card();
+    exit_code = run_guarded(
+        [&] { return write_report(opts->results_dir, opts->out_dir, opts->report); });
   });
 }
 

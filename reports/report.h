@@ -7,6 +7,8 @@
 
 #include <string>
 
+#include "reports/recommend.h"
+
 namespace CLI {
 class App;
 }
@@ -18,9 +20,16 @@ namespace sweep::reports {
 // before anything is written, so bad input throws UserError and leaves out_dir alone.
 // Without gnuplot the tables and plot data are still written and a note says how to get
 // it. Returns 0.
-int write_report(const std::string& results_dir, const std::string& out_dir = "");
+// With a card (options.gpu or options.memory_gib), the memory charts draw its usable memory
+// by the one rule of recommend.h and the tables say which points fit it.
+struct ReportOptions {
+  RecommendOptions card;
+};
+int write_report(const std::string& results_dir, const std::string& out_dir = "",
+                 const ReportOptions& options = {});
 
-// Adds `report RESULTS_DIR [--out DIR]`. On bad input it prints `file:line: message` and a
+// Adds `report RESULTS_DIR [--out DIR] [--gpu NAME | --memory-gib N] [--margin F]
+// [--context-gib X]`. On bad input it prints `file:line: message` and a
 // `hint:` line to stderr and sets exit_code to 2; otherwise exit_code = 0.
 void register_report_command(CLI::App& app, int& exit_code);
 

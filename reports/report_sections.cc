@@ -151,44 +151,51 @@ std::vector<Field<Point>> technique_fields() {
 void memory_section(Document& doc, Plotter& plotter, const Group& g) {
   Selection sel = select_lines(g);
   doc.heading(3, "Peak memory vs batch size");
+  // Peak reserved: what the caching allocator held, the number the one rule for "fits" reads
+  // (recommend.h); allocated is in the table beside it.
   LineChart chart =
-      batch_chart(g, sel, "-memory", "peak allocated memory", "peak allocated memory (GiB)");
+      batch_chart(g, sel, "-memory", "peak reserved memory", "peak reserved memory (GiB)");
   Series oom = red_crosses("out of memory");
   Series skipped{.title = "skipped: smaller batch already out of memory",
                  .color = "#ff7f0e",
                  .point_type = 6,
                  .point_size = 2,
                  .lines = false};
-  double budget = to_gib(g.budget_bytes);
+  // Failures with no peak are drawn at the limit they ran into.
+  const double limit = to_gib(g.budget_bytes > 0 ? g.budget_bytes : g.usable_bytes);
   for (const std::string& pair : sel.pairs) {
     Series line;
     for (const Point& p : sel.points) {
       if (p.pair() != pair) continue;
       if (line.title.empty()) line = pair_series(p);
-      if (p.ok() && p.peak_allocated) line.points.emplace_back(p.batch, to_gib(*p.peak_allocated));
+      if (p.ok() && p.peak_reserved) line.points.emplace_back(p.batch, to_gib(*p.peak_reserved));
       // An OOM is drawn at the peak it reached before failing, when the worker knew it.
-      if (p.status == "oom")
-        oom.points.emplace_back(p.batch, p.peak_allocated && *p.peak_allocated > 0
-                                             ? to_gib(*p.peak_allocated)
-                                             : budget);
-      if (p.status == "skipped" && p.out_of_memory()) skipped.points.emplace_back(p.batch, budget);
+      if (p.status == "oom") {
+        std::optional<double> reached = p.peak_reserved ? p.peak_reserved : p.peak_allocated;
+        oom.points.emplace_back(p.batch, reached && *reached > 0 ? to_gib(*reached) : limit);
+      }
+      if (p.status == "skipped" && p.out_of_memory()) skipped.points.emplace_back(p.batch, limit);
     }
     chart.series.push_back(line);
   }
   chart.series.push_back(oom);
   chart.series.push_back(skipped);
-  if (g.budget_bytes > 0) {
-    chart.hline = budget;
-    chart.hline_title = g.budget_title;
+  if (g.usable_bytes > 0) {
+    chart.hline = to_gib(g.usable_bytes);
+    chart.hline_title = g.usable_title;
   }
   add_plot(doc, plotter.draw(chart), chart.stem, chart.title);
   std::string caption =
       "One line per precision / checkpointing (dashed: checkpointing). Held fixed: " + sel.held +
       ".";
+  if (g.usable_bytes > 0)
+    caption += " A point fits where its line is under the grey line (" + g.usable_title +
+               "): peak reserved memory within the card's memory less the margin and the CUDA "
+               "context, the rule `sweep recommend` and `sweep fit` use.";
   if (!oom.points.empty())
     caption +=
         " A red cross marks an out-of-memory point, at the peak it reached before failing when "
-        "known (that peak is in the table), else at the budget.";
+        "known (that peak is in the table), else at the limit it ran into.";
   if (!skipped.points.empty())
     caption +=
         " An open circle marks a point skipped because a smaller batch of the same configuration "
@@ -209,6 +216,10 @@ void memory_section(Document& doc, Plotter& plotter, const Group& g) {
     if (!p.ok() || !p.peak_allocated || it == batch1.end()) return std::string();
     return fixed(*p.peak_allocated / it->second, 2) + "×";
   }));
+  if (g.usable_bytes > 0)
+    fields.push_back({.header = "fits", .cell = [&g](const Point& p) {
+                        return !p.ok() ? std::string() : g.fits(p) ? "yes" : "no";
+                      }});
   doc.table(make_table(fields, sel.points));
 }
 
@@ -246,12 +257,10 @@ void technique_section(Document& doc, Plotter& plotter, const Group& g) {
     Panel speed_panel{.xlabel = "throughput (tokens/s)"};
     Segment mem{.title = "peak allocated", .color = palette(0)};
     Segment tps{.title = "tokens/s", .color = palette(2)};
-    double max_mem = 0;
     for (const Point& p : pts) {
       chart.labels.push_back(p.technique());
       bool has_mem = p.ok() && p.peak_allocated;
       mem.values.push_back(has_mem ? to_gib(*p.peak_allocated) : kMissing);
-      if (has_mem) max_mem = std::max(max_mem, to_gib(*p.peak_allocated));
       tps.values.push_back(p.ok() && p.tokens_per_s ? *p.tokens_per_s : kMissing);
       std::string failed = p.ok() ? "" : p.out_of_memory() ? "out of memory" : p.status;
       auto s = saving(p);
@@ -266,12 +275,6 @@ void technique_section(Document& doc, Plotter& plotter, const Group& g) {
     }
     memory.segments.push_back(mem);
     speed_panel.segments.push_back(tps);
-    // The budget line helps when it is near the bars; far above, it would flatten them.
-    double budget = to_gib(g.budget_bytes);
-    if (g.budget_bytes > 0 && budget <= 2.5 * max_mem) {
-      memory.vline = budget;
-      memory.vline_title = g.budget_title;
-    }
     chart.panels = {memory, speed_panel};
     doc.heading(4, "Batch " + std::to_string(batch));
     add_plot(doc, plotter.draw(chart), chart.stem, chart.title);
@@ -284,11 +287,12 @@ void technique_section(Document& doc, Plotter& plotter, const Group& g) {
     fields.erase(fields.begin());  // the batch is in the heading
     fields.push_back(right<Point>(
         "peak allocated (GiB)", [](const Point& p) { return gib(p.peak_allocated); }, true));
+    // The chart's sign convention: a change against the baseline, negative memory is a saving.
     fields.push_back(right<Point>(
-        "memory saved",
+        "memory change",
         [&](const Point& p) {
           auto s = saving(p);
-          return &p == base ? "baseline" : s ? percent(*s) : "";
+          return &p == base ? "baseline" : s ? signed_percent(-*s) : "";
         },
         base != nullptr));
     fields.push_back(right<Point>(

@@ -54,9 +54,20 @@ struct Group {
   std::string mode, alloc_conf;
   std::vector<Point> points;
   int left_out = 0;
-  double budget_bytes = 0;   // the budget line: budget_bytes, or the device's memory
+  double budget_bytes = 0;   // the budget the rows ran under, or the device's memory
   std::string budget_title;  // "budget 24.00 GiB (emulated)"
-  std::string title() const { return shape.empty() ? model : model + ", " + shape; }
+  bool budget_enforced = false;  // budget_bytes is a budget the rows ran under
+  // The line a point's peak *reserved* memory must stay under to fit, by the one rule
+  // (recommend.h usable_bytes): the card given to `report --gpu/--memory-gib`, else the
+  // budget the rows ran under (enforced: it is already what was usable), else the measuring
+  // device's usable memory. 0: unknown.
+  double usable_bytes = 0;
+  std::string usable_title;  // "usable on RTX 3060: 10.29 GiB"
+  std::string title() const {
+    std::string t = shape.empty() ? model : model + ", " + shape;
+    return mode == "eval" ? t + " (eval)" : t;
+  }
+  bool fits(const Point& p) const;  // p ran and its peak reserved is within usable_bytes
 };
 
 std::vector<Group> make_groups(const std::vector<Point>& points);
