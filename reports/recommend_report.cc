@@ -49,12 +49,16 @@ struct OutField {
   std::string_view name;   // CSV header
   std::string_view title;  // Markdown header
   std::function<std::string(const Line&)> get;
+  std::function<std::string(const Line&)> shown = {};  // Markdown text, when not get's number
 };
+
+// A size for people: MiB under 1 GiB, with its unit (the CSV keeps GiB numbers).
+std::string size_text(int64_t bytes) { return format_bytes(static_cast<double>(bytes)); }
 
 // clang-format off
 const std::vector<OutField> kFields = {
   {"target", "target", [](const Line& l) { return l.target; }},
-  {"usable_gib", "usable GiB", [](const Line& l) { return gib(static_cast<double>(l.usable)); }},
+  {"usable_gib", "usable", [](const Line& l) { return gib(static_cast<double>(l.usable)); }, [](const Line& l) { return size_text(l.usable); }},
   {"kind", "kind", [](const Line& l) { return l.kind; }},
   {"model", "model", [](const Line& l) { return l.group->model; }},
   {"seq", "seq", [](const Line& l) { return l.group->seq; }},
@@ -70,8 +74,10 @@ const std::vector<OutField> kFields = {
   {"optimizer", "optimizer", [](const Line& l) { return with_choice(l, [](auto& c) { return c.optimizer; }); }},
   {"alloc_conf", "alloc_conf", [](const Line& l) { return with_choice(l, [](auto& c) { return c.alloc_conf; }); }},
   {"tokens_per_s", "tokens/s", [](const Line& l) { return with_choice(l, [](auto& c) { return c.tokens_per_s > 0 ? rate(c.tokens_per_s) : std::string(); }); }},
-  {"peak_reserved_gib", "peak reserved GiB", [](const Line& l) { return with_choice(l, [](auto& c) { return c.status == "ok" ? gib(static_cast<double>(c.peak_reserved_bytes)) : std::string(); }); }},
-  {"headroom_gib", "headroom GiB", [](const Line& l) { return with_choice(l, [&](auto& c) { return c.status == "ok" ? gib(static_cast<double>(l.usable - c.peak_reserved_bytes)) : std::string(); }); }},
+  {"peak_reserved_gib", "peak reserved", [](const Line& l) { return with_choice(l, [](auto& c) { return c.status == "ok" ? gib(static_cast<double>(c.peak_reserved_bytes)) : std::string(); }); },
+   [](const Line& l) { return with_choice(l, [](auto& c) { return c.status == "ok" ? size_text(c.peak_reserved_bytes) : std::string(); }); }},
+  {"headroom_gib", "headroom", [](const Line& l) { return with_choice(l, [&](auto& c) { return c.status == "ok" ? gib(static_cast<double>(l.usable - c.peak_reserved_bytes)) : std::string(); }); },
+   [](const Line& l) { return with_choice(l, [&](auto& c) { return c.status == "ok" ? size_text(l.usable - c.peak_reserved_bytes) : std::string(); }); }},
   {"status", "status", [](const Line& l) { return with_choice(l, [](auto& c) { return c.status; }); }},
   {"inferred", "inferred", [](const Line& l) { return with_choice(l, [](auto& c) { return std::string(c.inferred ? "1" : "0"); }); }},
   {"predicted_batch", "predicted batch", [](const Line& l) { return with_choice(l, [](auto& c) { return c.predicted_batch ? std::to_string(*c.predicted_batch) : std::string(); }); }},
@@ -165,7 +171,10 @@ std::string md_table(const std::vector<Line>& all, const std::vector<std::string
   for (const auto& l : all) {
     if (std::find(kinds.begin(), kinds.end(), l.kind) == kinds.end()) continue;
     auto& row = rows.emplace_back();
-    for (auto n : names) row.push_back(field(n).get(l));
+    for (auto n : names) {
+      const OutField& f = field(n);
+      row.push_back(f.shown ? f.shown(l) : f.get(l));
+    }
   }
   if (rows.empty()) return "Nothing fits.\n\n";
   return markdown_table(make_table(headers, align, keep, std::move(rows))) + "\n";
@@ -176,8 +185,7 @@ std::string cross_gpu_table(const Recommendation& r) {
   if (r.columns.empty()) return "";
   std::vector<std::string> headers = {"model"};
   for (const auto& c : r.columns)
-    headers.push_back(c.name + " (" + fixed(static_cast<double>(c.memory_bytes) / kGiB, 0) +
-                      " GiB)");
+    headers.push_back(c.name + " (" + size_text(c.memory_bytes) + ")");
   std::vector<std::vector<std::string>> rows;
   for (std::size_t i = 0; i < r.groups.size(); ++i) {
     auto& row = rows.emplace_back(1, r.groups[i].label());
@@ -211,12 +219,11 @@ std::string recommendations_markdown(const Recommendation& r) {
   const Target& t = r.target;
   const auto all = lines(r);
   std::ostringstream s;
-  s << "# Recommendations for " << t.name << " (" << gib(static_cast<double>(t.memory_bytes))
-    << " GiB)\n\n"
-    << "Usable memory: " << gib(static_cast<double>(t.memory_bytes)) << " GiB x (1 - "
-    << fixed(t.margin, 2) << ") - " << gib(static_cast<double>(t.context_bytes)) << " GiB context ("
-    << t.context_source << ") = " << gib(static_cast<double>(t.usable_bytes))
-    << " GiB. A configuration fits when its peak reserved memory is at most that.\n\n";
+  s << "# Recommendations for " << t.name << " (" << size_text(t.memory_bytes) << ")\n\n"
+    << "Usable memory: " << size_text(t.memory_bytes) << " x (1 - " << fixed(t.margin, 2) << ") - "
+    << size_text(t.context_bytes) << " context (" << t.context_source << ") = "
+    << size_text(t.usable_bytes)
+    << ". A configuration fits when its peak reserved memory is at most that.\n\n";
   for (std::size_t i = 0; i < r.notes.size(); ++i)
     s << (i ? ">\n> " : "> ") << r.notes[i] << (i + 1 == r.notes.size() ? "\n\n" : "\n");
   std::vector<std::string_view> who = {"model", "seq", "target_seq", "audio_s", "configuration"};
@@ -246,10 +253,9 @@ std::string recommendations_markdown(const Recommendation& r) {
     for (const auto& st : g.steps)
       steps.push_back({"closest-step", t.name, t.usable_bytes, &g, st.best, st.change});
     s << "## Nothing fits: " << g.label() << "\n\n"
-      << "Nothing measured fits in " << gib(static_cast<double>(t.usable_bytes))
-      << " GiB. Closest: " << c.best->label() << " (" << c.change << "), "
-      << gib(static_cast<double>(c.best->peak_reserved_bytes - t.usable_bytes))
-      << " GiB over. The lowest measured peak using the changes in the order the guides "
+      << "Nothing measured fits in " << size_text(t.usable_bytes)
+      << ". Closest: " << c.best->label() << " (" << c.change << "), "
+      << size_text(c.best->peak_reserved_bytes - t.usable_bytes) << " over. The lowest measured peak using the changes in the order the guides "
          "recommend, each on top of the ones before:\n\n"
       << md_table(steps, {"closest-step"},
                   {"note", "configuration", "tokens_per_s", "peak_reserved_gib", "headroom_gib"});
@@ -259,8 +265,7 @@ std::string recommendations_markdown(const Recommendation& r) {
     for (const auto& d : r.measured_on) devices += (devices.empty() ? "" : ", ") + d;
     s << "## Across GPUs\n\n"
       << "Fastest fitting configuration per card of the GPU table, with the same margin and a "
-      << gib(static_cast<double>(r.column_context_bytes))
-      << " GiB context allowance. Memory transfers between cards; the throughput is as measured"
+      << size_text(r.column_context_bytes) << " context allowance. Memory transfers between cards; the throughput is as measured"
       << (devices.empty() ? std::string() : " on " + devices)
       << ". \"not measured\": every measured configuration fits that card, so the rows cannot "
          "say what is fastest on it (a larger batch, never run, may be); measure it with `sweep "

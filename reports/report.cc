@@ -152,7 +152,7 @@ std::string distinct(const std::vector<Point>& pts, Get get) {
 
 std::string budget_text(const Point& p) {
   if (p.budget_bytes <= 0) return "whole device";
-  return gib(p.budget_bytes) + " GiB" + (p.budget_emulated ? " (emulated)" : "");
+  return format_bytes(p.budget_bytes) + (p.budget_emulated ? " (emulated)" : "");
 }
 
 void header(Document& doc, const Results& res, const std::vector<Point>& pts) {
@@ -180,7 +180,7 @@ void header(Document& doc, const Results& res, const std::vector<Point>& pts) {
                                          ? std::string()
                                          : p.device_name +
                                                (p.device_memory_bytes
-                                                    ? " (" + gib(p.device_memory_bytes) + " GiB)"
+                                                    ? " (" + format_bytes(*p.device_memory_bytes) + ")"
                                                     : "");
                             }),
       "Memory budget: " + distinct(pts, budget_text),
@@ -276,6 +276,7 @@ std::vector<Group> make_groups(const std::vector<Point>& points) {
       if (p.alloc_conf == g.alloc_conf && fixed(p.budget_bytes, 0) == budget) kept.push_back(p);
     g.left_out = static_cast<int>(g.points.size() - kept.size());
     g.points = std::move(kept);
+    g.unit = unit_for(g.points);
     const Point* emulated = nullptr;
     for (const Point& p : g.points) {
       if (p.device_memory_bytes) memories.push_back(fixed(*p.device_memory_bytes, 0));
@@ -284,13 +285,28 @@ std::vector<Group> make_groups(const std::vector<Point>& points) {
     g.budget_bytes = std::stod(budget);
     g.budget_enforced = g.budget_bytes > 0;
     if (g.budget_enforced) {
-      g.budget_title = "budget " + gib(g.budget_bytes) + " GiB" + (emulated ? " (emulated)" : "");
+      g.budget_title = "budget " + format_bytes(g.budget_bytes) + (emulated ? " (emulated)" : "");
     } else if (!memories.empty()) {
       g.budget_bytes = std::stod(most_common(memories));
-      g.budget_title = "device memory " + gib(g.budget_bytes) + " GiB";
+      g.budget_title = "device memory " + format_bytes(g.budget_bytes);
     }
   }
   return groups;
+}
+
+MemoryUnit unit_for(const std::vector<Point>& points) {
+  double largest = 0;
+  for (const Point& p : points)
+    for (auto v : {p.peak_allocated, p.peak_reserved})
+      if (v) largest = std::max(largest, *v);
+  MemoryUnit u;
+  if (largest > 0 && largest < u.bytes) u = {.bytes = 1024.0 * 1024.0, .name = "MiB"};
+  return u;
+}
+
+std::string MemoryUnit::text(std::optional<double> b) const {
+  if (!b) return "";
+  return fixed(*b / bytes, name == "GiB" ? 2 : 1);
 }
 
 std::string gib(std::optional<double> bytes) {
@@ -362,7 +378,7 @@ void set_usable(std::vector<Group>& groups, const Results& res, const ReportOpti
   for (Group& g : groups) {
     if (given) {
       g.usable_bytes = static_cast<double>(given->usable_bytes);
-      g.usable_title = "usable on " + given->name + ": " + gib(g.usable_bytes) + " GiB";
+      g.usable_title = "usable on " + given->name + ": " + format_bytes(g.usable_bytes);
     } else if (g.budget_enforced) {
       g.usable_bytes = g.budget_bytes;  // enforced while measuring: already the usable memory
       g.usable_title = g.budget_title;
@@ -372,7 +388,7 @@ void set_usable(std::vector<Group>& groups, const Results& res, const ReportOpti
       auto it = by_memory.find(g.budget_bytes);
       if (it == by_memory.end()) it = by_memory.emplace(g.budget_bytes, card_target({res}, o)).first;
       g.usable_bytes = static_cast<double>(it->second.usable_bytes);
-      g.usable_title = "usable: " + gib(g.usable_bytes) + " of " + gib(g.budget_bytes) + " GiB";
+      g.usable_title = "usable: " + format_bytes(g.usable_bytes) + " of " + format_bytes(g.budget_bytes);
     }
   }
 }

@@ -11,11 +11,8 @@
 namespace sweep::reports::report {
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double kSmallActivationShare = 0.25;  // below this, checkpointing barely helps
 constexpr double kNoisyCv = 0.10;
-
-double to_gib(double bytes) { return bytes / kGiB; }
 
 int checkpointing_rank(const std::string& c) { return c == "none" ? 0 : c == "block" ? 1 : 2; }
 
@@ -154,7 +151,7 @@ void memory_section(Document& doc, Plotter& plotter, const Group& g) {
   // Peak reserved: what the caching allocator held, the number the one rule for "fits" reads
   // (recommend.h); allocated is in the table beside it.
   LineChart chart =
-      batch_chart(g, sel, "-memory", "peak reserved memory", "peak reserved memory (GiB)");
+      batch_chart(g, sel, "-memory", "peak reserved memory", g.unit.header("peak reserved memory"));
   Series oom = red_crosses("out of memory");
   Series skipped{.title = "skipped: smaller batch already out of memory",
                  .color = "#ff7f0e",
@@ -162,17 +159,17 @@ void memory_section(Document& doc, Plotter& plotter, const Group& g) {
                  .point_size = 2,
                  .lines = false};
   // Failures with no peak are drawn at the limit they ran into.
-  const double limit = to_gib(g.budget_bytes > 0 ? g.budget_bytes : g.usable_bytes);
+  const double limit = g.unit.of(g.budget_bytes > 0 ? g.budget_bytes : g.usable_bytes);
   for (const std::string& pair : sel.pairs) {
     Series line;
     for (const Point& p : sel.points) {
       if (p.pair() != pair) continue;
       if (line.title.empty()) line = pair_series(p);
-      if (p.ok() && p.peak_reserved) line.points.emplace_back(p.batch, to_gib(*p.peak_reserved));
+      if (p.ok() && p.peak_reserved) line.points.emplace_back(p.batch, g.unit.of(*p.peak_reserved));
       // An OOM is drawn at the peak it reached before failing, when the worker knew it.
       if (p.status == "oom") {
         std::optional<double> reached = p.peak_reserved ? p.peak_reserved : p.peak_allocated;
-        oom.points.emplace_back(p.batch, reached && *reached > 0 ? to_gib(*reached) : limit);
+        oom.points.emplace_back(p.batch, reached && *reached > 0 ? g.unit.of(*reached) : limit);
       }
       if (p.status == "skipped" && p.out_of_memory()) skipped.points.emplace_back(p.batch, limit);
     }
@@ -181,7 +178,7 @@ void memory_section(Document& doc, Plotter& plotter, const Group& g) {
   chart.series.push_back(oom);
   chart.series.push_back(skipped);
   if (g.usable_bytes > 0) {
-    chart.hline = to_gib(g.usable_bytes);
+    chart.hline = g.unit.of(g.usable_bytes);
     chart.hline_title = g.usable_title;
   }
   add_plot(doc, plotter.draw(chart), chart.stem, chart.title);
@@ -208,9 +205,9 @@ void memory_section(Document& doc, Plotter& plotter, const Group& g) {
       batch1[p.pair()] = *p.peak_allocated;
   auto fields = technique_fields();
   fields.push_back(right<Point>(
-      "peak allocated (GiB)", [](const Point& p) { return gib(p.peak_allocated); }, true));
-  fields.push_back(
-      right<Point>("peak reserved (GiB)", [](const Point& p) { return gib(p.peak_reserved); }));
+      g.unit.header("peak allocated"), [&g](const Point& p) { return g.unit.text(p.peak_allocated); }, true));
+  fields.push_back(right<Point>(g.unit.header("peak reserved"),
+                                [&g](const Point& p) { return g.unit.text(p.peak_reserved); }));
   fields.push_back(right<Point>("vs batch 1", [&batch1](const Point& p) {
     auto it = batch1.find(p.pair());
     if (!p.ok() || !p.peak_allocated || it == batch1.end()) return std::string();
@@ -253,14 +250,14 @@ void technique_section(Document& doc, Plotter& plotter, const Group& g) {
     BarChart chart{.stem = g.stem + "-techniques-b" + std::to_string(batch),
                    .title = g.title() + ", batch " + std::to_string(batch) +
                             ": memory and throughput by technique"};
-    Panel memory{.xlabel = "peak allocated memory (GiB)"};
+    Panel memory{.xlabel = g.unit.header("peak allocated memory")};
     Panel speed_panel{.xlabel = "throughput (tokens/s)"};
     Segment mem{.title = "peak allocated", .color = palette(0)};
     Segment tps{.title = "tokens/s", .color = palette(2)};
     for (const Point& p : pts) {
       chart.labels.push_back(p.technique());
       bool has_mem = p.ok() && p.peak_allocated;
-      mem.values.push_back(has_mem ? to_gib(*p.peak_allocated) : kMissing);
+      mem.values.push_back(has_mem ? g.unit.of(*p.peak_allocated) : kMissing);
       tps.values.push_back(p.ok() && p.tokens_per_s ? *p.tokens_per_s : kMissing);
       std::string failed = p.ok() ? "" : p.out_of_memory() ? "out of memory" : p.status;
       auto s = saving(p);
@@ -286,7 +283,7 @@ void technique_section(Document& doc, Plotter& plotter, const Group& g) {
     auto fields = technique_fields();
     fields.erase(fields.begin());  // the batch is in the heading
     fields.push_back(right<Point>(
-        "peak allocated (GiB)", [](const Point& p) { return gib(p.peak_allocated); }, true));
+        g.unit.header("peak allocated"), [&g](const Point& p) { return g.unit.text(p.peak_allocated); }, true));
     // The chart's sign convention: a change against the baseline, negative memory is a saving.
     fields.push_back(right<Point>(
         "memory change",
@@ -319,7 +316,7 @@ void breakdown_section(Document& doc, Plotter& plotter, const Group& g) {
     return;
   }
   std::sort(pts.begin(), pts.end(), by_technique);
-  auto part = [](std::optional<double> v) { return v ? to_gib(std::max(0.0, *v)) : 0.0; };
+  auto part = [&g](std::optional<double> v) { return v ? g.unit.of(std::max(0.0, *v)) : 0.0; };
   auto other = [](const Point& p) {
     double parts = p.weights.value_or(0) + p.grads.value_or(0) + p.optimizer_state.value_or(0) +
                    p.activations.value_or(0);
@@ -334,7 +331,7 @@ void breakdown_section(Document& doc, Plotter& plotter, const Group& g) {
 
   BarChart chart{.stem = g.stem + "-breakdown", .title = g.title() + ": where the memory goes"};
   chart.labels = short_labels(pts);
-  Panel panel{.xlabel = "memory at the peak (GiB)"};
+  Panel panel{.xlabel = g.unit.header("memory at the peak")};
   Segment w{"weights", "#0072b2", {}}, gr{"gradients", "#56b4e9", {}},
       o{"optimizer state", "#e69f00", {}}, a{"activations", "#009e73", {}},
       ot{"other allocated", "#cc79a7", {}}, ov{"allocator overhead", "#bbbbbb", {}};
@@ -343,8 +340,8 @@ void breakdown_section(Document& doc, Plotter& plotter, const Group& g) {
     gr.values.push_back(part(p.grads));
     o.values.push_back(part(p.optimizer_state));
     a.values.push_back(part(p.activations));
-    ot.values.push_back(to_gib(other(p)));
-    ov.values.push_back(to_gib(overhead(p)));
+    ot.values.push_back(g.unit.of(other(p)));
+    ov.values.push_back(g.unit.of(overhead(p)));
     panel.notes.push_back("activations " + percent(share(p)));
   }
   panel.segments = {w, gr, o, a};
@@ -405,18 +402,19 @@ void breakdown_section(Document& doc, Plotter& plotter, const Group& g) {
 
   auto fields = technique_fields();
   fields.pop_back();  // all ok
-  fields.push_back(right<Point>("weights (GiB)", [](const Point& p) { return gib(p.weights); }));
-  fields.push_back(right<Point>("gradients (GiB)", [](const Point& p) { return gib(p.grads); }));
-  fields.push_back(
-      right<Point>("optimizer state (GiB)", [](const Point& p) { return gib(p.optimizer_state); }));
+  const MemoryUnit& u = g.unit;
+  fields.push_back(right<Point>(u.header("weights"), [&u](const Point& p) { return u.text(p.weights); }));
+  fields.push_back(right<Point>(u.header("gradients"), [&u](const Point& p) { return u.text(p.grads); }));
+  fields.push_back(right<Point>(u.header("optimizer state"),
+                                [&u](const Point& p) { return u.text(p.optimizer_state); }));
   fields.push_back(right<Point>(
-      "activations (GiB)", [](const Point& p) { return gib(p.activations); }, true));
+      u.header("activations"), [&u](const Point& p) { return u.text(p.activations); }, true));
   if (any_other)
-    fields.push_back(right<Point>("other (GiB)", [&](const Point& p) { return gib(other(p)); }));
+    fields.push_back(right<Point>(u.header("other"), [&](const Point& p) { return u.text(other(p)); }));
   fields.push_back(
-      right<Point>("overhead (GiB)", [&](const Point& p) { return gib(overhead(p)); }));
+      right<Point>(u.header("overhead"), [&](const Point& p) { return u.text(overhead(p)); }));
   fields.push_back(right<Point>(
-      "peak allocated (GiB)", [](const Point& p) { return gib(p.peak_allocated); }, true));
+      u.header("peak allocated"), [&u](const Point& p) { return u.text(p.peak_allocated); }, true));
   fields.push_back(right<Point>(
       "activations share", [&](const Point& p) { return percent(share(p)); }, true));
   doc.table(make_table(fields, pts));
@@ -530,7 +528,7 @@ void search_section(Document& doc, const std::vector<Point>& points) {
   doc.paragraph("For each combination of the other axes, the search doubled the batch until it ran "
                 "out of memory, then bisected, each probe in its own worker; the jumps are steered by "
                 "the peaks the probes measured. Budget: the row's budget, or the whole device.");
-  std::vector<std::string> headers = {"model", "input", "technique", "largest batch", "peak GiB",
+  std::vector<std::string> headers = {"model", "input", "technique", "largest batch", "peak",
                                       "tokens/s", "first OOM", "probes", "note"};
   std::vector<Align> align = {Align::kLeft,  Align::kLeft,  Align::kLeft,  Align::kRight, Align::kRight,
                               Align::kRight, Align::kRight, Align::kRight, Align::kLeft};
@@ -539,10 +537,10 @@ void search_section(Document& doc, const std::vector<Point>& points) {
     const Point* any = a.first;
     rows.push_back({any->model, any->shape, any->mode == "eval" ? "eval / " + any->precision : any->technique(),
                     a.largest ? std::to_string(a.largest->batch) : "none",
-                    a.largest ? gib(a.largest->peak_allocated) : "",
+                    a.largest && a.largest->peak_allocated ? format_bytes(*a.largest->peak_allocated) : "",
                     a.largest && a.largest->tokens_per_s ? fixed(*a.largest->tokens_per_s, 0) : "",
                     a.first_oom ? std::to_string(*a.first_oom) : "", std::to_string(a.probes),
-                    a.failed.empty() ? (a.first_oom ? "" : "no OOM up to the search's limit") : a.failed});
+                    a.failed.empty() ? (a.first_oom ? "" : "largest measured: no OOM up to the search's limit") : a.failed});
   }
   doc.table(make_table(headers, align, std::vector<bool>(headers.size(), true), rows));
 }

@@ -49,11 +49,23 @@ std::vector<Point> parse_points(const Results& results);
 
 // The points of one model and input shape that are compared with each other: the most
 // common mode, allocator setting and budget; `left_out` counts the others.
+// The unit a group's memory is shown in, in its charts and tables: MiB when its largest
+// peak is under 1 GiB (a test model's 0.01 GiB says nothing), else GiB.
+struct MemoryUnit {
+  double bytes = 1024.0 * 1024.0 * 1024.0;
+  std::string name = "GiB";
+  double of(double b) const { return b / bytes; }
+  std::string text(std::optional<double> b) const;         // "12.89"; "" when unknown
+  std::string header(const std::string& what) const { return what + " (" + name + ")"; }
+};
+MemoryUnit unit_for(const std::vector<Point>& points);
+
 struct Group {
   std::string model, shape, stem;  // stem: file-name prefix, e.g. "gpt2-medium-seq1024"
   std::string mode, alloc_conf;
   std::vector<Point> points;
   int left_out = 0;
+  MemoryUnit unit;
   double budget_bytes = 0;   // the budget the rows ran under, or the device's memory
   std::string budget_title;  // "budget 24.00 GiB (emulated)"
   bool budget_enforced = false;  // budget_bytes is a budget the rows ran under

@@ -248,6 +248,21 @@ TEST(Report, DrawsSvgPngAndASelfContainedHtml) {
   EXPECT_NE(html.find("<td class=\"r\">12.89</td>"), std::string::npos);
 }
 
+TEST(Report, MemoryUnderOneGibIsShownInMib) {
+  report::Point small, large;
+  small.peak_allocated = 45.0 * 1024 * 1024;
+  small.peak_reserved = 47.5 * 1024 * 1024;
+  const report::MemoryUnit mib = report::unit_for({small});
+  EXPECT_EQ(mib.name, "MiB");
+  EXPECT_EQ(mib.text(small.peak_reserved), "47.5");
+  EXPECT_EQ(mib.header("peak reserved"), "peak reserved (MiB)");
+  large.peak_reserved = 1.5 * 1024 * 1024 * 1024;
+  const report::MemoryUnit gib = report::unit_for({small, large});  // one unit per group
+  EXPECT_EQ(gib.name, "GiB");
+  EXPECT_EQ(gib.text(large.peak_reserved), "1.50");
+  EXPECT_EQ(gib.text(std::nullopt), "");
+}
+
 TEST(Report, TheMemoryChartDrawsTheUsableLineOfTheOneRuleForAnyCard) {
   ScopedEnv no_gnuplot("SWEEP_GNUPLOT", "/nonexistent");
   {
