@@ -442,11 +442,14 @@ void throughput_section(Document& doc, Plotter& plotter, const Group& g) {
         line.points.emplace_back(p.batch, *p.tokens_per_s);
     }
     chart.series.push_back(line);
+    // Without an OOM above it, the largest batch that ran is only the largest measured.
     frontier_text.push_back(
         pair + ": " +
-        (largest_ok ? "fits up to batch " + std::to_string(largest_ok) : "no batch fit") +
+        (!largest_ok ? std::string("no batch fit")
+         : first_oom ? "fits up to batch " + std::to_string(largest_ok)
+                     : "largest measured batch " + std::to_string(largest_ok)) +
         (first_oom ? ", out of memory from batch " + std::to_string(*first_oom)
-                   : ", no out-of-memory seen") +
+                   : ", no out-of-memory seen (the limit was not reached)") +
         failed);
     if (!first_oom) continue;
     // The cross stands at the last throughput reached, joined to it by a dotted line.
@@ -463,7 +466,15 @@ void throughput_section(Document& doc, Plotter& plotter, const Group& g) {
   }
   chart.series.push_back(frontier);
   add_plot(doc, plotter.draw(chart), chart.stem, chart.title);
-  doc.paragraph("Tokens per second over all micro-batches. Held fixed: " + sel.held + "." +
+  // What a "token" is differs by family; the input shape names the family.
+  const std::string counted =
+      g.shape.rfind("audio", 0) == 0
+          ? " For Whisper a token is an encoder position: the conv stem makes 50 per second of "
+            "audio (1500 for 30 s), so tokens/s is samples/s x 50 x seconds."
+      : g.shape.find("target") != std::string::npos
+          ? " For T5 a token is an encoder or a decoder token: seq + target per sample."
+          : "";
+  doc.paragraph("Tokens per second over all micro-batches." + counted + " Held fixed: " + sel.held + "." +
                 (frontier.points.empty()
                      ? ""
                      : " A red cross marks the first batch that ran out of "

@@ -207,7 +207,7 @@ TEST(Report, ThroughputFrontierAndNoisyTimes) {
       << md;
   EXPECT_NE(md.find("- fp16-amp / none: fits up to batch 16, out of memory from batch 32\n"),
             std::string::npos);
-  EXPECT_NE(md.find("- bf16 / none: fits up to batch 16, no out-of-memory seen; batch 32: crash\n"),
+  EXPECT_NE(md.find("- bf16 / none: largest measured batch 16, no out-of-memory seen (the limit was not reached); batch 32: crash\n"),
             std::string::npos);
   // The fixture's fp16-amp batch-1 samples spread by 14% (stddev / mean of 3 samples).
   EXPECT_NE(md.find("at 1 point (up to 14%)"), std::string::npos);
@@ -246,6 +246,30 @@ TEST(Report, DrawsSvgPngAndASelfContainedHtml) {
     ++embedded;
   EXPECT_EQ(embedded, 16u);
   EXPECT_NE(html.find("<td class=\"r\">12.89</td>"), std::string::npos);
+}
+
+TEST(Report, ThroughputSaysWhatATokenIsForWhisperAndT5) {
+  ScopedEnv no_gnuplot("SWEEP_GNUPLOT", "/nonexistent");
+  TempDir dir;
+  auto said = [&](const std::string& model, const std::string& shape) {
+    report::Point p;
+    p.model = model;
+    p.shape = shape;
+    p.mode = "train";
+    p.status = "ok";
+    p.batch = 1;
+    p.precision = "fp32";
+    p.checkpointing = "none";
+    p.optimizer = "adamw";
+    p.tokens_per_s = 1500;
+    Document doc;
+    Plotter plotter(dir.str());
+    report::throughput_section(doc, plotter, report::make_groups({p}).front());
+    return doc.markdown();
+  };
+  EXPECT_NE(said("whisper-tiny", "audio 30 s").find("a token is an encoder position"), std::string::npos);
+  EXPECT_NE(said("t5-small", "seq 512, target 128").find("seq + target per sample"), std::string::npos);
+  EXPECT_EQ(said("gpt2", "seq 128").find("a token is"), std::string::npos);
 }
 
 TEST(Report, MemoryUnderOneGibIsShownInMib) {
