@@ -1,8 +1,10 @@
 // Known GPUs: memory and peak dense TFLOP/s from vendor datasheets. `recommend` uses the
 // memory to turn a card's name into a budget; the worker uses the peaks for MFU. A plain
-// data table (gpus.cc) with its sources; nothing here was measured.
+// data table (gpus.cc) with its sources; only reported_bytes was measured, on the cards
+// that were lent to this project.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -20,7 +22,15 @@ struct GpuSpec {
   double tf32_tflops = 0;
   double fp16_tflops = 0;
   double bf16_tflops = 0;
+  // Total memory as CUDA reports it (cudaMemGetInfo), where this project measured the card;
+  // 0 = never measured here.
+  int64_t reported_bytes = 0;
 };
+
+// The memory the rule for "fits" reads for a card of the table: as CUDA reports it where it
+// was measured, else as sold (a little more than CUDA will report: ECC and the driver's
+// reservation; `--memory-gib` with nvidia-smi's memory.total is exact).
+int64_t memory_bytes(const GpuSpec& gpu);
 
 // The table, in ascending memory.
 const std::vector<GpuSpec>& gpus();

@@ -161,7 +161,8 @@ Target resolve_target(const std::vector<Measured>& rows, const RecommendOptions&
     }
     t.name = g->name;
     t.gpu = g;
-    t.memory_bytes = std::llround(g->memory_gib * kGiB);
+    t.memory_bytes = memory_bytes(*g);
+    t.memory_as_sold = g->reported_bytes == 0;
     on_target = [g](const Measured& m) { return find_gpu(m.choice.measured_on) == g; };
   } else if (o.memory_gib) {
     if (!(*o.memory_gib > 0 && *o.memory_gib <= kMaxMemoryGib))
@@ -537,7 +538,7 @@ Recommendation recommend(const std::vector<Results>& results, const RecommendOpt
   // column per memory size; their context is the target's (or CUDA's default).
   r.column_context_bytes = r.target.cuda ? r.target.context_bytes : kDefaultCudaContextBytes;
   for (const auto& spec : gpus()) {
-    auto mem = std::llround(spec.memory_gib * kGiB);
+    auto mem = memory_bytes(spec);
     if (smallest_peak < 0 || mem < smallest_peak) continue;
     if (r.columns.empty() || r.columns.back().memory_bytes != mem)
       r.columns.push_back(

@@ -42,6 +42,7 @@ struct Target {
   std::string name;              // "RTX 3060", "12 GiB", or the measuring device's name
   const GpuSpec* gpu = nullptr;  // its table entry, when known
   int64_t memory_bytes = 0;
+  bool memory_as_sold = false;  // from the GPU table's capacity, not what CUDA reports
   double margin = 0;
   int64_t context_bytes = 0;
   std::string context_source;  // how context_bytes was chosen, for the report

@@ -220,7 +220,11 @@ std::string recommendations_markdown(const Recommendation& r) {
   const auto all = lines(r);
   std::ostringstream s;
   s << "# Recommendations for " << t.name << " (" << size_text(t.memory_bytes) << ")\n\n"
-    << "Usable memory: " << size_text(t.memory_bytes) << " x (1 - " << fixed(t.margin, 2) << ") - "
+    << "Usable memory: " << size_text(t.memory_bytes)
+    << (t.memory_as_sold ? " (as sold: CUDA reports a little less; --memory-gib with nvidia-smi's "
+                           "memory.total gives the exact figure)"
+                         : "")
+    << " x (1 - " << fixed(t.margin, 2) << ") - "
     << size_text(t.context_bytes) << " context (" << t.context_source << ") = "
     << size_text(t.usable_bytes)
     << ". A configuration fits when its peak reserved memory is at most that.\n\n";

@@ -74,7 +74,7 @@ Card resolve_card(const FitOptions& o) {
       throw UserError("", 0, "--gpu", "unknown GPU '" + o.gpu + "'",
                       "one of " + known + ", or give --memory-gib N");
     }
-    return {std::string(g->name), std::string(g->key), std::llround(g->memory_gib * kGiB)};
+    return {std::string(g->name), std::string(g->key), reports::memory_bytes(*g)};
   }
   const double gib = *o.memory_gib;
   if (!std::isfinite(gib) || gib <= 0 || gib > reports::kMaxMemoryGib)

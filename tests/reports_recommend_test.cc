@@ -278,6 +278,20 @@ TEST(Recommend, ALargestBatchNoOomBoundedIsTheLargestMeasuredWithAPrediction) {
   EXPECT_NE(recommendations_csv(r).find(",predicted_batch,"), std::string::npos);
 }
 
+TEST(Recommend, ACardsMemoryIsWhatCudaReportsWhereMeasuredElseAsSoldAndSaysSo) {
+  EXPECT_EQ(memory_bytes(*find_gpu("h100-80gb")), 85017493504);  // measured, 2026-11-22
+  EXPECT_EQ(memory_bytes(*find_gpu("rtx3060")), 12 * kGiBBytes);
+  RecommendOptions o;
+  o.gpu = "rtx3060";
+  auto r = run({"recommend_cpu.csv"}, o);
+  EXPECT_TRUE(r.target.memory_as_sold);
+  EXPECT_NE(recommendations_markdown(r).find("(as sold: CUDA reports a little less"), std::string::npos);
+  o.gpu = "h100-80gb";
+  r = run({"recommend_cpu.csv"}, o);
+  EXPECT_FALSE(r.target.memory_as_sold);
+  EXPECT_EQ(r.target.memory_bytes, 85017493504);
+}
+
 TEST(Recommend, UserErrors) {
   RecommendOptions o;
   o.gpu = "H100";  // which one?
