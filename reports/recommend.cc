@@ -65,6 +65,7 @@ Measured measure(const Row& r) {
   c.batch = as_int(r, column("batch"), 0);
   c.accumulation = as_int(r, column("accumulation"), 1);
   c.tokens_per_s = r.number(column("tokens_per_s")).value_or(0);
+  c.step_ms_cv = r.number(column("step_ms_cv")).value_or(0);
   c.status = r.at(column("status"));
   c.measured_on = r.at(column("device_name"));
   c.where = r.source + ":" + std::to_string(r.line);
@@ -454,6 +455,8 @@ int Choice::techniques() const {
          (!optimizer.empty() && optimizer != "adamw" && optimizer != "none") + !alloc_conf.empty() +
          !adapter.empty() + !use_cache;
 }
+
+bool Choice::noisy() const { return step_ms_cv > kNoisyStepCv; }
 
 std::string Choice::label() const {
   std::string s = precision + ", ";

@@ -57,6 +57,7 @@ struct Choice {
   bool use_cache = true;  // false: the model was called with use_cache=False
   int64_t batch = 0, accumulation = 1;
   double tokens_per_s = 0;
+  double step_ms_cv = 0;  // how much the step time varied between repetitions
   int64_t peak_reserved_bytes = 0;
   std::string status;       // of the row ("ok" unless an eval check found otherwise)
   std::string measured_on;  // device_name of the row
@@ -75,6 +76,7 @@ struct Choice {
   int techniques() const;
   // "bf16-amp, block, batch 8 x 4, adamw"
   std::string label() const;
+  bool noisy() const;  // step_ms_cv above kNoisyStepCv: its rank by throughput is unreliable
 };
 
 // One step of the "nothing fits" walk: the lowest peak the measured rows reach using the

@@ -79,6 +79,7 @@ const std::vector<OutField> kFields = {
   {"headroom_gib", "headroom", [](const Line& l) { return with_choice(l, [&](auto& c) { return c.status == "ok" ? gib(static_cast<double>(l.usable - c.peak_reserved_bytes)) : std::string(); }); },
    [](const Line& l) { return with_choice(l, [&](auto& c) { return c.status == "ok" ? size_text(l.usable - c.peak_reserved_bytes) : std::string(); }); }},
   {"status", "status", [](const Line& l) { return with_choice(l, [](auto& c) { return c.status; }); }},
+  {"step_ms_cv", "step CV", [](const Line& l) { return with_choice(l, [](auto& c) { return c.step_ms_cv > 0 ? fixed(c.step_ms_cv, 3) : std::string(); }); }},
   {"inferred", "inferred", [](const Line& l) { return with_choice(l, [](auto& c) { return std::string(c.inferred ? "1" : "0"); }); }},
   {"predicted_batch", "predicted batch", [](const Line& l) { return with_choice(l, [](auto& c) { return c.predicted_batch ? std::to_string(*c.predicted_batch) : std::string(); }); }},
   {"measured_on", "measured on", [](const Line& l) { return with_choice(l, [](auto& c) { return c.measured_on; }); }},
@@ -112,11 +113,17 @@ std::vector<Line> lines(const Recommendation& r) {
              "; measure it: " + g.measure_command;
     };
     if (g.fastest) {
-      add("fastest", g.fastest,
+      std::string note =
           g.limit_reached ? ""
                           : "limit not reached: every measured configuration fits, a larger "
                             "batch may fit and be faster; measure it: " +
-                                g.measure_command);
+                                g.measure_command;
+      if (g.fastest->noisy())
+        note += std::string(note.empty() ? "" : "; ") + "noisy: its step time varied " +
+                fixed(100 * g.fastest->step_ms_cv, 0) +
+                "% between repetitions, so its rank by throughput is not reliable (measure again "
+                "on an idle machine, or with more repetitions)";
+      add("fastest", g.fastest, note);
     } else if (g.closest_step >= 0) {
       const auto& s = g.steps[static_cast<std::size_t>(g.closest_step)];
       add("nothing-fits", s.best, "nothing fits; closest measured (" + s.change + ")");

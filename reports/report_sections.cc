@@ -1,6 +1,7 @@
 // The four per-group sections of the report. Each one builds a chart (plots.h) and a
 // table (markup.h) from the same points, so the picture and the numbers cannot disagree.
 #include "reports/report_sections.h"
+#include "reports/stats.h"
 
 #include <algorithm>
 #include <cmath>
@@ -12,7 +13,6 @@ namespace sweep::reports::report {
 namespace {
 
 constexpr double kSmallActivationShare = 0.25;  // below this, checkpointing barely helps
-constexpr double kNoisyCv = 0.10;
 
 int checkpointing_rank(const std::string& c) { return c == "none" ? 0 : c == "block" ? 1 : 2; }
 
@@ -484,7 +484,7 @@ void throughput_section(Document& doc, Plotter& plotter, const Group& g) {
   int noisy = 0;
   double worst = 0;
   for (const Point& p : sel.points)
-    if (p.ok() && p.step_ms_cv && *p.step_ms_cv > kNoisyCv) {
+    if (p.ok() && p.step_ms_cv && *p.step_ms_cv > kNoisyStepCv) {
       ++noisy;
       worst = std::max(worst, *p.step_ms_cv);
     }

@@ -9,6 +9,11 @@
 
 namespace sweep::reports {
 
+// A step time that varies more than this between repetitions (coefficient of variation)
+// is flagged noisy by every command that ranks or reports throughput (report, recommend,
+// fit, run's summary): a machine busy with something else, not a property of the point.
+inline constexpr double kNoisyStepCv = 0.10;
+
 // Median; NaN for an empty sample.
 double median(std::span<const double> values);
 

@@ -15,6 +15,7 @@
 #include "reports/gpus.h"
 #include "reports/recommend.h"
 #include "reports/results.h"
+#include "reports/stats.h"
 #include "sweeps/budget.h"
 #include "sweeps/config.h"
 #include "sweeps/env.h"
@@ -36,7 +37,6 @@ constexpr int kFitJsonVersion = 1;
 constexpr int kProbesPerSearch = 6;
 // A step time that varies more than this between repetitions (coefficient of variation) makes
 // a throughput ranking unreliable: the pick is flagged.
-constexpr double kNoisyCv = 0.10;
 
 bool has_cache(const models::ModelSpec& spec) { return spec.family == "gpt2" || spec.family == "t5"; }
 
@@ -365,7 +365,7 @@ int run_fit(const FitOptions& o) {
       why << " and reach an effective batch of " << *o.effective_batch << " (micro-batch " << choice->batch
           << " x accumulation " << choice->accumulation << (choice->accumulation > 1 ? ", measured as such" : "") << ")";
     if (t.largest && choice->batch < *t.largest) why << "; its largest batch is " << *t.largest;
-    if (choice->step_ms_cv > kNoisyCv)
+    if (choice->step_ms_cv > reports::kNoisyStepCv)
       why << ". Noisy: its step time varied " << std::lround(choice->step_ms_cv * 100)
           << "% between repetitions, so the ranking by throughput is not reliable; re-run on an idle "
              "machine, or with more repetitions (`sweep run " << out << "/fit.yaml --search max-batch --force` "
@@ -413,7 +413,7 @@ int run_fit(const FitOptions& o) {
                              {"optimizer", t.optimizer}, {"use_cache", t.use_cache},
                              {"batch", choice->batch}, {"accumulation", choice->accumulation},
                              {"tokens_per_s", choice->tokens_per_s}, {"step_ms_cv", choice->step_ms_cv},
-                             {"noisy", choice->step_ms_cv > kNoisyCv}, {"reason", reason}};
+                             {"noisy", choice->step_ms_cv > reports::kNoisyStepCv}, {"reason", reason}};
     } else {
       j["recommendation"] = nullptr;
     }

@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "reports/gpus.h"
 #include "reports/recommend.h"
@@ -22,6 +23,18 @@ constexpr int64_t kGiBBytes = int64_t{1} << 30;
 constexpr int64_t kMiBBytes = int64_t{1} << 20;
 
 std::string data(const std::string& name) { return std::string(SWEEP_TEST_DATA) + "/" + name; }
+
+// A fresh directory under /tmp, removed at the end of the test.
+struct TempDirForTest {
+  std::filesystem::path path;
+  explicit TempDirForTest(const std::string& name)
+      : path(std::filesystem::temp_directory_path() /
+             ("sweep_recommend_" + name + "_" + std::to_string(::getpid()))) {
+    sweep::remove_tree(path);
+    std::filesystem::create_directories(path);
+  }
+  ~TempDirForTest() { sweep::remove_tree(path); }
+};
 
 Recommendation run(std::vector<std::string> files, RecommendOptions o = {}) {
   std::vector<Results> results;
@@ -276,6 +289,35 @@ TEST(Recommend, ALargestBatchNoOomBoundedIsTheLargestMeasuredWithAPrediction) {
       << md;
   EXPECT_NE(md.find("limit not reached: every measured configuration fits"), std::string::npos);
   EXPECT_NE(recommendations_csv(r).find(",predicted_batch,"), std::string::npos);
+}
+
+TEST(Recommend, ANoisyWinnerIsFlagged) {
+  // recommend_cpu.csv with its fastest row's step time varying 25% between repetitions.
+  std::ifstream in(data("recommend_cpu.csv"));
+  std::string header, row1, row2;
+  std::getline(in, header);
+  std::getline(in, row1);
+  std::getline(in, row2);
+  auto set = [&](std::string row, const std::string& name, const std::string& value) {
+    std::vector<std::string> h, v;
+    std::stringstream hs(header), vs(row);
+    for (std::string x; std::getline(hs, x, ',');) h.push_back(x);
+    for (std::string x; std::getline(vs, x, ',');) v.push_back(x);
+    v.resize(h.size());
+    v[std::find(h.begin(), h.end(), name) - h.begin()] = value;
+    std::string out;
+    for (const auto& x : v) out += (out.empty() ? "" : ",") + x;
+    return out;
+  };
+  TempDirForTest dir("noisy");
+  std::ofstream(dir.path / "results.csv") << header << "\n" << row1 << "\n" << set(row2, "step_ms_cv", "0.25") << "\n";
+  const auto r = recommend({read_results((dir.path / "results.csv").string())}, {});
+  const auto& fastest = group(r, "gpt2", "128").fastest;
+  ASSERT_TRUE(fastest);
+  EXPECT_TRUE(fastest->noisy());
+  const std::string md = recommendations_markdown(r);
+  EXPECT_NE(md.find("noisy: its step time varied 25% between repetitions"), std::string::npos) << md;
+  EXPECT_NE(recommendations_csv(r).find(",0.250,"), std::string::npos);
 }
 
 TEST(Recommend, ACardsMemoryIsWhatCudaReportsWhereMeasuredElseAsSoldAndSaysSo) {
