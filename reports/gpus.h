@@ -1,7 +1,6 @@
 // Known GPUs: memory and peak dense TFLOP/s from vendor datasheets. `recommend` uses the
 // memory to turn a card's name into a budget; the worker uses the peaks for MFU. A plain
-// data table (gpus.cc) with its sources; only reported_bytes was measured, on the cards
-// that were lent to this project.
+// data table (gpus.cc) with its sources.
 #pragma once
 
 #include <cstdint>
@@ -22,13 +21,13 @@ struct GpuSpec {
   double tf32_tflops = 0;
   double fp16_tflops = 0;
   double bf16_tflops = 0;
-  // Total memory as CUDA reports it (cudaMemGetInfo), where this project measured the card;
-  // 0 = never measured here.
+  // Total memory as CUDA reports it (cudaMemGetInfo), where known: measured by this project,
+  // or from a PyTorch OOM message quoted in a public issue (sources in gpus.cc); 0 = unknown.
   int64_t reported_bytes = 0;
 };
 
-// The memory the rule for "fits" reads for a card of the table: as CUDA reports it where it
-// was measured, else as sold (a little more than CUDA will report: ECC and the driver's
+// The memory the rule for "fits" reads for a card of the table: as CUDA reports it where
+// known, else as sold (a little more than CUDA will report: ECC and the driver's
 // reservation; `--memory-gib` with nvidia-smi's memory.total is exact).
 int64_t memory_bytes(const GpuSpec& gpu);
 
