@@ -93,6 +93,7 @@ Point parse_point(const Row& r) {
   };
   for (auto [field, col] : text) *field = r.at(col);
   if (!r.at(column("adapter")).empty()) p.adapter = r.at(column("adapter"));
+  p.use_cache = r.at(column("use_cache")) != "0";
   if (p.adapter == "lora") {
     r.number(column("lora_r"));  // numeric when present
     p.lora_r = r.at(column("lora_r"));
@@ -238,7 +239,8 @@ bool Group::fits(const Point& p) const {
 
 std::string Point::technique() const {
   return precision + " / " + checkpointing + " / acc " + std::to_string(accumulation) + " / " +
-         optimizer + (adapter == "lora" ? " / lora r" + lora_r : "");
+         optimizer + (adapter == "lora" ? " / lora r" + lora_r : "") +
+         (use_cache ? "" : " / use_cache=False");
 }
 
 std::vector<Point> parse_points(const Results& results) {
@@ -425,6 +427,7 @@ int write_report(const std::string& results_dir, const std::string& out_dir_in,
           (g.alloc_conf.empty() ? "the default allocator" : "alloc_conf " + g.alloc_conf) + ".");
     report::memory_section(doc, plotter, g);
     report::technique_section(doc, plotter, g);
+    report::guides_section(doc, g);
     report::breakdown_section(doc, plotter, g);
     report::throughput_section(doc, plotter, g);
   }

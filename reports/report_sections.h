@@ -23,6 +23,7 @@ struct Point {
   std::string search;  // "max_batch" for a max-batch search probe
   std::string adapter = "none";  // "none" | "lora"; files from before the column: none
   std::string lora_r;            // the LoRA rank as written, when adapter is lora
+  bool use_cache = true;         // false: called with use_cache=False (GPT-2, T5)
   int batch = 0;
   int accumulation = 1;
   double budget_bytes = 0;
@@ -39,7 +40,7 @@ struct Point {
   std::string pair() const {
     return precision + " / " + checkpointing + (adapter == "none" ? "" : " / " + adapter);
   }
-  // "fp16-amp / block / acc 4 / adamw", "... / adamw / lora r8"
+  // "fp16-amp / block / acc 4 / adamw", "... / adamw / lora r8", "... / use_cache=False"
   std::string technique() const;
 };
 
@@ -102,6 +103,8 @@ void memory_section(Document& doc, Plotter& plotter, const Group& g);
 void technique_section(Document& doc, Plotter& plotter, const Group& g);
 void breakdown_section(Document& doc, Plotter& plotter, const Group& g);
 void throughput_section(Document& doc, Plotter& plotter, const Group& g);
+// The savings the OOM guides quote next to the measured ones (guides.cc); train groups.
+void guides_section(Document& doc, const Group& g);
 
 // The max-batch search's answer per combination of the other axes (probe rows only).
 void search_section(Document& doc, const std::vector<Point>& points);
