@@ -83,7 +83,11 @@ void register_commands(CLI::App& app, int& exit_code) {
       ->delimiter(',');
   fit->add_option("--checkpointing", fo->checkpointing, "Checkpointing to try (default none block)")
       ->delimiter(',');
-  fit->add_option("--optimizer", fo->optimizers, "Optimizers to try (default adamw adafactor)")
+  fit->add_option("--optimizer", fo->optimizers,
+                  "Optimizers to try (default adamw,adafactor, and adamw8bit on a GPU)")
+      ->delimiter(',');
+  fit->add_option("--adapter", fo->adapters,
+                  "Adapters to try: none (full fine-tuning, the default), lora (PEFT's defaults)")
       ->delimiter(',');
   fit->add_option("--device", fo->device, "Where to measure (cpu: the tracking allocator enforces "
                                           "the card's memory)")

@@ -84,9 +84,20 @@ Card resolve_card(const FitOptions& o) {
   return {number_text(gib) + " GiB", number_text(gib) + "gib", std::llround(gib * kGiB)};
 }
 
-std::string technique_key(const std::string& precision, const std::string& ckpt,
-                          const std::string& optimizer, bool use_cache) {
-  return precision + "|" + ckpt + "|" + optimizer + "|" + (use_cache ? "1" : "0");
+std::string technique_key(const FitTechnique& t) {
+  return t.precision + "|" + t.checkpointing + "|" + t.optimizer + "|" + (t.use_cache ? "1" : "0") +
+         "|" + t.adapter;
+}
+
+// The technique a probe row measured.
+FitTechnique technique_of(const reports::Row& r) {
+  FitTechnique t;
+  t.precision = r.at(column("precision"));
+  t.checkpointing = r.at(column("checkpointing"));
+  t.optimizer = r.at(column("optimizer"));
+  t.use_cache = r.at(column("use_cache")) != "0";
+  t.adapter = r.at(column("adapter")).empty() ? "none" : r.at(column("adapter"));
+  return t;
 }
 
 // What the rows of OUT say about each technique: the probes of this model and input under
@@ -103,17 +114,14 @@ Analysis analyse(const reports::Results& results, const std::string& model, int6
   Analysis a;
   a.budget_bytes = budget;
   std::map<std::string, FitTechnique> by_key;
-  for (const auto& t : wanted) by_key[technique_key(t.precision, t.checkpointing, t.optimizer, t.use_cache)] = t;
+  for (const auto& t : wanted) by_key[technique_key(t)] = t;
   const auto latest = reports::latest_per_point(results);
   for (const auto* r : latest.rows) {
     if (r->at(column("model")) != model || r->at(column("search")) != "max_batch" ||
         r->at(column("mode")) != "train" || r->at(column("accumulation")) != "1" ||
-        (!r->at(column("adapter")).empty() && r->at(column("adapter")) != "none") ||
         r->number(column("budget_bytes")).value_or(-1) != static_cast<double>(budget))
       continue;
-    const bool cache = r->at(column("use_cache")) != "0";
-    auto it = by_key.find(technique_key(r->at(column("precision")), r->at(column("checkpointing")),
-                                        r->at(column("optimizer")), cache));
+    auto it = by_key.find(technique_key(technique_of(*r)));
     if (it == by_key.end()) continue;
     FitTechnique& t = it->second;
     const auto batch = static_cast<int64_t>(r->number(column("batch")).value_or(0));
@@ -135,7 +143,7 @@ Analysis analyse(const reports::Results& results, const std::string& model, int6
     }
   }
   for (const auto& t : wanted)
-    a.techniques.push_back(by_key.at(technique_key(t.precision, t.checkpointing, t.optimizer, t.use_cache)));
+    a.techniques.push_back(by_key.at(technique_key(t)));
   return a;
 }
 
@@ -151,14 +159,13 @@ std::optional<Pick> pick(const Analysis& a, std::optional<int64_t> effective,
                          const std::vector<std::string>& refused) {
   std::optional<Pick> best;
   for (const auto& t : a.techniques) {
-    const auto it = a.ok_rows.find(technique_key(t.precision, t.checkpointing, t.optimizer, t.use_cache));
+    const auto it = a.ok_rows.find(technique_key(t));
     if (it == a.ok_rows.end()) continue;
     for (const auto* r : it->second) {
       const auto b = static_cast<int64_t>(r->number(column("batch")).value_or(0));
       if (effective && (b > *effective || *effective % b != 0)) continue;
       const int64_t k = effective ? *effective / b : 1;
-      const std::string id = technique_key(t.precision, t.checkpointing, t.optimizer, t.use_cache) +
-                             "|" + std::to_string(b) + "|" + std::to_string(k);
+      const std::string id = technique_key(t) + "|" + std::to_string(b) + "|" + std::to_string(k);
       if (std::find(refused.begin(), refused.end(), id) != refused.end()) continue;
       const double tps = r->number(column("tokens_per_s")).value_or(0);
       if (!best || tps > best->tokens_per_s)
@@ -170,8 +177,7 @@ std::optional<Pick> pick(const Analysis& a, std::optional<int64_t> effective,
 
 std::string pick_id(const Pick& p) {
   const auto& t = *p.technique;
-  return technique_key(t.precision, t.checkpointing, t.optimizer, t.use_cache) + "|" +
-         std::to_string(p.batch) + "|" + std::to_string(p.accumulation);
+  return technique_key(t) + "|" + std::to_string(p.batch) + "|" + std::to_string(p.accumulation);
 }
 
 // The header every fit config and its verification config share.
@@ -206,7 +212,7 @@ std::string gib_text(double bytes) { return reports::format_bytes(bytes); }
 
 std::string FitTechnique::label() const {
   return precision + ", " + (checkpointing == "none" ? "no checkpointing" : checkpointing + " checkpointing") +
-         ", " + optimizer + (use_cache ? "" : ", use_cache=False");
+         ", " + optimizer + (use_cache ? "" : ", use_cache=False") + (adapter == "none" ? "" : ", " + adapter);
 }
 
 int run_fit(const FitOptions& o) {
@@ -247,13 +253,21 @@ int run_fit(const FitOptions& o) {
   // checkpointing (transformers turns the cache off under checkpointing in training anyway).
   const auto precisions = checked(o.precisions, {"fp32", "bf16-amp", "bf16"}, "precision", "--precision");
   const auto ckpts = checked(o.checkpointing, {"none", "block"}, "checkpointing", "--checkpointing");
-  const auto optimizers = checked(o.optimizers, {"adamw", "adafactor"}, "optimizer", "--optimizer");
+  // 8-bit AdamW by default where its kernel runs (CUDA); on the CPU its ATen path is slow
+  // (ask for it with --optimizer). LoRA changes what is trained: asked for with --adapter.
+  const auto optimizers =
+      checked(o.optimizers,
+              device == "cuda" ? std::vector<std::string>{"adamw", "adafactor", "adamw8bit"}
+                               : std::vector<std::string>{"adamw", "adafactor"},
+              "optimizer", "--optimizer");
+  const auto adapters = checked(o.adapters, {"none"}, "adapter", "--adapter");
   std::vector<FitTechnique> wanted;
   for (const auto& p : precisions)
     for (const auto& c : ckpts)
       for (const auto& opt : optimizers)
-        for (bool cache : {true, false})
-          if (cache || (has_cache(*spec) && c == "none")) wanted.push_back({p, c, opt, cache});
+        for (const auto& ad : adapters)
+          for (bool cache : {true, false})
+            if (cache || (has_cache(*spec) && c == "none")) wanted.push_back({p, c, opt, cache, ad});
 
   const std::string out = o.out.empty() ? "results/fit-" + o.model + "-" + card.key : o.out;
   std::filesystem::create_directories(out);
@@ -265,7 +279,8 @@ int run_fit(const FitOptions& o) {
     << "). Run again with `sweep run " << out << "/fit.yaml --search max-batch`.\n"
     << config_head(o, name, device, out, usable) << "search: max_batch\nsearch_max_batch: "
     << o.max_batch << "\ngrid:\n  batch: 1\n" << input_axes(o) << "  precision: " << yaml_list(precisions)
-    << "\n  checkpointing: " << yaml_list(ckpts) << "\n  optimizer: " << yaml_list(optimizers) << "\n";
+    << "\n  checkpointing: " << yaml_list(ckpts) << "\n  optimizer: " << yaml_list(optimizers)
+    << "\n  adapter: " << yaml_list(adapters) << "\n";
   if (has_cache(*spec)) {
     y << "  use_cache: [true, false]\nexclude:\n  - {checkpointing: block, use_cache: false}\n";
   }
@@ -330,7 +345,8 @@ int run_fit(const FitOptions& o) {
     v << "# The recommendation of `sweep fit`, measured at its accumulation.\n"
       << config_head(o, name + "-pick", device, out, budget) << "grid:\n  batch: " << choice->batch << "\n"
       << input_axes(o) << "  precision: " << t.precision << "\n  checkpointing: " << t.checkpointing
-      << "\n  optimizer: " << t.optimizer << "\n  accumulation: " << choice->accumulation << "\n";
+      << "\n  optimizer: " << t.optimizer << "\n  adapter: " << t.adapter
+      << "\n  accumulation: " << choice->accumulation << "\n";
     if (has_cache(*spec)) v << "  use_cache: " << (t.use_cache ? "true" : "false") << "\n";
     const auto pick_path = std::filesystem::path(out) / "fit-pick.yaml";
     write_text(pick_path, v.str());
@@ -343,7 +359,7 @@ int run_fit(const FitOptions& o) {
     for (const auto* r : reports::latest_per_point(after).rows)
       if (r->at(column("model")) == o.model && r->at(column("search")).empty() &&
           r->at(column("precision")) == t.precision && r->at(column("checkpointing")) == t.checkpointing &&
-          r->at(column("optimizer")) == t.optimizer && (r->at(column("use_cache")) != "0") == t.use_cache &&
+          technique_key(technique_of(*r)) == technique_key(t) &&
           r->number(column("batch")).value_or(0) == static_cast<double>(choice->batch) &&
           r->number(column("accumulation")).value_or(0) == static_cast<double>(choice->accumulation) &&
           r->number(column("budget_bytes")).value_or(-1) == static_cast<double>(budget))
@@ -392,7 +408,7 @@ int run_fit(const FitOptions& o) {
     for (const auto& t : a.techniques) {
       probes += t.probes;
       nlohmann::json e = {{"precision", t.precision}, {"checkpointing", t.checkpointing},
-                          {"optimizer", t.optimizer}, {"use_cache", t.use_cache}, {"probes", t.probes},
+                          {"optimizer", t.optimizer}, {"use_cache", t.use_cache}, {"adapter", t.adapter}, {"probes", t.probes},
                           {"limit_reached", t.first_oom.has_value()}};
       e["largest_batch"] = t.largest ? nlohmann::json(*t.largest) : nlohmann::json(nullptr);
       e["first_oom"] = t.first_oom ? nlohmann::json(*t.first_oom) : nlohmann::json(nullptr);
@@ -410,7 +426,7 @@ int run_fit(const FitOptions& o) {
     if (choice) {
       const auto& t = *choice->technique;
       j["recommendation"] = {{"precision", t.precision}, {"checkpointing", t.checkpointing},
-                             {"optimizer", t.optimizer}, {"use_cache", t.use_cache},
+                             {"optimizer", t.optimizer}, {"use_cache", t.use_cache}, {"adapter", t.adapter},
                              {"batch", choice->batch}, {"accumulation", choice->accumulation},
                              {"tokens_per_s", choice->tokens_per_s}, {"step_ms_cv", choice->step_ms_cv},
                              {"noisy", choice->step_ms_cv > reports::kNoisyStepCv}, {"reason", reason}};

@@ -22,7 +22,7 @@ struct FitOptions {
   std::optional<int64_t> seq, target_seq;
   std::optional<double> audio_s;
   std::optional<int64_t> effective_batch;  // micro-batch x accumulation to reach
-  std::vector<std::string> precisions, checkpointing, optimizers;  // empty: the defaults
+  std::vector<std::string> precisions, checkpointing, optimizers, adapters;  // empty: the defaults
   std::string device = "auto";
   double margin = 0.1;                 // fraction of the card kept free, as `recommend`
   std::optional<double> context_gib;   // CUDA context allowance; measured when absent
@@ -35,12 +35,13 @@ struct FitOptions {
 struct FitTechnique {
   std::string precision, checkpointing, optimizer;
   bool use_cache = true;
+  std::string adapter = "none";      // "lora": PEFT's LoRA, the base frozen
   std::optional<int64_t> largest;    // largest batch that fits; none: not even batch 1
   std::optional<int64_t> first_oom;  // smallest batch measured out of memory
   int probes = 0;
   double peak_reserved = 0, peak_allocated = 0, tokens_per_s = 0, step_ms_cv = 0;
   std::string stopped;  // a probe that crashed or timed out: its status
-  std::string label() const;  // "bf16-amp, block, adamw" (+ ", use_cache=False")
+  std::string label() const;  // "bf16-amp, block, adamw" (+ ", use_cache=False", ", lora")
 };
 
 // Exit code; UserError for bad input (the CLI prints it, exit 2).
