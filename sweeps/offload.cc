@@ -26,8 +26,12 @@ namespace sweep {
 namespace {
 
 // What the CUDA host allocator holds (in use and cached): the pinned memory of this process.
-// It rounds every block up to a power of two (CachingHostAllocator.h, allocate: roundSize =
-// PowerOf2Ceil(size)), so this is what is pinned, not what was asked for.
+// at::empty(..., pinned_memory(true)) takes its allocator from Context::
+// getPinnedMemoryAllocator (ATen/Context.h), the CUDA hooks' caching host allocator, the one
+// at::getHostAllocator(at::kCUDA) returns (ATen/cuda/CachingHostAllocator.h forwards its old
+// names to it). It rounds every block up to a power of two (ATen/core/CachingHostAllocator.h,
+// allocate: roundSize = PowerOf2Ceil(size)) and HostStats::allocated_bytes counts blocks in
+// use and free, so this is what is pinned, not what was asked for.
 int64_t pinned_held() {
   return at::getHostAllocator(at::kCUDA)->get_stats().allocated_bytes.current;
 }
