@@ -49,6 +49,8 @@ std::string configuration(const Row& row) {
   if (!adapter.empty() && adapter != "none")
     for (std::string_view name : {"lora_r", "lora_alpha", "lora_dropout", "lora_targets"})
       key += std::string(name) + "=" + row.at(schema::find_column(name)) + ";";
+  const std::string& offload = row.at(column("offload"));
+  key += "offload=" + (offload.empty() ? std::string("none") : offload) + ";";
   return key;
 }
 

@@ -16,6 +16,7 @@
 
 #include "models/zoo.h"
 #include "sweeps/checkpoint.h"
+#include "sweeps/offload.h"
 #include "sweeps/optim.h"
 #include "sweeps/precision.h"
 
@@ -120,6 +121,7 @@ struct Workload {
   std::unique_ptr<GradCounts> grad_counts;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // hold the ledger hooks
   std::unique_ptr<Optimizer> opt;
+  OffloadOptimizer* offload = nullptr;  // opt, when the optimizer state lives on the host
   std::unique_ptr<GradScaler> scaler;
   std::vector<models::Batch> batches;  // one per micro-batch
   bool train = true, autocast = false;
@@ -168,7 +170,16 @@ Workload build(const Point& p, Ledger& ledger, MemoryTracker& mem) {
     w.accumulators.back()->add_post_hook(
         std::make_unique<GradLedgerHook>(*w.grad_counts, i, w.params[i]));
   }
-  if (w.train) w.opt = make_optimizer({p.optimizer, p.lr, p.weight_decay}, w.params);
+  if (w.train && p.offload == "optimizer") {
+    // ZeRO-Offload's AdamW (the config refuses other optimizers): its host copies are made
+    // here, in the build, as DeepSpeed makes them when the engine is initialised.
+    TORCH_CHECK(p.optimizer == "adamw", "offload optimizer with ", p.optimizer);
+    auto offload = std::make_unique<OffloadOptimizer>(w.params, p.lr, p.weight_decay);
+    w.offload = offload.get();
+    w.opt = std::move(offload);
+  } else if (w.train) {
+    w.opt = make_optimizer({p.optimizer, p.lr, p.weight_decay}, w.params);
+  }
   if (w.train && p.precision == "fp16-amp") w.scaler = std::make_unique<GradScaler>(w.device);
   w.autocast = p.precision == "fp16-amp" || p.precision == "bf16-amp";
   w.autocast_dtype = p.precision == "fp16-amp" ? torch::kHalf : torch::kBFloat16;
@@ -324,7 +335,13 @@ Measurement run_burst(const Point& p, MemoryTracker& mem, StepTimer& timer,
 
     for (int i = 0; i < p.warmup_steps; ++i) step();
     if (hooks.after_warmup) hooks.after_warmup();
+    if (w.offload) w.offload->reset_transfer();
     time_steps(p, timer, step, m);
+    if (w.offload) {
+      m.host_peak_bytes = w.offload->host_peak_bytes();
+      if (w.offload->transfer_steps() > 0)
+        m.offload_transfer_ms = w.offload->transfer_ms() / static_cast<double>(w.offload->transfer_steps());
+    }
     meter.close();
     // The loss is read once, after the timed steps: a read per micro-batch would add a device
     // sync to every step that the reference loop does not have.

@@ -33,6 +33,10 @@ struct Measurement {
   std::vector<double> step_ms_samples;  // one per repetition: mean step time in it
   std::optional<double> step_ms, step_ms_mean, step_ms_stddev, step_ms_cv;
   std::optional<double> tokens_per_s, samples_per_s, tflops;
+  // offload: optimizer: host memory the optimizer held at most, and the mean time per step of
+  // its transfers (gradients to the host, parameters back) over the timed steps.
+  std::optional<int64_t> host_peak_bytes;
+  std::optional<double> offload_transfer_ms;
   int64_t skipped_steps = 0;  // fp16-amp steps skipped for inf/nan gradients
   double loss = 0;            // last loss, read once after the timed steps (sanity)
 };

@@ -18,7 +18,8 @@ namespace sweep {
 const std::vector<std::string> kAxes = {"mode",          "seq",       "target_seq",
                                         "audio_s",       "precision", "checkpointing",
                                         "optimizer",     "accumulation", "alloc_conf",
-                                        "adapter",       "batch",     "use_cache"};
+                                        "adapter",       "offload",   "batch",
+                                        "use_cache"};
 
 namespace {
 
@@ -29,6 +30,7 @@ const std::map<std::string, std::vector<std::string>> kChoices = {
     {"optimizer", {"adamw", "adamw-fused", "sgd", "adafactor", "adamw8bit"}},
     {"use_cache", {"true", "false"}},
     {"adapter", {"none", "lora"}},
+    {"offload", {"none", "optimizer"}},
 };
 
 // Ranges of the numeric axes. The upper ends keep every product the burst forms (batch x

@@ -1,5 +1,6 @@
-// CPU trackers: a steady-clock timer and the tracking allocator (see trackers.h). Each block carries a 64-byte header holding
-// its size, so frees are exact without a lookup table; data and context are the same
+// CPU trackers: a steady-clock timer and the tracking allocator (see trackers.h). Each block
+// carries a 64-byte header holding its size and whether it is host memory (made in a
+// HostScope), so frees are exact without a lookup table; data and context are the same
 // pointer so that raw_allocate()/raw_deleter() keep working for code that uses them.
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
@@ -20,11 +21,19 @@ namespace sweep {
 namespace {
 
 constexpr std::size_t kHeader = 64;  // keeps c10's 64-byte alignment for the data
+struct Header {
+  std::size_t size;
+  bool host;  // made in a HostScope: counted as host memory, never as the device's
+};
+static_assert(sizeof(Header) <= kHeader);
+
+thread_local bool t_host_scope = false;
 
 class TrackingCpuAllocator final : public c10::Allocator {
  public:
   c10::DataPtr allocate(size_t n) override {
     if (n == 0) return {nullptr, nullptr, &free_block, c10::Device(c10::kCPU)};
+    if (t_host_scope) return allocate_host(n);
     const auto need = static_cast<int64_t>(n);
     const int64_t now = current_.fetch_add(need) + need;
     const int64_t budget = budget_.load();
@@ -48,8 +57,19 @@ class TrackingCpuAllocator final : public c10::Allocator {
       }
     }
     if (FILE* t = trace()) std::fprintf(t, "%zu\n", n);
+    return block(n, false);
+  }
+  // Host memory: no budget (the device's), no device peak, not in the allocation trace.
+  c10::DataPtr allocate_host(size_t n) {
+    const int64_t now = host_current_.fetch_add(static_cast<int64_t>(n)) + static_cast<int64_t>(n);
+    int64_t peak = host_peak_.load();
+    while (now > peak && !host_peak_.compare_exchange_weak(peak, now)) {
+    }
+    return block(n, true);
+  }
+  static c10::DataPtr block(size_t n, bool host) {
     auto* base = static_cast<char*>(c10::alloc_cpu(n + kHeader));
-    *reinterpret_cast<std::size_t*>(base) = n;
+    *reinterpret_cast<Header*>(base) = {n, host};
     void* data = base + kHeader;
     return {data, data, &free_block, c10::Device(c10::kCPU)};
   }
@@ -61,9 +81,13 @@ class TrackingCpuAllocator final : public c10::Allocator {
   static void free_block(void* data) {
     if (!data) return;
     char* base = static_cast<char*>(data) - kHeader;
-    const auto n = *reinterpret_cast<std::size_t*>(base);
-    if (FILE* t = trace()) std::fprintf(t, "-%zu\n", n);
-    instance().current_.fetch_sub(static_cast<int64_t>(n));
+    const Header h = *reinterpret_cast<Header*>(base);
+    if (h.host) {
+      instance().host_current_.fetch_sub(static_cast<int64_t>(h.size));
+    } else {
+      if (FILE* t = trace()) std::fprintf(t, "-%zu\n", h.size);
+      instance().current_.fetch_sub(static_cast<int64_t>(h.size));
+    }
     c10::free_cpu(base);
   }
   // SWEEP_TRACE_ALLOC=FILE: every allocation and free as a signed size, one a line, to compare
@@ -82,6 +106,7 @@ class TrackingCpuAllocator final : public c10::Allocator {
   }
 
   std::atomic<int64_t> current_{0}, peak_{0}, budget_{0}, gap_at_oom_{0};
+  std::atomic<int64_t> host_current_{0}, host_peak_{0};
   std::atomic<const Ledger*> ledger_{nullptr};
   std::atomic<int64_t> at_peak_weights_{0}, at_peak_grads_{0}, at_peak_optimizer_{0};
 };
@@ -123,10 +148,26 @@ void trace_alloc_note(const std::string& note) {
   if (FILE* t = TrackingCpuAllocator::trace()) std::fprintf(t, "# %s\n", note.c_str());
 }
 
-std::unique_ptr<MemoryTracker> make_cpu_tracker() {
+HostScope::HostScope() : outer_(!t_host_scope) { t_host_scope = true; }
+HostScope::~HostScope() {
+  if (outer_) t_host_scope = false;
+}
+
+int64_t host_allocated() { return TrackingCpuAllocator::instance().host_current_.load(); }
+int64_t host_peak() { return TrackingCpuAllocator::instance().host_peak_.load(); }
+void reset_host_peak() {
+  auto& a = TrackingCpuAllocator::instance();
+  a.host_peak_.store(a.host_current_.load());
+}
+
+void install_cpu_tracking() {
   static std::once_flag once;
   // Priority above c10's default (0) so that every CPU tensor from now on is tracked.
   std::call_once(once, [] { c10::SetCPUAllocator(&TrackingCpuAllocator::instance(), 100); });
+}
+
+std::unique_ptr<MemoryTracker> make_cpu_tracker() {
+  install_cpu_tracking();
   return std::make_unique<CpuTracker>();
 }
 

@@ -17,7 +17,7 @@ const std::map<std::string, std::string> kDefaults = {
     {"mode", "train"},      {"seq", "128"},       {"target_seq", "128"}, {"audio_s", "30"},
     {"precision", "fp32"},  {"checkpointing", "none"}, {"optimizer", "adamw"},
     {"accumulation", "1"},  {"alloc_conf", ""},   {"batch", "1"}, {"use_cache", "true"},
-    {"adapter", "none"},
+    {"adapter", "none"},    {"offload", "none"},
 };
 
 // A test model is sized for a 2-core CPU and its positions with it: whisper-test's encoder
@@ -41,6 +41,7 @@ std::string axis_value(const Point& p, const std::string& axis) {
   else if (axis == "alloc_conf") return p.alloc_conf;
   else if (axis == "use_cache") return p.use_cache ? "true" : "false";
   else if (axis == "adapter") return p.adapter;
+  else if (axis == "offload") return p.offload;
   else if (axis == "batch") s << p.batch;
   return s.str();
 }
@@ -57,6 +58,7 @@ void set_axis(Point& p, const std::string& axis, const std::string& v) {
   else if (axis == "alloc_conf") p.alloc_conf = v;
   else if (axis == "use_cache") p.use_cache = v == "true";
   else if (axis == "adapter") p.adapter = v;
+  else if (axis == "offload") p.offload = v;
   else if (axis == "batch") p.batch = std::stoll(v);
 }
 
@@ -115,6 +117,16 @@ void check_lora_targets(const Config& cfg, const std::set<std::string>& lora_mod
   }
 }
 
+// Optimizer offload is ZeRO-Offload's CPU AdamW: other optimizers have no host step here.
+void check_offload(const Point& p, const std::string& file, int line, const std::string& key) {
+  if (p.offload == "none" || p.optimizer == "adamw") return;
+  throw UserError(file, line, key,
+                  "offload optimizer applies to adamw only, not " + p.optimizer + " (" + p.model +
+                      ")",
+                  "the host step is DeepSpeed's CPU Adam (AdamW); leave the combination out with "
+                  "`exclude: [{offload: optimizer, optimizer: " + p.optimizer + "}]`");
+}
+
 }  // namespace
 
 bool matches(const ExcludeRule& rule, const Point& p) {
@@ -155,7 +167,10 @@ std::vector<Point> expand_grid(const Config& cfg, const RunSettings& run) {
                     "use fewer values per axis, or raise the limit with --max-points N");
   std::vector<Point> out;
   std::set<std::string> seen, lora_models;
-  for (const auto& group : cfg.sweeps) {
+  for (std::size_t g = 0; g < cfg.sweeps.size(); ++g) {
+    const auto& group = cfg.sweeps[g];
+    const std::string offload_key =
+        group.grid.count("offload") ? "sweeps[" + std::to_string(g) + "].grid.offload" : "grid.offload";
     GridSpec grid = cfg.grid;
     for (const auto& [axis, values] : group.grid) grid[axis] = values;
     std::vector<ExcludeRule> rules = cfg.exclude;
@@ -192,9 +207,12 @@ std::vector<Point> expand_grid(const Config& cfg, const RunSettings& run) {
             p.checkpointing = "none";
             p.accumulation = 1;
             p.optimizer = "none";
+            p.offload = "none";
           }
           for (const auto& r : rules)
             if (matches(r, p)) return;
+          if (auto o = grid.find("offload"); o != grid.end())
+            check_offload(p, cfg.path, o->second.line, offload_key);
           if (p.adapter == "lora") lora_models.insert(p.model);
           if (seen.insert(p.id()).second) out.push_back(p);
           return;

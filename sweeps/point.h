@@ -31,6 +31,9 @@ struct Point {
   double lora_alpha = 8;
   double lora_dropout = 0;
   std::vector<std::string> lora_targets;
+  // none | optimizer (ZeRO-Offload: AdamW's state and fp32 master weights in host memory,
+  // stepped on the CPU; sweeps/offload.h)
+  std::string offload = "none";
   std::string alloc_conf;
   // how it runs
   int steps = 3;

@@ -35,6 +35,8 @@ inline constexpr std::array kColumns = std::to_array<std::string_view>({
     "lora_alpha",         // LoRA alpha (the update is scaled by alpha / r)
     "lora_dropout",       // dropout on the adapters' input
     "lora_targets",       // adapted modules, ';'-separated: "c_attn", "q;v"
+    "offload",            // "none" | "optimizer" (ZeRO-Offload: AdamW's state and fp32 master
+                          // weights in host memory, stepped on the CPU); empty in older files
     "alloc_conf",         // PYTORCH_ALLOC_CONF and PYTORCH_CUDA_ALLOC_CONF of the worker, "" = unset
     "allocator_settings", // what the CUDA caching allocator parsed (as a snapshot's
                           // allocator_settings); empty on the CPU
@@ -54,7 +56,7 @@ inline constexpr std::array kColumns = std::to_array<std::string_view>({
     "budget_emulated",    // 1 when the budget emulates a smaller card than the one measuring
     "weights_bytes",      // parameters (and buffers) after the model is built
     "grads_bytes",        // .grad tensors after the first backward
-    "optimizer_bytes",    // optimizer state after the first step
+    "optimizer_bytes",    // optimizer state on the device after the first step (0 offloaded)
     "activations_bytes",  // peak during forward/backward above what persists
     "peak_allocated_bytes",
     "peak_reserved_bytes",  // caching allocator's reserved peak (= allocated on the CPU)
@@ -71,6 +73,9 @@ inline constexpr std::array kColumns = std::to_array<std::string_view>({
     "leak_bytes_per_step",  // growth of allocated memory per step after the second; empty if none
     "oom_retries",          // allocator retries (CUDA) at failure
     "oom_gap_bytes",        // reserved minus allocated at failure
+    "host_peak_bytes",      // offload: host memory the technique held at most (master weights,
+                            // gradient buffer, moments, the CPU step's temporaries; pinned
+                            // blocks as the CUDA host allocator rounds them); empty otherwise
     // time
     "step_ms",           // median over repetitions of the mean optimizer-step time
     "step_ms_mean",
@@ -81,6 +86,7 @@ inline constexpr std::array kColumns = std::to_array<std::string_view>({
     "samples_per_s",
     "tflops",            // achieved, from the model's FLOP count (recompute included)
     "mfu",               // tflops / device peak for the precision; empty if unknown
+    "offload_transfer_ms",  // offload: gradients to the host plus parameters back, per step
     "wall_s",            // worker wall time, start to exit
     // environment
     "device",            // "cuda" | "cpu"
@@ -130,6 +136,7 @@ inline constexpr std::array kNumberColumns = std::to_array<std::string_view>({
     "peak_allocated_bytes", "peak_reserved_bytes", "device_used_bytes", "leak_bytes_per_step",
     "oom_retries", "oom_gap_bytes", "step_ms", "step_ms_mean", "step_ms_stddev", "step_ms_cv",
     "tokens_per_s", "samples_per_s", "tflops", "mfu", "wall_s", "device_memory_bytes",
+    "host_peak_bytes", "offload_transfer_ms",
 });
 // Memory can shrink between steps: a leak rate may be negative.
 inline constexpr std::array kSignedColumns = std::to_array<std::string_view>({"leak_bytes_per_step"});

@@ -72,6 +72,7 @@ nlohmann::json point_columns(const Point& p) {
     j["lora_dropout"] = number_text(p.lora_dropout);
     j["lora_targets"] = p.lora_targets_text();
   }
+  j["offload"] = p.offload;
   j["alloc_conf"] = p.alloc_conf;
   j["steps"] = p.steps;
   j["warmup_steps"] = p.warmup_steps;

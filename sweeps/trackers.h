@@ -70,6 +70,31 @@ class MemoryTracker {
   Breakdown at_reset_;
 };
 
+// Host memory a technique keeps off the device (optimizer offload). While a HostScope is alive
+// on a thread, the CPU tracking allocator counts that thread's allocations as host memory:
+// outside the device budget, the device counters, their peaks and the ledger. On a CPU device
+// "device" and "host" are the same RAM; the scope is what tells them apart. A CPU tensor made
+// in a scope stays host memory until it is freed, wherever that happens. Only allocations
+// through the tracking allocator are counted: on CUDA, call install_cpu_tracking() first;
+// pinned memory comes from the CUDA host allocator and is not seen here.
+class HostScope {
+ public:
+  HostScope();
+  ~HostScope();
+  HostScope(const HostScope&) = delete;
+  HostScope& operator=(const HostScope&) = delete;
+
+ private:
+  bool outer_;
+};
+// Host bytes allocated in HostScopes and still alive, and the most since reset_host_peak().
+int64_t host_allocated();
+int64_t host_peak();
+void reset_host_peak();
+
+// Installs the tracking allocator as c10's CPU allocator, once per process (make_cpu_tracker
+// calls it). Tensors that exist already keep the allocator they were made with.
+void install_cpu_tracking();
 // Installs the tracking allocator as c10's CPU allocator (once per process) and returns a
 // tracker reading it. Later calls return trackers over the same counters.
 std::unique_ptr<MemoryTracker> make_cpu_tracker();

@@ -69,6 +69,8 @@ nlohmann::json to_record(const Measurement& m) {
   put(j, "tokens_per_s", m.tokens_per_s);
   put(j, "samples_per_s", m.samples_per_s);
   put(j, "tflops", m.tflops);
+  put(j, "host_peak_bytes", m.host_peak_bytes);
+  put(j, "offload_transfer_ms", m.offload_transfer_ms);
   return j;
 }
 

@@ -352,6 +352,32 @@ TEST(Compare, AFileAgainstItselfIsAllUnchangedWhateverItsRepetitions) {
   EXPECT_TRUE(said);
 }
 
+// `offload` is part of a point's configuration; a file from before the column counts as none.
+TEST(Compare, OffloadIsPartOfTheConfigurationAndAbsentMeansNone) {
+  const std::string text = slurp(data("base"));
+  auto with_offload = [&](const std::string& value) {
+    std::istringstream lines(text);
+    std::string out, line;
+    for (bool header = true; std::getline(lines, line); header = false)
+      out += line + "," + (header ? "offload" : value) + "\n";
+    return out;
+  };
+  TempDir dir;  // one per test: a subdirectory per file
+  const auto none_dir = dir.path() / "none", off_dir = dir.path() / "optimizer";
+  fs::create_directories(none_dir);
+  fs::create_directories(off_dir);
+  std::ofstream(none_dir / "results.csv") << with_offload("none");
+  std::ofstream(off_dir / "results.csv") << with_offload("optimizer");
+  const auto base = read_results(data("base"));
+  const auto same = compare_results(base, read_results(none_dir.string()));
+  EXPECT_EQ(same.count(Verdict::kNotComparable), 0u);
+  EXPECT_EQ(same.unchanged_points(), same.points.size());
+  const auto other = compare_results(base, read_results(off_dir.string()));
+  EXPECT_EQ(other.unchanged_points(), 0u);  // each configuration on one side only
+  EXPECT_EQ(other.points.size(), 2 * same.points.size());
+  EXPECT_EQ(other.count(Verdict::kNotComparable), other.points.size());
+}
+
 TEST(Compare, JsonAndCsvCarryEveryComparedMetric) {
   const auto r = compare_files("base", "mixed");
   std::size_t metrics = 0;
