@@ -62,6 +62,7 @@ Measured measure(const Row& r) {
   if (const auto& a = r.at(column("adapter")); !a.empty() && a != "none")
     c.adapter = a + (r.at(column("lora_r")).empty() ? "" : " r" + r.at(column("lora_r")));
   c.use_cache = r.at(column("use_cache")) != "0";
+  if (const auto& o = r.at(column("offload")); !o.empty() && o != "none") c.offload = o;
   c.batch = as_int(r, column("batch"), 0);
   c.accumulation = as_int(r, column("accumulation"), 1);
   c.tokens_per_s = r.number(column("tokens_per_s")).value_or(0);
@@ -89,7 +90,7 @@ Measured measure(const Row& r) {
 bool same_configuration(const Choice& x, const Choice& y) {
   return x.mode == y.mode && x.precision == y.precision && x.checkpointing == y.checkpointing &&
          x.optimizer == y.optimizer && x.alloc_conf == y.alloc_conf && x.adapter == y.adapter &&
-         x.use_cache == y.use_cache;
+         x.use_cache == y.use_cache && x.offload == y.offload;
 }
 
 // Ranking: rows measured on the target first (their throughput is the target's), then
@@ -453,7 +454,7 @@ int64_t usable_bytes(int64_t memory, double margin, int64_t context) {
 int Choice::techniques() const {
   return (precision != "fp32") + (checkpointing != "none") + (accumulation > 1) +
          (!optimizer.empty() && optimizer != "adamw" && optimizer != "none") + !alloc_conf.empty() +
-         !adapter.empty() + !use_cache;
+         !adapter.empty() + !use_cache + !offload.empty();
 }
 
 bool Choice::noisy() const { return step_ms_cv > kNoisyStepCv; }
@@ -468,6 +469,7 @@ std::string Choice::label() const {
   if (!alloc_conf.empty()) s += ", alloc_conf " + alloc_conf;
   if (!use_cache) s += ", use_cache=False";
   if (!adapter.empty()) s += ", " + adapter;
+  if (!offload.empty()) s += ", offload " + offload;
   return s;
 }
 

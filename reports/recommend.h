@@ -55,6 +55,7 @@ struct Choice {
   std::string mode, precision, checkpointing, optimizer, alloc_conf;
   std::string adapter;    // "" (full fine-tuning) or "lora r8": LoRA trains far fewer weights
   bool use_cache = true;  // false: the model was called with use_cache=False
+  std::string offload;    // "" or "optimizer": AdamW's state on the host (ZeRO-Offload)
   int64_t batch = 0, accumulation = 1;
   double tokens_per_s = 0;
   double step_ms_cv = 0;  // how much the step time varied between repetitions

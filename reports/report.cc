@@ -94,6 +94,8 @@ Point parse_point(const Row& r) {
   for (auto [field, col] : text) *field = r.at(col);
   if (!r.at(column("adapter")).empty()) p.adapter = r.at(column("adapter"));
   p.use_cache = r.at(column("use_cache")) != "0";
+  if (!r.at(column("offload")).empty()) p.offload = r.at(column("offload"));
+  p.host_peak_bytes = r.number(column("host_peak_bytes"));
   if (p.adapter == "lora") {
     r.number(column("lora_r"));  // numeric when present
     p.lora_r = r.at(column("lora_r"));
@@ -240,7 +242,7 @@ bool Group::fits(const Point& p) const {
 std::string Point::technique() const {
   return precision + " / " + checkpointing + " / acc " + std::to_string(accumulation) + " / " +
          optimizer + (adapter == "lora" ? " / lora r" + lora_r : "") +
-         (use_cache ? "" : " / use_cache=False");
+         (use_cache ? "" : " / use_cache=False") + (offload == "none" ? "" : " / offload " + offload);
 }
 
 std::vector<Point> parse_points(const Results& results) {

@@ -21,7 +21,7 @@ auto technique_key(const Point& p) {
   return std::make_tuple(precision_rank(p.precision), p.precision,
                          checkpointing_rank(p.checkpointing), p.checkpointing, p.accumulation,
                          optimizer_rank(p.optimizer), p.optimizer, p.adapter != "none",
-                         p.adapter, p.lora_r, !p.use_cache);
+                         p.adapter, p.lora_r, !p.use_cache, p.offload);
 }
 bool by_technique(const Point& a, const Point& b) {
   return std::tuple_cat(technique_key(a), std::make_tuple(a.batch)) <
@@ -142,6 +142,7 @@ std::vector<Field<Point>> technique_fields() {
       {.header = "adapter",
        .cell = [](const Point& p) { return p.adapter == "lora" ? "lora r" + p.lora_r : p.adapter; }},
       {.header = "use_cache", .cell = [](const Point& p) { return std::string(p.use_cache ? "True" : "False"); }},
+      {.header = "offload", .cell = [](const Point& p) { return p.offload; }},
       {.header = "status", .cell = [](const Point& p) { return status_text(p); }},
   };
 }
@@ -236,7 +237,7 @@ void technique_section(Document& doc, Plotter& plotter, const Group& g) {
     const Point* base = nullptr;
     for (const Point& p : pts)
       if (p.ok() && p.precision == "fp32" && p.checkpointing == "none" && p.accumulation == 1 &&
-          p.optimizer == base_optimizer && p.adapter == "none" && p.use_cache && p.peak_allocated &&
+          p.optimizer == base_optimizer && p.adapter == "none" && p.use_cache && p.offload == "none" && p.peak_allocated &&
           p.tokens_per_s)
         base = &p;
     auto saving = [&](const Point& p) -> std::optional<double> {
@@ -416,6 +417,10 @@ void breakdown_section(Document& doc, Plotter& plotter, const Group& g) {
       right<Point>(u.header("overhead"), [&](const Point& p) { return u.text(overhead(p)); }));
   fields.push_back(right<Point>(
       u.header("peak allocated"), [&u](const Point& p) { return u.text(p.peak_allocated); }, true));
+  // Optimizer offload keeps AdamW's state in host memory, outside the device's peak.
+  if (std::any_of(pts.begin(), pts.end(), [](const Point& p) { return p.host_peak_bytes.value_or(0) > 0; }))
+    fields.push_back(right<Point>(u.header("host memory (offload)"),
+                                  [&u](const Point& p) { return u.text(p.host_peak_bytes); }));
   fields.push_back(right<Point>(
       "activations share", [&](const Point& p) { return percent(share(p)); }, true));
   doc.table(make_table(fields, pts));

@@ -24,12 +24,13 @@ struct Point {
   std::string adapter = "none";  // "none" | "lora"; files from before the column: none
   std::string lora_r;            // the LoRA rank as written, when adapter is lora
   bool use_cache = true;         // false: called with use_cache=False (GPT-2, T5)
+  std::string offload = "none";  // "optimizer": AdamW's state on the host (ZeRO-Offload)
   int batch = 0;
   int accumulation = 1;
   double budget_bytes = 0;
   bool budget_emulated = false;
   std::optional<double> device_memory_bytes, weights, grads, optimizer_state, activations,
-      peak_allocated, peak_reserved, tokens_per_s, samples_per_s;
+      peak_allocated, peak_reserved, tokens_per_s, samples_per_s, host_peak_bytes;
   std::optional<double> step_ms, step_ms_cv;  // from the raw samples when the row has them
   unsigned line = 0;
 

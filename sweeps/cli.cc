@@ -86,6 +86,9 @@ void register_commands(CLI::App& app, int& exit_code) {
   fit->add_option("--optimizer", fo->optimizers,
                   "Optimizers to try (default adamw,adafactor, and adamw8bit on a GPU)")
       ->delimiter(',');
+  fit->add_option("--offload", fo->offloads,
+                  "Offload to try: none, optimizer (AdamW's state on the host; default both on a GPU)")
+      ->delimiter(',');
   fit->add_option("--adapter", fo->adapters,
                   "Adapters to try: none (full fine-tuning, the default), lora (PEFT's defaults)")
       ->delimiter(',');

@@ -86,7 +86,7 @@ Card resolve_card(const FitOptions& o) {
 
 std::string technique_key(const FitTechnique& t) {
   return t.precision + "|" + t.checkpointing + "|" + t.optimizer + "|" + (t.use_cache ? "1" : "0") +
-         "|" + t.adapter;
+         "|" + t.adapter + "|" + t.offload;
 }
 
 // The technique a probe row measured.
@@ -97,6 +97,7 @@ FitTechnique technique_of(const reports::Row& r) {
   t.optimizer = r.at(column("optimizer"));
   t.use_cache = r.at(column("use_cache")) != "0";
   t.adapter = r.at(column("adapter")).empty() ? "none" : r.at(column("adapter"));
+  t.offload = r.at(column("offload")).empty() ? "none" : r.at(column("offload"));
   return t;
 }
 
@@ -212,7 +213,8 @@ std::string gib_text(double bytes) { return reports::format_bytes(bytes); }
 
 std::string FitTechnique::label() const {
   return precision + ", " + (checkpointing == "none" ? "no checkpointing" : checkpointing + " checkpointing") +
-         ", " + optimizer + (use_cache ? "" : ", use_cache=False") + (adapter == "none" ? "" : ", " + adapter);
+         ", " + optimizer + (use_cache ? "" : ", use_cache=False") + (adapter == "none" ? "" : ", " + adapter) +
+         (offload == "none" ? "" : ", offload " + offload);
 }
 
 int run_fit(const FitOptions& o) {
@@ -253,21 +255,32 @@ int run_fit(const FitOptions& o) {
   // checkpointing (transformers turns the cache off under checkpointing in training anyway).
   const auto precisions = checked(o.precisions, {"fp32", "bf16-amp", "bf16"}, "precision", "--precision");
   const auto ckpts = checked(o.checkpointing, {"none", "block"}, "checkpointing", "--checkpointing");
-  // 8-bit AdamW by default where its kernel runs (CUDA); on the CPU its ATen path is slow
-  // (ask for it with --optimizer). LoRA changes what is trained: asked for with --adapter.
+  // 8-bit AdamW and optimizer offload by default where they cost what they cost a user (on
+  // CUDA); on the CPU 8-bit AdamW's ATen path is slow and host and device are one memory
+  // (ask for them with --optimizer, --offload). LoRA changes what is trained: --adapter.
   const auto optimizers =
       checked(o.optimizers,
               device == "cuda" ? std::vector<std::string>{"adamw", "adafactor", "adamw8bit"}
                                : std::vector<std::string>{"adamw", "adafactor"},
               "optimizer", "--optimizer");
   const auto adapters = checked(o.adapters, {"none"}, "adapter", "--adapter");
+  const auto offloads = checked(o.offloads,
+                                device == "cuda" ? std::vector<std::string>{"none", "optimizer"}
+                                                 : std::vector<std::string>{"none"},
+                                "offload", "--offload");
+  // Offload is ZeRO-Offload's AdamW with fp32 master weights: AdamW only, not pure bf16.
+  auto offloadable = [](const std::string& precision, const std::string& optimizer) {
+    return optimizer == "adamw" && precision != "bf16";
+  };
   std::vector<FitTechnique> wanted;
   for (const auto& p : precisions)
     for (const auto& c : ckpts)
       for (const auto& opt : optimizers)
         for (const auto& ad : adapters)
-          for (bool cache : {true, false})
-            if (cache || (has_cache(*spec) && c == "none")) wanted.push_back({p, c, opt, cache, ad});
+          for (const auto& off : offloads)
+            for (bool cache : {true, false})
+              if ((cache || (has_cache(*spec) && c == "none")) && (off == "none" || offloadable(p, opt)))
+                wanted.push_back({p, c, opt, cache, ad, off});
 
   const std::string out = o.out.empty() ? "results/fit-" + o.model + "-" + card.key : o.out;
   std::filesystem::create_directories(out);
@@ -280,9 +293,21 @@ int run_fit(const FitOptions& o) {
     << config_head(o, name, device, out, usable) << "search: max_batch\nsearch_max_batch: "
     << o.max_batch << "\ngrid:\n  batch: 1\n" << input_axes(o) << "  precision: " << yaml_list(precisions)
     << "\n  checkpointing: " << yaml_list(ckpts) << "\n  optimizer: " << yaml_list(optimizers)
-    << "\n  adapter: " << yaml_list(adapters) << "\n";
+    << "\n  adapter: " << yaml_list(adapters) << "\n  offload: " << yaml_list(offloads) << "\n";
+  std::vector<std::string> excludes;
   if (has_cache(*spec)) {
-    y << "  use_cache: [true, false]\nexclude:\n  - {checkpointing: block, use_cache: false}\n";
+    y << "  use_cache: [true, false]\n";
+    excludes.push_back("{checkpointing: block, use_cache: false}");
+  }
+  if (std::find(offloads.begin(), offloads.end(), "optimizer") != offloads.end()) {
+    for (const auto& opt : optimizers)
+      if (opt != "adamw") excludes.push_back("{offload: optimizer, optimizer: " + opt + "}");
+    if (std::find(precisions.begin(), precisions.end(), "bf16") != precisions.end())
+      excludes.push_back("{offload: optimizer, precision: bf16}");
+  }
+  if (!excludes.empty()) {
+    y << "exclude:\n";
+    for (const auto& e : excludes) y << "  - " << e << "\n";
   }
   const auto cfg_path = std::filesystem::path(out) / "fit.yaml";
   write_text(cfg_path, y.str());
@@ -345,7 +370,7 @@ int run_fit(const FitOptions& o) {
     v << "# The recommendation of `sweep fit`, measured at its accumulation.\n"
       << config_head(o, name + "-pick", device, out, budget) << "grid:\n  batch: " << choice->batch << "\n"
       << input_axes(o) << "  precision: " << t.precision << "\n  checkpointing: " << t.checkpointing
-      << "\n  optimizer: " << t.optimizer << "\n  adapter: " << t.adapter
+      << "\n  optimizer: " << t.optimizer << "\n  adapter: " << t.adapter << "\n  offload: " << t.offload
       << "\n  accumulation: " << choice->accumulation << "\n";
     if (has_cache(*spec)) v << "  use_cache: " << (t.use_cache ? "true" : "false") << "\n";
     const auto pick_path = std::filesystem::path(out) / "fit-pick.yaml";
@@ -408,7 +433,7 @@ int run_fit(const FitOptions& o) {
     for (const auto& t : a.techniques) {
       probes += t.probes;
       nlohmann::json e = {{"precision", t.precision}, {"checkpointing", t.checkpointing},
-                          {"optimizer", t.optimizer}, {"use_cache", t.use_cache}, {"adapter", t.adapter}, {"probes", t.probes},
+                          {"optimizer", t.optimizer}, {"use_cache", t.use_cache}, {"adapter", t.adapter}, {"offload", t.offload}, {"probes", t.probes},
                           {"limit_reached", t.first_oom.has_value()}};
       e["largest_batch"] = t.largest ? nlohmann::json(*t.largest) : nlohmann::json(nullptr);
       e["first_oom"] = t.first_oom ? nlohmann::json(*t.first_oom) : nlohmann::json(nullptr);
@@ -426,7 +451,7 @@ int run_fit(const FitOptions& o) {
     if (choice) {
       const auto& t = *choice->technique;
       j["recommendation"] = {{"precision", t.precision}, {"checkpointing", t.checkpointing},
-                             {"optimizer", t.optimizer}, {"use_cache", t.use_cache}, {"adapter", t.adapter},
+                             {"optimizer", t.optimizer}, {"use_cache", t.use_cache}, {"adapter", t.adapter}, {"offload", t.offload},
                              {"batch", choice->batch}, {"accumulation", choice->accumulation},
                              {"tokens_per_s", choice->tokens_per_s}, {"step_ms_cv", choice->step_ms_cv},
                              {"noisy", choice->step_ms_cv > reports::kNoisyStepCv}, {"reason", reason}};

@@ -22,7 +22,7 @@ struct FitOptions {
   std::optional<int64_t> seq, target_seq;
   std::optional<double> audio_s;
   std::optional<int64_t> effective_batch;  // micro-batch x accumulation to reach
-  std::vector<std::string> precisions, checkpointing, optimizers, adapters;  // empty: the defaults
+  std::vector<std::string> precisions, checkpointing, optimizers, adapters, offloads;  // empty: the defaults
   std::string device = "auto";
   double margin = 0.1;                 // fraction of the card kept free, as `recommend`
   std::optional<double> context_gib;   // CUDA context allowance; measured when absent
@@ -36,6 +36,7 @@ struct FitTechnique {
   std::string precision, checkpointing, optimizer;
   bool use_cache = true;
   std::string adapter = "none";      // "lora": PEFT's LoRA, the base frozen
+  std::string offload = "none";      // "optimizer": AdamW's state on the host (ZeRO-Offload)
   std::optional<int64_t> largest;    // largest batch that fits; none: not even batch 1
   std::optional<int64_t> first_oom;  // smallest batch measured out of memory
   int probes = 0;
