@@ -51,7 +51,14 @@ void register_commands(CLI::App& app, int& exit_code) {
   run->add_option("--search", opts->search,
                   "max-batch: find the largest batch that fits for each combination of the other "
                   "axes (doubling, then bisecting); none: run the grid")
-      ->check(CLI::IsMember({"max-batch", "none"}));
+      ->transform(CLI::Validator(
+          [](std::string& v) {
+            const std::string c = spelled_as(v, {"max-batch", "none"});
+            if (c.empty()) return "'" + v + "' is not a search: max-batch (or max_batch) or none";
+            v = c;
+            return std::string();
+          },
+          "max-batch|none", "search"));
   run->add_option("--max-points", opts->max_points,
                   "Refuse a grid of more points than this (counted before expanding)")
       ->capture_default_str()
