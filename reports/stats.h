@@ -9,6 +9,11 @@
 
 namespace sweep::reports {
 
+// A step time that varies more than this between repetitions (coefficient of variation,
+// `step_ms_cv`) makes a ranking by throughput unreliable: `fit` flags such a pick and
+// `run` warns in its summary.
+inline constexpr double kNoisyStepCv = 0.10;
+
 // Median; NaN for an empty sample.
 double median(std::span<const double> values);
 
