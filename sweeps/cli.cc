@@ -45,7 +45,17 @@ void register_commands(CLI::App& app, int& exit_code) {
   run->add_option("--device", opts->device, "Where to train")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
       ->each([opts](const std::string&) { opts->device_given = true; });
-  run->add_flag("--dry-run", opts->dry_run, "List the points and exit");
+  run->add_flag("--dry-run", opts->dry_run,
+                "List the points, their count and an estimated time (from rows measured before), "
+                "and exit");
+  run->add_flag("--json", opts->json,
+                "The closing summary (or the dry run) as one JSON object on stdout; progress "
+                "stays on stderr");
+  run->add_option("--estimate-from", opts->estimate_from,
+                  "Results (directory or results.csv) whose rows the dry run's estimate also "
+                  "reads (repeat the flag for several)")
+      ->allow_extra_args(false)
+      ->check(CLI::ExistingPath);
   run->add_flag("--force", opts->force, "Re-run points already in results.csv");
   run->add_flag("--quiet,-q", opts->quiet, "No progress output");
   run->add_option("--search", opts->search,
