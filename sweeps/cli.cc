@@ -80,7 +80,13 @@ void register_commands(CLI::App& app, int& exit_code) {
                   "Local GPUs to run on concurrently, e.g. 0,1 (one worker per GPU)");
   add_slurm_options(run, opts->slurm);
   run->callback([opts, &exit_code] {
-    exit_code = run_guarded([&] { return opts->slurm.submit ? submit_slurm(*opts) : run_sweep(*opts); });
+    exit_code = run_guarded([&] {
+      if (opts->slurm.submit && opts->json)
+        throw UserError("", 0, "--json", "--json summarises a run on this host; --slurm only submits it",
+                        "drop --json; once the jobs are done, `sweep run CONFIG --out OUT --json` on "
+                        "the merged results prints the summary (every point is already recorded)");
+      return opts->slurm.submit ? submit_slurm(*opts) : run_sweep(*opts);
+    });
   });
   register_slurm_commands(app, exit_code);
 

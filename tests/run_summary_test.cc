@@ -259,3 +259,20 @@ TEST(RunJson, TheSummaryAndTheDryRunOnStdout) {
 
 }  // namespace
 }  // namespace sweep
+
+namespace sweep {
+namespace {
+
+TEST(RunJson, SlurmSubmissionRefusesJsonWithAHint) {
+  const auto dir = testing::temp_dir("run_json_slurm");
+  const auto r = testing::run_sweep_cli_split("run " + tiny_config(dir) + " --slurm --json --out " +
+                                              (dir / "out").string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  EXPECT_NE(r.err.find("error: --json: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("\nhint: drop --json"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "out"));
+}
+
+}  // namespace
+}  // namespace sweep
