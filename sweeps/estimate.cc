@@ -17,7 +17,8 @@ using schema::column;
 double cell(const reports::Row& r, std::size_t col) { return r.number(col).value_or(0); }
 
 std::string plural(int n, const std::string& what) {
-  return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
+  const bool es = what.ends_with("h") || what.ends_with("s");  // searches
+  return std::to_string(n) + " " + what + (n == 1 ? "" : es ? "es" : "s");
 }
 
 }  // namespace

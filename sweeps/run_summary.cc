@@ -84,7 +84,7 @@ RunSummary summarize_run(const reports::Results& results, const std::string& out
     s.counts.emplace_back(std::string(reports::status_name(st)), 0);
   auto tokens = [](const reports::Row* r) { return r->number(column("tokens_per_s")).value_or(0); };
   for (const auto* r : reports::latest_per_point(results).rows) {
-    ++s.counts[static_cast<std::size_t>(r->status)].second;
+    for (auto& [status, n] : s.counts) n += status == reports::status_name(r->status);
     if (r->status != Status::kOk || r->at(column("mode")) != "train") continue;
     ++s.ok_train;
     if (!s.fastest || tokens(r) > tokens(s.fastest)) s.fastest = r;
