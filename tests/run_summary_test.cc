@@ -117,7 +117,7 @@ TEST(Estimate, WorkerStartPlusStepsAtTheMostSimilarRowsStepTime) {
   const auto search = estimate_plan(combos, true, h, {combos[3][0].id()});
   EXPECT_EQ(search.recorded, 0);
   EXPECT_EQ(search.units[0].runs, kProbesPerSearch);
-  EXPECT_NE(search.summary("search").find("about 68 s for 3 searches (6 probes each"), std::string::npos)
+  EXPECT_NE(search.summary("search").find("about 1 min 08 s for 3 searches (6 probes each"), std::string::npos)
       << search.summary("search");
   EXPECT_NEAR(search.total_s, kProbesPerSearch * (5.0 + 3.3 + (1.3 + 0.1 * 17)), 1e-9);
   EXPECT_EQ(duration_text(59.2), "1 min 00 s");
