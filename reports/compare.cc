@@ -407,9 +407,11 @@ void register_compare_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_flag("--gate-reserved", a->gate_reserved,
                 "Fail on peak reserved memory growth too (default: warn)");
-  cmd->add_option("--format", a->format, "Output on stdout")
-      ->check(CLI::IsMember({"md", "json", "csv"}))
-      ->capture_default_str();
+  auto* format = cmd->add_option("--format", a->format, "Output on stdout")
+                     ->check(CLI::IsMember({"md", "json", "csv"}))
+                     ->capture_default_str();
+  cmd->add_flag_callback("--json", [a] { a->format = "json"; }, "The same as --format json")
+      ->excludes(format);
   cmd->add_option("--export", a->export_dir,
                   "Also write compare.{md,json,csv} and dashboard JSON (github-action-benchmark "
                   "custom*IsBetter, Bencher BMF) here");

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "reports/gpus.h"
 #include "reports/results.h"
 
@@ -148,6 +150,9 @@ Recommendation recommend(const std::vector<Results>& results, const RecommendOpt
 // Printers over one field list (recommend_report.cc).
 std::string recommendations_markdown(const Recommendation& r);
 std::string recommendations_csv(const Recommendation& r);
+// `recommend --json` (recommend_json.cc): every field above, a Choice through to_json().
+nlohmann::json recommendations_json(const Recommendation& r);
+void to_json(nlohmann::json& j, const Choice& c);
 
 // Adds the card options shared by `recommend` and `report` (--gpu, --memory-gib, --margin,
 // --context-gib) to cmd; call the returned function in the callback to copy the optional

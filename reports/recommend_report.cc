@@ -10,6 +10,8 @@
 #include <memory>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "reports/markup.h"
 #include "reports/recommend.h"
 
@@ -289,14 +291,15 @@ std::string recommendations_markdown(const Recommendation& r) {
 namespace {
 
 int run_recommend(const std::vector<std::string>& inputs, const RecommendOptions& options,
-                  std::string out_dir) {
+                  std::string out_dir, bool json) {
   namespace fs = std::filesystem;
   std::vector<Results> results;
   {
     for (const auto& in : inputs) results.push_back(read_results(in));
     Recommendation r = recommend(results, options);
     const std::string md = recommendations_markdown(r);
-    std::cout << md;
+    if (json) std::cout << recommendations_json(r).dump(2) << "\n";
+    else std::cout << md;
     if (out_dir.empty()) out_dir = fs::path(results.front().path).parent_path().string();
     if (out_dir.empty()) out_dir = ".";
     std::error_code ec;
@@ -358,6 +361,7 @@ void register_recommend_command(CLI::App& app, int& exit_code) {
     RecommendOptions options;
     int64_t effective_batch = 0;
     std::string out;
+    bool json = false;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
@@ -370,11 +374,13 @@ void register_recommend_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--out", a->out,
                   "Where to write recommendations.{md,csv} (default: beside the "
                   "first results.csv)");
+  cmd->add_flag("--json", a->json,
+                "The recommendation as JSON on stdout (recommend_json_version 1) instead of Markdown");
   cmd->callback([a, eff, card, &exit_code] {
     card();
     RecommendOptions o = a->options;
     if (eff->count()) o.effective_batch = a->effective_batch;
-    exit_code = run_guarded([&] { return run_recommend(a->inputs, o, a->out); });
+    exit_code = run_guarded([&] { return run_recommend(a->inputs, o, a->out, a->json); });
   });
 }
 

@@ -45,13 +45,30 @@ void register_commands(CLI::App& app, int& exit_code) {
   run->add_option("--device", opts->device, "Where to train")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
       ->each([opts](const std::string&) { opts->device_given = true; });
-  run->add_flag("--dry-run", opts->dry_run, "List the points and exit");
+  run->add_flag("--dry-run", opts->dry_run,
+                "List the points, their count and an estimated time (from rows measured before), "
+                "and exit");
+  run->add_flag("--json", opts->json,
+                "The closing summary (or the dry run) as one JSON object on stdout; progress "
+                "stays on stderr");
+  run->add_option("--estimate-from", opts->estimate_from,
+                  "Results (directory or results.csv) whose rows the dry run's estimate also "
+                  "reads (repeat the flag for several)")
+      ->allow_extra_args(false)
+      ->check(CLI::ExistingPath);
   run->add_flag("--force", opts->force, "Re-run points already in results.csv");
   run->add_flag("--quiet,-q", opts->quiet, "No progress output");
   run->add_option("--search", opts->search,
                   "max-batch: find the largest batch that fits for each combination of the other "
                   "axes (doubling, then bisecting); none: run the grid")
-      ->check(CLI::IsMember({"max-batch", "none"}));
+      ->transform(CLI::Validator(
+          [](std::string& v) {
+            const std::string c = spelled_as(v, {"max-batch", "none"});
+            if (c.empty()) return "'" + v + "' is not a search: max-batch (or max_batch) or none";
+            v = c;
+            return std::string();
+          },
+          "max-batch|none", "search"));
   run->add_option("--max-points", opts->max_points,
                   "Refuse a grid of more points than this (counted before expanding)")
       ->capture_default_str()
@@ -63,7 +80,13 @@ void register_commands(CLI::App& app, int& exit_code) {
                   "Local GPUs to run on concurrently, e.g. 0,1 (one worker per GPU)");
   add_slurm_options(run, opts->slurm);
   run->callback([opts, &exit_code] {
-    exit_code = run_guarded([&] { return opts->slurm.submit ? submit_slurm(*opts) : run_sweep(*opts); });
+    exit_code = run_guarded([&] {
+      if (opts->slurm.submit && opts->json)
+        throw UserError("", 0, "--json", "--json summarises a run on this host; --slurm only submits it",
+                        "drop --json; once the jobs are done, `sweep run CONFIG --out OUT --json` on "
+                        "the merged results prints the summary (every point is already recorded)");
+      return opts->slurm.submit ? submit_slurm(*opts) : run_sweep(*opts);
+    });
   });
   register_slurm_commands(app, exit_code);
 

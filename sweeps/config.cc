@@ -242,16 +242,25 @@ int64_t parse_integer(const std::string& text, const Range& r) {
   return static_cast<int64_t>(v);
 }
 
+std::string spelled_as(const std::string& value, const std::vector<std::string>& choices) {
+  auto folded = [](std::string s) {
+    std::replace(s.begin(), s.end(), '_', '-');
+    return s;
+  };
+  for (const auto& c : choices)
+    if (folded(c) == folded(value)) return c;
+  return "";
+}
+
 std::string canonical_axis_value(const std::string& axis, const std::string& value,
                                  const std::string& file, int line, const std::string& key) {
   auto fail = [&](const std::string& msg, const std::string& hint) {
     throw UserError(file, line, key, msg, hint);
   };
   if (auto it = kChoices.find(axis); it != kChoices.end()) {
-    const auto& ok = it->second;
-    if (std::find(ok.begin(), ok.end(), value) == ok.end())
-      fail("unknown value '" + value + "'", "expected one of: " + join(ok));
-    return value;
+    const std::string c = spelled_as(value, it->second);
+    if (c.empty()) fail("unknown value '" + value + "'", "expected one of: " + join(it->second));
+    return c;
   }
   if (axis == "alloc_conf") return value;
   const auto range = kAxisRanges.find(axis);
@@ -326,9 +335,9 @@ Config load_config(const std::string& path) {
       cfg.repetitions = static_cast<int>(c.integer(v, key, {1, 1e4, true}));
     else if (key == "prune_oom") cfg.prune_oom = c.boolean(v, key);
     else if (key == "search") {
-      cfg.search = c.scalar(v, key);
-      if (cfg.search != "max_batch" && cfg.search != "none")
-        c.fail(v, key, "unknown search '" + cfg.search + "'", "expected max_batch or none");
+      cfg.search = spelled_as(c.scalar(v, key), {"max_batch", "none"});
+      if (cfg.search.empty())
+        c.fail(v, key, "unknown search '" + c.scalar(v, key) + "'", "expected max_batch (or max-batch) or none");
       if (cfg.search == "none") cfg.search.clear();
     } else if (key == "search_max_batch") cfg.search_max_batch = c.integer(v, key, {1, 1 << 30, true});
     else if (key == "lr") cfg.lr = c.number(v, key, {0, 1e3});

@@ -28,6 +28,10 @@ double parse_number(const std::string& text, const Range& r);
 int64_t parse_integer(const std::string& text, const Range& r);
 // The shortest decimal text that reads back as `v`, never in exponent form ("2.5", "1000000").
 std::string number_text(double v);
+// The one of `choices` that `value` spells, '-' and '_' taken as the same character
+// ("max-batch" and "max_batch"; "bf16_amp" and "bf16-amp"); "" when it spells none. Every
+// named value a user writes (config, override, flag) is read through it.
+std::string spelled_as(const std::string& value, const std::vector<std::string>& choices);
 
 // One axis as written: canonical string values and the line they came from.
 struct AxisValues {

@@ -20,6 +20,8 @@
 #include "sweeps/config.h"
 #include "sweeps/env.h"
 #include "sweeps/error.h"
+#include "sweeps/estimate.h"
+#include "sweeps/grid.h"
 #include "sweeps/isolate.h"
 #include "sweeps/schema.h"
 #include "sweeps/sweep.h"
@@ -32,11 +34,6 @@ using schema::column;
 
 // Bumped when a key of the JSON changes meaning or goes away (new keys do not bump it).
 constexpr int kFitJsonVersion = 1;
-// Probes each search takes on average (doubling, then a bisection steered by the peaks); the
-// end-to-end search test measures 4 to 6 on the tiny models.
-constexpr int kProbesPerSearch = 6;
-// A step time that varies more than this between repetitions (coefficient of variation) makes
-// a throughput ranking unreliable: the pick is flagged.
 
 bool has_cache(const models::ModelSpec& spec) { return spec.family == "gpt2" || spec.family == "t5"; }
 
@@ -312,23 +309,19 @@ int run_fit(const FitOptions& o) {
   const auto cfg_path = std::filesystem::path(out) / "fit.yaml";
   write_text(cfg_path, y.str());
 
-  // The estimate, from the probes this directory already holds, else from none.
+  // The estimate, from the probes this directory already holds (sweeps/estimate.h): one
+  // search per technique, each point of fit.yaml's grid the first probe of one.
   const auto results_path = std::filesystem::path(out) / "results.csv";
   if (!o.quiet) {
-    std::string estimate;
-    if (std::filesystem::exists(results_path)) {
-      std::vector<double> walls;
-      for (const auto& r : reports::read_results(results_path.string()).rows)
-        if (auto w = r.number(column("wall_s"))) walls.push_back(*w);
-      if (!walls.empty()) {
-        std::sort(walls.begin(), walls.end());
-        const double each = walls[walls.size() / 2];
-        estimate = ", about " + std::to_string(static_cast<int>(std::ceil(each * kProbesPerSearch * wanted.size()))) +
-                   " s at the " + number_text(std::round(each * 10) / 10) + " s a probe measured here before"
-                   " (probes already measured are reused)";
-      }
-    }
-    if (estimate.empty()) estimate = "; the time of each probe is shown as it finishes";
+    WallHistory history;
+    if (std::filesystem::exists(results_path)) history.add(reports::read_results(results_path.string()));
+    RunSettings settings;
+    settings.device = device;
+    settings.budget_bytes = usable;
+    const auto searches = combinations(expand_grid(load_config(cfg_path.string()), settings));
+    const PlanEstimate plan = estimate_plan(searches, true, history, {});
+    const std::string estimate = plan.estimated ? "; " + plan.summary("search") + "; probes already measured are reused"
+                                                : "; the time of each probe is shown as it finishes";
     std::fprintf(stderr, "fit %s on %s (%s usable, %s): %zu techniques, about %zu probes%s\n",
                  o.model.c_str(), card.name.c_str(), gib_text(static_cast<double>(usable)).c_str(),
                  device == "cpu" ? "enforced by the CPU's tracking allocator" : "emulated on this GPU",

@@ -29,9 +29,11 @@
 #include "sweeps/budget.h"
 #include "sweeps/config.h"
 #include "sweeps/env.h"
+#include "sweeps/estimate.h"
 #include "sweeps/grid.h"
 #include "sweeps/isolate.h"
 #include "sweeps/results_store.h"
+#include "sweeps/run_summary.h"
 #include "sweeps/schema.h"
 #include "sweeps/search.h"
 #include "sweeps/shards.h"
@@ -353,6 +355,29 @@ Config load_run_config(const RunOptions& opt, std::string& out) {
   return cfg;
 }
 
+namespace {
+
+// --dry-run: the points and what they will take, estimated from the rows of the output
+// directory (its resume skips the points recorded there) and of --estimate-from.
+int dry_run(const RunOptions& opt, const Config& cfg, const std::string& device,
+            const std::string& out, const std::vector<std::vector<Point>>& combos, bool search) {
+  WallHistory history;
+  std::set<std::string> recorded;
+  const auto own = std::filesystem::path(out) / "results.csv";
+  if (std::filesystem::exists(own)) {
+    const auto results = reports::read_results(own.string());
+    history.add(results);
+    if (!opt.force)
+      for (const auto* r : reports::latest_per_point(results).rows) recorded.insert(r->at(schema::column("point_id")));
+  }
+  for (const auto& from : opt.estimate_from) history.add(reports::read_results(from));
+  DryRun d{cfg.path, device, out, search, cfg.search_max_batch, estimate_plan(combos, search, history, recorded)};
+  std::cout << (opt.json ? d.json().dump(2) + "\n" : d.text());
+  return 0;
+}
+
+}  // namespace
+
 int run_sweep(const RunOptions& opt) {
   std::string out;
   Config cfg = load_run_config(opt, out);
@@ -394,17 +419,7 @@ int run_sweep(const RunOptions& opt) {
     points.clear();
     for (const auto& c : combos) points.insert(points.end(), c.begin(), c.end());
   }
-  if (opt.dry_run) {
-    if (search) {
-      for (const auto& c : combos) std::cout << "search  " << c.front().label() << "\n";
-      std::cout << combos.size() << " combinations to search for their largest batch (up to "
-                << cfg.search_max_batch << "), device " << run.device << ", output " << out << "\n";
-      return 0;
-    }
-    for (const auto& p : points) std::cout << p.id() << "  " << p.label() << "\n";
-    std::cout << points.size() << " points, device " << run.device << ", output " << out << "\n";
-    return 0;
-  }
+  if (opt.dry_run) return dry_run(opt, cfg, run.device, out, combos, search);
   std::filesystem::create_directories(out);
   // One run per output directory (per shard for a Slurm task): the lock is held until this
   // process exits (or dies).
@@ -470,34 +485,11 @@ int run_sweep(const RunOptions& opt) {
   if (task || !opt.write_report) return 0;  // the merge job writes results.csv and the report
   // The report reads only the results file, like any later `sweep report`.
   reports::write_report(out, out);
-  if (!opt.quiet) {
-    // A closing summary from the file: what it holds now, the fastest row, what to run next.
-    const auto results = reports::read_results(store.path());
-    std::map<std::string, int> counts;
-    const reports::Row* fastest = nullptr;
-    for (const auto* r : reports::latest_per_point(results).rows) {
-      ++counts[std::string(reports::status_name(r->status))];
-      if (r->status == reports::Status::kOk && r->at(schema::column("mode")) == "train" &&
-          (!fastest || r->number(schema::column("tokens_per_s")).value_or(0) >
-                           fastest->number(schema::column("tokens_per_s")).value_or(0)))
-        fastest = r;
-    }
-    std::string line;
-    for (const auto& [status, n] : counts) line += (line.empty() ? "" : ", ") + std::to_string(n) + " " + status;
-    std::fprintf(stderr, "summary: %s\n", line.c_str());
-    if (fastest) {
-      auto cell = [&](std::string_view c) { return fastest->at(schema::find_column(c)); };
-      std::fprintf(stderr, "fastest train row: %s batch %s, %s, checkpointing %s, %s: %.0f tokens/s, peak %s (%s)\n",
-                   cell("model").c_str(), cell("batch").c_str(), cell("precision").c_str(),
-                   cell("checkpointing").c_str(), cell("optimizer").c_str(),
-                   fastest->number(schema::column("tokens_per_s")).value_or(0),
-                   reports::format_bytes(fastest->number(schema::column("peak_reserved_bytes")).value_or(0)).c_str(),
-                   fastest->where().c_str());
-    }
-    std::fprintf(stderr, "report:  %s/report.md (and report.html)\n"
-                         "next:    sweep recommend %s --gpu NAME   (what fits a card, and is fastest)\n",
-                 out.c_str(), out.c_str());
-  }
+  // A closing summary from the file: what it holds now, the fastest row, what to run next.
+  const auto results = reports::read_results(store.path());
+  const RunSummary summary = summarize_run(results, out);
+  if (opt.json) std::cout << summary.json().dump(2) << "\n";
+  else if (!opt.quiet) std::fputs(summary.text().c_str(), stderr);
   return 0;
 }
 

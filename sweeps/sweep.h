@@ -33,6 +33,9 @@ struct RunOptions {
   bool device_given = false;
   bool dry_run = false;
   bool quiet = false;
+  bool json = false;  // the summary (or the dry run) as one JSON object on stdout
+  // Results whose rows the dry run's estimate also reads (beside those of the output).
+  std::vector<std::string> estimate_from;
   bool force = false;  // re-run points already recorded
   std::string search;  // "max-batch" | "none" overrides the config's `search`; "" keeps it
   std::string gpus;    // "0,1": one worker per GPU at a time, points spread over them

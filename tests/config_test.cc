@@ -143,6 +143,46 @@ TEST(Config, DefaultsNameAndOutFromTheFile) {
   EXPECT_EQ(c.sweeps[0].models, std::vector<std::string>{"gpt2-test"});
 }
 
+TEST(Config, DashAndUnderscoreSpellTheSameValue) {
+  auto load = [](const std::string& name, const std::string& yaml) {
+    return load_config(testing::write_file(testing::temp_dir(name) / "c.yaml", yaml));
+  };
+  EXPECT_EQ(load("search-dash", "models: [gpt2-test]\nsearch: max-batch\n").search, "max_batch");
+  EXPECT_EQ(load("search-underscore", "models: [gpt2-test]\nsearch: max_batch\n").search, "max_batch");
+  EXPECT_EQ(load("search-none", "models: [gpt2-test]\nsearch: none\n").search, "");
+  // Axis values are kept in their one spelling, so both name the same point.
+  const Config c = load("axis", "models: [gpt2-test]\ngrid:\n  precision: [bf16_amp, fp16-amp]\n"
+                                "  optimizer: adamw_fused\nexclude:\n  - {precision: bf16_amp}\n");
+  EXPECT_EQ(c.grid.at("precision").values, (std::vector<std::string>{"bf16-amp", "fp16-amp"}));
+  EXPECT_EQ(c.grid.at("optimizer").values, std::vector<std::string>{"adamw-fused"});
+  EXPECT_EQ(c.exclude.at(0).match.at("precision"), "bf16-amp");
+  // A value that is neither spelling is still refused, on its line, with the choices.
+  auto e = error_of("search-bad", "models: [gpt2-test]\nsearch: maxbatch\n");
+  EXPECT_EQ(e.line(), 2);
+  EXPECT_EQ(e.key(), "search");
+  EXPECT_NE(e.hint().find("max-batch"), std::string::npos) << e.hint();
+  EXPECT_EQ(spelled_as("max-batch", {"max_batch", "none"}), "max_batch");
+  EXPECT_EQ(spelled_as("max batch", {"max_batch", "none"}), "");
+}
+
+TEST(Config, CliSearchTakesEitherSpelling) {
+  auto path = testing::write_file(testing::temp_dir("cli-search") / "c.yaml",
+                                  "device: cpu\nmodels: [gpt2-test]\ngrid: {batch: [1, 2]}\n");
+  for (const std::string spelling : {"max-batch", "max_batch"}) {
+    auto r = testing::run_sweep_cli("run " + path + " --dry-run --search " + spelling);
+    EXPECT_EQ(r.exit_code, 0) << spelling << "\n" << r.output;
+    EXPECT_NE(r.output.find("1 combinations to search"), std::string::npos) << r.output;
+  }
+  auto r = testing::run_sweep_cli("run " + path + " --dry-run --search maxbatch");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("max-batch (or max_batch) or none"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("hint:"), std::string::npos) << r.output;
+  // The override goes through the config's reading: either spelling there too.
+  r = testing::run_sweep_cli("run " + path + " --dry-run search=max-batch");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("1 combinations to search"), std::string::npos) << r.output;
+}
+
 TEST(Config, CliExitsTwoWithFileLineAndHint) {
   auto path = testing::write_file(testing::temp_dir("cli") / "bad.yaml",
                                   "models: [gpt2-test]\ngrid:\n  checkpointing: full\n");

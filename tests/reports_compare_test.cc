@@ -400,6 +400,10 @@ TEST(Compare, JsonAndCsvCarryEveryComparedMetric) {
   EXPECT_EQ(cli.code, 1);
   const json k = json::parse(cli.out);
   EXPECT_EQ(k["summary"]["regressions"], 1);
+  // --json is --format json, as on run, fit and recommend.
+  const auto flag = run_cli(data("base") + " " + data("slow") + " --json");
+  EXPECT_EQ(flag.code, 1);
+  EXPECT_EQ(json::parse(flag.out), k);
   EXPECT_EQ(run_cli(data("base") + " " + data("slow") + " --format csv").out.substr(0, 12),
             "mark,verdict");
 }

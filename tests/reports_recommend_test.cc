@@ -13,6 +13,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "reports/gpus.h"
 #include "reports/recommend.h"
 #include "temp_tree.h"
@@ -409,6 +411,143 @@ TEST(RecommendCli, BadInputExitsTwoWithLocationAndHint) {
   EXPECT_EQ(gpu.code, 2);
   EXPECT_NE(gpu.err.find("unknown GPU 'rtx9999'"), std::string::npos) << gpu.err;
   EXPECT_NE(gpu.err.find("hint: known GPUs: rtx3060, t4"), std::string::npos) << gpu.err;
+}
+
+// `recommend --json`: the analysis, every field, parsed back and checked against the
+// Recommendation the same options give.
+void expect_choice(const nlohmann::json& j, const Choice& c, const std::string& where) {
+  SCOPED_TRACE(where);
+  EXPECT_EQ(j.at("label"), c.label());
+  EXPECT_EQ(j.at("mode"), c.mode);
+  EXPECT_EQ(j.at("precision"), c.precision);
+  EXPECT_EQ(j.at("checkpointing"), c.checkpointing);
+  EXPECT_EQ(j.at("optimizer"), c.optimizer);
+  EXPECT_EQ(j.at("alloc_conf"), c.alloc_conf);
+  EXPECT_EQ(j.at("adapter"), c.adapter);
+  EXPECT_EQ(j.at("use_cache"), c.use_cache);
+  EXPECT_EQ(j.at("batch"), c.batch);
+  EXPECT_EQ(j.at("accumulation"), c.accumulation);
+  EXPECT_EQ(j.at("effective_batch"), c.batch * c.accumulation);
+  EXPECT_EQ(j.at("techniques"), c.techniques());
+  EXPECT_EQ(j.at("tokens_per_s"), c.tokens_per_s);
+  EXPECT_EQ(j.at("peak_reserved_bytes"), c.peak_reserved_bytes);
+  EXPECT_EQ(j.at("status"), c.status);
+  EXPECT_EQ(j.at("measured_on"), c.measured_on);
+  EXPECT_EQ(j.at("where"), c.where);
+  EXPECT_EQ(j.at("inferred"), c.inferred);
+  EXPECT_EQ(j.at("on_target"), c.on_target);
+}
+
+void expect_optional(const nlohmann::json& j, const std::optional<Choice>& c, const std::string& where) {
+  ASSERT_EQ(j.is_null(), !c.has_value()) << where;
+  if (c) expect_choice(j, *c, where);
+}
+
+void expect_recommendation(const nlohmann::json& j, const Recommendation& r) {
+  EXPECT_EQ(j.at("recommend_json_version"), 1);
+  const auto& t = j.at("target");
+  EXPECT_EQ(t.at("name"), r.target.name);
+  EXPECT_EQ(t.at("gpu").is_null(), r.target.gpu == nullptr);
+  if (r.target.gpu) EXPECT_EQ(t.at("gpu"), std::string(r.target.gpu->key));
+  EXPECT_EQ(t.at("memory_bytes"), r.target.memory_bytes);
+  EXPECT_EQ(t.at("margin"), r.target.margin);
+  EXPECT_EQ(t.at("context_bytes"), r.target.context_bytes);
+  EXPECT_EQ(t.at("context_source"), r.target.context_source);
+  EXPECT_EQ(t.at("usable_bytes"), r.target.usable_bytes);
+  EXPECT_EQ(t.at("cuda"), r.target.cuda);
+  EXPECT_EQ(j.at("effective_batch").is_null(), !r.effective_batch);
+  EXPECT_EQ(j.at("notes").get<std::vector<std::string>>(), r.notes);
+  EXPECT_EQ(j.at("measured_on").get<std::vector<std::string>>(), r.measured_on);
+  EXPECT_EQ(j.at("other_card"), r.other_card);
+  EXPECT_EQ(j.at("has_eval"), r.has_eval);
+  ASSERT_EQ(j.at("groups").size(), r.groups.size());
+  for (std::size_t i = 0; i < r.groups.size(); ++i) {
+    const auto& g = r.groups[i];
+    const auto& jg = j.at("groups")[i];
+    EXPECT_EQ(jg.at("label"), g.label());
+    EXPECT_EQ(jg.at("model"), g.model);
+    EXPECT_EQ(jg.at("seq"), g.seq);
+    EXPECT_EQ(jg.at("target_seq"), g.target_seq);
+    EXPECT_EQ(jg.at("audio_s"), g.audio_s);
+    expect_optional(jg.at("fastest"), g.fastest, g.label() + " fastest");
+    ASSERT_EQ(jg.at("max_batch").size(), g.max_batch.size());
+    for (std::size_t k = 0; k < g.max_batch.size(); ++k)
+      expect_choice(jg.at("max_batch")[k], g.max_batch[k], g.label() + " max_batch");
+    expect_optional(jg.at("effective"), g.effective, g.label() + " effective");
+    expect_optional(jg.at("eval_max_batch"), g.eval_max_batch, g.label() + " eval_max_batch");
+    expect_optional(jg.at("eval_counterpart"), g.eval_counterpart, g.label() + " eval_counterpart");
+    EXPECT_EQ(jg.at("eval_check"), g.eval_check);
+    EXPECT_EQ(jg.at("closest_step"), g.closest_step);
+    ASSERT_EQ(jg.at("closest_steps").size(), g.steps.size());
+    for (std::size_t k = 0; k < g.steps.size(); ++k) {
+      EXPECT_EQ(jg.at("closest_steps")[k].at("change"), g.steps[k].change);
+      expect_optional(jg.at("closest_steps")[k].at("best"), g.steps[k].best, g.steps[k].change);
+    }
+    EXPECT_EQ(jg.at("train_rows"), g.train_rows);
+    EXPECT_EQ(jg.at("train_ok"), g.train_ok);
+  }
+  const auto& x = j.at("cross_gpu");
+  EXPECT_EQ(x.at("context_bytes"), r.column_context_bytes);
+  ASSERT_EQ(x.at("columns").size(), r.columns.size());
+  for (std::size_t c = 0; c < r.columns.size(); ++c) {
+    EXPECT_EQ(x.at("columns")[c].at("name"), r.columns[c].name);
+    EXPECT_EQ(x.at("columns")[c].at("memory_bytes"), r.columns[c].memory_bytes);
+    EXPECT_EQ(x.at("columns")[c].at("usable_bytes"), r.columns[c].usable_bytes);
+    ASSERT_EQ(x.at("columns")[c].at("gpus").size(), r.columns[c].gpus.size());
+    for (std::size_t k = 0; k < r.columns[c].gpus.size(); ++k)
+      EXPECT_EQ(x.at("columns")[c].at("gpus")[k], std::string(r.columns[c].gpus[k]->key));
+  }
+  ASSERT_EQ(x.at("cells").size(), r.cells.size());
+  for (std::size_t g = 0; g < r.cells.size(); ++g) {
+    ASSERT_EQ(x.at("cells")[g].size(), r.cells[g].size());
+    for (std::size_t c = 0; c < r.cells[g].size(); ++c)
+      expect_optional(x.at("cells")[g][c], r.cells[g][c], "cell " + r.columns[c].name);
+  }
+}
+
+TEST(RecommendJson, TheCommandPrintsEveryFieldOfTheAnalysis) {
+  auto dir = std::filesystem::temp_directory_path() / ("sweep_recommend_json_" + std::to_string(::getpid()));
+  sweep::remove_tree(dir);
+  // Effective batch (inferred and measured), eval rows, a card of the table, the cross-GPU table.
+  auto c = cli({data("recommend_accum.csv"), "--gpu", "rtx3060", "--effective-batch", "32", "--json",
+                "--out", dir.string()});
+  ASSERT_EQ(c.code, 0) << c.err;
+  const auto j = nlohmann::json::parse(c.out);  // stdout holds the JSON and nothing else
+  RecommendOptions o;
+  o.gpu = "rtx3060";
+  o.effective_batch = 32;
+  const auto r = run({"recommend_accum.csv"}, o);
+  ASSERT_TRUE(r.has_eval);
+  ASSERT_FALSE(r.columns.empty());
+  ASSERT_TRUE(group(r, "gpt2", "512").effective);
+  expect_recommendation(j, r);
+  EXPECT_EQ(j.at("effective_batch"), 32);
+  // The files are written as without --json.
+  EXPECT_TRUE(std::filesystem::exists(dir / "recommendations.md"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "recommendations.csv"));
+  sweep::remove_tree(dir);
+}
+
+TEST(RecommendJson, NothingFitsCarriesTheClosestStepsAndCpuRowsTheirNote) {
+  RecommendOptions o;
+  o.gpu = "RTX 3060";
+  const auto nofit = run({"recommend_nofit.csv"}, o);
+  const auto j = recommendations_json(nofit);
+  expect_recommendation(j, nofit);
+  const auto it = std::find_if(j.at("groups").begin(), j.at("groups").end(),
+                               [](const nlohmann::json& e) { return e.at("model") == "gpt2-xl"; });
+  ASSERT_NE(it, j.at("groups").end());
+  const auto& g = *it;
+  EXPECT_TRUE(g.at("fastest").is_null());
+  EXPECT_EQ(g.at("closest_steps").size(), 5u);
+  EXPECT_EQ(g.at("closest_steps")[4].at("best").at("optimizer"), "sgd");
+
+  const auto cpu = run({"recommend_cpu.csv"}, o);
+  const auto k = recommendations_json(cpu);
+  expect_recommendation(k, cpu);
+  EXPECT_FALSE(k.at("notes").empty());
+  // A dump that parses back to itself: no NaN or infinity slipped in.
+  EXPECT_EQ(nlohmann::json::parse(k.dump()), k);
 }
 
 TEST(GpuTable, FindsCardsByKeyNameAndDeviceName) {

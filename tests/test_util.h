@@ -1,11 +1,13 @@
 // Helpers shared by the sweep tests: temp dirs, writing configs, running the binary.
 #pragma once
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include "temp_tree.h"
@@ -43,6 +45,28 @@ inline CommandResult run_sweep_cli(const std::string& args, const std::string& e
   int st = pclose(p);
   r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   return r;
+}
+
+// Runs `sweep ARGS` with stdout and stderr kept apart (for --json: the JSON is all of stdout).
+struct SplitResult {
+  int exit_code = -1;
+  std::string out, err;
+};
+inline SplitResult run_sweep_cli_split(const std::string& args, const std::string& env = "") {
+  const auto err_path = std::filesystem::temp_directory_path() /
+                        ("sweep_test_stderr_" + std::to_string(::getpid()));
+  SplitResult s;
+  const std::string cmd = env + " " + SWEEP_BINARY + std::string(" ") + args + " 2>" + err_path.string();
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) s.out.append(buf, n);
+  const int st = pclose(p);
+  s.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  std::ifstream f(err_path);
+  s.err.assign(std::istreambuf_iterator<char>(f), {});
+  std::filesystem::remove(err_path);
+  return s;
 }
 
 }  // namespace sweep::testing

@@ -1,0 +1,100 @@
+// `sweep recommend --json`: the Recommendation as one JSON object, every field of the
+// analysis (recommend.h) under its own name. A Choice becomes JSON in one place, to_json()
+// below, wherever it appears (fastest, max_batch, effective, eval, closest steps, cross-GPU
+// cells). kRecommendJsonVersion is bumped when a key changes meaning or goes away.
+#include <nlohmann/json.hpp>
+
+#include "reports/recommend.h"
+
+namespace sweep::reports {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kRecommendJsonVersion = 1;
+
+json optional_choice(const std::optional<Choice>& c) { return c ? json(*c) : json(nullptr); }
+
+json gpu_key(const GpuSpec* g) { return g ? json(std::string(g->key)) : json(nullptr); }
+
+}  // namespace
+
+void to_json(json& j, const Choice& c) {
+  j = {{"label", c.label()},
+       {"mode", c.mode},
+       {"precision", c.precision},
+       {"checkpointing", c.checkpointing},
+       {"optimizer", c.optimizer},
+       {"alloc_conf", c.alloc_conf},
+       {"adapter", c.adapter},
+       {"use_cache", c.use_cache},
+       {"batch", c.batch},
+       {"accumulation", c.accumulation},
+       {"effective_batch", c.batch * c.accumulation},
+       {"techniques", c.techniques()},
+       {"tokens_per_s", c.tokens_per_s},
+       {"peak_reserved_bytes", c.peak_reserved_bytes},
+       {"status", c.status},
+       {"measured_on", c.measured_on},
+       {"where", c.where},
+       {"inferred", c.inferred},
+       {"on_target", c.on_target}};
+}
+
+json recommendations_json(const Recommendation& r) {
+  const Target& t = r.target;
+  json j;
+  j["recommend_json_version"] = kRecommendJsonVersion;
+  j["target"] = {{"name", t.name},
+                 {"gpu", gpu_key(t.gpu)},
+                 {"memory_bytes", t.memory_bytes},
+                 {"margin", t.margin},
+                 {"context_bytes", t.context_bytes},
+                 {"context_source", t.context_source},
+                 {"usable_bytes", t.usable_bytes},
+                 {"cuda", t.cuda}};
+  j["effective_batch"] = r.effective_batch ? json(*r.effective_batch) : json(nullptr);
+  j["measured_on"] = r.measured_on;
+  j["other_card"] = r.other_card;
+  j["has_eval"] = r.has_eval;
+  j["notes"] = r.notes;
+  j["groups"] = json::array();
+  for (const auto& g : r.groups) {
+    json steps = json::array();
+    for (const auto& s : g.steps) steps.push_back({{"change", s.change}, {"best", optional_choice(s.best)}});
+    j["groups"].push_back({{"label", g.label()},
+                           {"model", g.model},
+                           {"seq", g.seq},
+                           {"target_seq", g.target_seq},
+                           {"audio_s", g.audio_s},
+                           {"fastest", optional_choice(g.fastest)},
+                           {"max_batch", g.max_batch},
+                           {"effective", optional_choice(g.effective)},
+                           {"eval_max_batch", optional_choice(g.eval_max_batch)},
+                           {"eval_counterpart", optional_choice(g.eval_counterpart)},
+                           {"eval_check", g.eval_check},
+                           {"closest_steps", steps},
+                           {"closest_step", g.closest_step},
+                           {"train_rows", g.train_rows},
+                           {"train_ok", g.train_ok}});
+  }
+  json columns = json::array();
+  for (const auto& c : r.columns) {
+    json gpus = json::array();
+    for (const auto* g : c.gpus) gpus.push_back(gpu_key(g));
+    columns.push_back({{"name", c.name},
+                       {"gpus", gpus},
+                       {"memory_bytes", c.memory_bytes},
+                       {"usable_bytes", c.usable_bytes}});
+  }
+  json cells = json::array();
+  for (const auto& row : r.cells) {
+    json out = json::array();
+    for (const auto& c : row) out.push_back(optional_choice(c));
+    cells.push_back(out);
+  }
+  j["cross_gpu"] = {{"context_bytes", r.column_context_bytes}, {"columns", columns}, {"cells", cells}};
+  return j;
+}
+
+}  // namespace sweep::reports
