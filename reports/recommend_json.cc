@@ -28,17 +28,22 @@ void to_json(json& j, const Choice& c) {
        {"alloc_conf", c.alloc_conf},
        {"adapter", c.adapter},
        {"use_cache", c.use_cache},
+       {"offload", c.offload},
        {"batch", c.batch},
        {"accumulation", c.accumulation},
        {"effective_batch", c.batch * c.accumulation},
        {"techniques", c.techniques()},
        {"tokens_per_s", c.tokens_per_s},
+       {"step_ms_cv", c.step_ms_cv},
+       {"noisy", c.noisy()},
        {"peak_reserved_bytes", c.peak_reserved_bytes},
        {"status", c.status},
        {"measured_on", c.measured_on},
        {"where", c.where},
        {"inferred", c.inferred},
-       {"on_target", c.on_target}};
+       {"on_target", c.on_target},
+       {"bounded", c.bounded},
+       {"predicted_batch", c.predicted_batch ? json(*c.predicted_batch) : json(nullptr)}};
 }
 
 json recommendations_json(const Recommendation& r) {
@@ -48,6 +53,7 @@ json recommendations_json(const Recommendation& r) {
   j["target"] = {{"name", t.name},
                  {"gpu", gpu_key(t.gpu)},
                  {"memory_bytes", t.memory_bytes},
+                 {"memory_as_sold", t.memory_as_sold},
                  {"margin", t.margin},
                  {"context_bytes", t.context_bytes},
                  {"context_source", t.context_source},
@@ -76,7 +82,9 @@ json recommendations_json(const Recommendation& r) {
                            {"closest_steps", steps},
                            {"closest_step", g.closest_step},
                            {"train_rows", g.train_rows},
-                           {"train_ok", g.train_ok}});
+                           {"train_ok", g.train_ok},
+                           {"limit_reached", g.limit_reached},
+                           {"measure_command", g.measure_command}});
   }
   json columns = json::array();
   for (const auto& c : r.columns) {
@@ -93,7 +101,12 @@ json recommendations_json(const Recommendation& r) {
     for (const auto& c : row) out.push_back(optional_choice(c));
     cells.push_back(out);
   }
-  j["cross_gpu"] = {{"context_bytes", r.column_context_bytes}, {"columns", columns}, {"cells", cells}};
+  // covered[group][column]: false where every measured row fits that card ("not measured";
+  // its cell is null then).
+  j["cross_gpu"] = {{"context_bytes", r.column_context_bytes},
+                    {"columns", columns},
+                    {"cells", cells},
+                    {"covered", r.covered}};
   return j;
 }
 

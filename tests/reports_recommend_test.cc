@@ -436,6 +436,12 @@ void expect_choice(const nlohmann::json& j, const Choice& c, const std::string& 
   EXPECT_EQ(j.at("where"), c.where);
   EXPECT_EQ(j.at("inferred"), c.inferred);
   EXPECT_EQ(j.at("on_target"), c.on_target);
+  EXPECT_EQ(j.at("offload"), c.offload);
+  EXPECT_EQ(j.at("step_ms_cv"), c.step_ms_cv);
+  EXPECT_EQ(j.at("noisy"), c.noisy());
+  EXPECT_EQ(j.at("bounded"), c.bounded);
+  EXPECT_EQ(j.at("predicted_batch").is_null(), !c.predicted_batch);
+  if (c.predicted_batch) EXPECT_EQ(j.at("predicted_batch"), *c.predicted_batch);
 }
 
 void expect_optional(const nlohmann::json& j, const std::optional<Choice>& c, const std::string& where) {
@@ -450,6 +456,7 @@ void expect_recommendation(const nlohmann::json& j, const Recommendation& r) {
   EXPECT_EQ(t.at("gpu").is_null(), r.target.gpu == nullptr);
   if (r.target.gpu) EXPECT_EQ(t.at("gpu"), std::string(r.target.gpu->key));
   EXPECT_EQ(t.at("memory_bytes"), r.target.memory_bytes);
+  EXPECT_EQ(t.at("memory_as_sold"), r.target.memory_as_sold);
   EXPECT_EQ(t.at("margin"), r.target.margin);
   EXPECT_EQ(t.at("context_bytes"), r.target.context_bytes);
   EXPECT_EQ(t.at("context_source"), r.target.context_source);
@@ -485,6 +492,8 @@ void expect_recommendation(const nlohmann::json& j, const Recommendation& r) {
     }
     EXPECT_EQ(jg.at("train_rows"), g.train_rows);
     EXPECT_EQ(jg.at("train_ok"), g.train_ok);
+    EXPECT_EQ(jg.at("limit_reached"), g.limit_reached);
+    EXPECT_EQ(jg.at("measure_command"), g.measure_command);
   }
   const auto& x = j.at("cross_gpu");
   EXPECT_EQ(x.at("context_bytes"), r.column_context_bytes);
@@ -500,8 +509,10 @@ void expect_recommendation(const nlohmann::json& j, const Recommendation& r) {
   ASSERT_EQ(x.at("cells").size(), r.cells.size());
   for (std::size_t g = 0; g < r.cells.size(); ++g) {
     ASSERT_EQ(x.at("cells")[g].size(), r.cells[g].size());
-    for (std::size_t c = 0; c < r.cells[g].size(); ++c)
+    for (std::size_t c = 0; c < r.cells[g].size(); ++c) {
       expect_optional(x.at("cells")[g][c], r.cells[g][c], "cell " + r.columns[c].name);
+      EXPECT_EQ(x.at("covered")[g][c], static_cast<bool>(r.covered[g][c]));
+    }
   }
 }
 
