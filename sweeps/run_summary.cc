@@ -20,7 +20,7 @@ using schema::column;
 constexpr std::array kConfigurationColumns = std::to_array<std::string_view>({
     "model", "mode", "batch", "seq", "target_seq", "audio_s", "precision", "checkpointing",
     "accumulation", "optimizer", "use_cache", "adapter", "lora_r", "lora_alpha", "lora_dropout",
-    "lora_targets", "alloc_conf", "budget_bytes", "device",
+    "lora_targets", "offload", "alloc_conf", "budget_bytes", "device",
 });
 constexpr std::array kMeasuredColumns = std::to_array<std::string_view>({
     "tokens_per_s", "samples_per_s", "step_ms", "step_ms_cv", "tflops", "mfu",
@@ -53,10 +53,18 @@ json cells(const reports::Row& r, const std::array<std::string_view, N>& names) 
   return j;
 }
 
-// "gpt2 batch 4, fp32, checkpointing none, adamw"
+// "gpt2 batch 4, fp32, checkpointing none, adamw" (+ ", accumulation 4", ", lora r8",
+// ", use_cache=False", ", offload optimizer" where they apply: a LoRA row is not full
+// fine-tuning)
 std::string row_label(const reports::Row& r) {
-  return r.at(column("model")) + " batch " + r.at(column("batch")) + ", " + r.at(column("precision")) +
-         ", checkpointing " + r.at(column("checkpointing")) + ", " + r.at(column("optimizer"));
+  std::string s = r.at(column("model")) + " batch " + r.at(column("batch")) + ", " +
+                  r.at(column("precision")) + ", checkpointing " + r.at(column("checkpointing")) +
+                  ", " + r.at(column("optimizer"));
+  if (const auto& a = r.at(column("accumulation")); !a.empty() && a != "1") s += ", accumulation " + a;
+  if (const auto& a = r.at(column("adapter")); !a.empty() && a != "none") s += ", " + a + " r" + r.at(column("lora_r"));
+  if (r.at(column("use_cache")) == "0") s += ", use_cache=False";
+  if (const auto& o = r.at(column("offload")); !o.empty() && o != "none") s += ", offload " + o;
+  return s;
 }
 
 double cv(const reports::Row* r) { return r->number(column("step_ms_cv")).value_or(0); }

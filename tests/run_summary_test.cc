@@ -175,6 +175,16 @@ TEST(RunSummary, CountsTheLastRowOfEachPointAndWarnsOfANoisyMachine) {
   EXPECT_TRUE(quiet.json()["noisy"]["advice"].is_null());
   EXPECT_EQ(quiet.text().find("warning"), std::string::npos);
   EXPECT_TRUE(summarize_run(write_rows("summary_one", {ok("r", 1, 100, 0.4)}), "OUT").warn_noisy());
+  // The fastest row is named with every technique it used: a LoRA row is not full fine-tuning.
+  auto lora = ok("l", 4, 500, 0.01);
+  lora["adapter"] = "lora";
+  lora["lora_r"] = 8;
+  lora["use_cache"] = 0;
+  EXPECT_NE(summarize_run(write_rows("summary_lora", {ok("f", 4, 100, 0.01), lora}), "OUT")
+                .text()
+                .find("fastest train row: gpt2-test batch 4, fp32, checkpointing none, adamw, lora r8, "
+                      "use_cache=False: 500 tokens/s"),
+            std::string::npos);
   // Nothing ran ok: no fastest row.
   EXPECT_TRUE(summarize_run(write_rows("summary_none", {row("z", "gpt2-test", 1, "oom")}), "OUT").json()["fastest"].is_null());
 }
