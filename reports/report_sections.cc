@@ -190,7 +190,7 @@ void memory_section(Document& doc, Plotter& plotter, const Group& g) {
   if (g.usable_bytes > 0)
     caption += " A point fits where its line is under the grey line (" + g.usable_title +
                "): peak reserved memory within the card's memory less the margin and the CUDA "
-               "context, the rule `sweep recommend` and `sweep fit` use.";
+               "context, the rule sweep recommend and sweep fit use.";
   if (!oom.points.empty())
     caption +=
         " A red cross marks an out-of-memory point, at the peak it reached before failing when "
