@@ -303,6 +303,10 @@ std::string bench_name(const Row& row) {
   if (!cell(column("audio_s")).empty()) n += "/audio" + cell(column("audio_s")) + "s";
   n += "/" + cell(column("precision")) + "/ckpt-" + cell(column("checkpointing")) + "/acc" +
        cell(column("accumulation")) + "/" + cell(column("optimizer"));
+  // Techniques added after the first baselines: named only when used, so old names stay.
+  if (const auto& a = cell(column("adapter")); !a.empty() && a != "none") n += "/" + a + "-r" + cell(column("lora_r"));
+  if (cell(column("use_cache")) == "0") n += "/no-cache";
+  if (const auto& o = cell(column("offload")); !o.empty() && o != "none") n += "/offload-" + o;
   if (!cell(column("alloc_conf")).empty()) n += "/alloc=" + cell(column("alloc_conf"));
   if (auto b = row.number(column("budget_bytes")); b && *b > 0) n += "/budget" + bytes(*b);
   return n;

@@ -453,5 +453,38 @@ TEST(Compare, ExportWritesDashboardFormats) {
   EXPECT_EQ(a["peak_allocated_bytes"]["value"], 2632765440);
 }
 
+TEST(Compare, ExportNamesLoraNoCacheAndOffloadRowsApart) {
+  // compare_base.csv's first row four times: as it is, with LoRA, with use_cache=False and
+  // with the optimizer offloaded. Their dashboard names must differ (they collided before).
+  TempDir dir;
+  std::ifstream in(data("base"));
+  std::string header, row;
+  std::getline(in, header);
+  std::getline(in, row);
+  const std::size_t id_at = row.find(',', row.find(',') + 1) + 1;  // point_id is column 3
+  auto with_id = [&](const std::string& id) {
+    std::string r = row;
+    return r.replace(id_at, r.find(',', id_at) - id_at, id);
+  };
+  std::ofstream(dir.path() / "results.csv")
+      << header << ",adapter,lora_r,use_cache,offload\n"
+      << with_id("p-plain") << ",none,,1,none\n"
+      << with_id("p-lora") << ",lora,8,1,none\n"
+      << with_id("p-nocache") << ",none,,0,none\n"
+      << with_id("p-offload") << ",none,,1,optimizer\n";
+  const std::string file = (dir.path() / "results.csv").string();
+  const auto cli = run_cli(file + " " + file + " --export " + (dir.path() / "out").string());
+  ASSERT_EQ(cli.code, 0) << cli.err;
+  const json bmf = json::parse(slurp(dir.path() / "out" / "bencher.json"));
+  std::set<std::string> names;
+  for (const auto& [bench, measures] : bmf.items()) names.insert(bench);
+  ASSERT_EQ(names.size(), 4u) << bmf.dump(2);
+  const std::string plain = *std::min_element(names.begin(), names.end(),
+                                              [](auto& a, auto& b) { return a.size() < b.size(); });
+  EXPECT_TRUE(names.contains(plain + "/lora-r8")) << bmf.dump(2);
+  EXPECT_TRUE(names.contains(plain + "/no-cache"));
+  EXPECT_TRUE(names.contains(plain + "/offload-optimizer"));
+}
+
 }  // namespace
 }  // namespace sweep::reports
