@@ -325,31 +325,18 @@ void eval_checks(const Budgeted& b, GroupRecommendation& g) {
     g.eval_check = found->choice.status;
 }
 
-// Where a least-squares line through the configuration's measured peaks (peak reserved vs
-// batch) meets `usable`; needs two batches and a rising line.
+// Where the configuration's measured peaks (peak reserved vs batch; the higher one where a
+// batch was measured at several accumulations) meet `usable`, by the max-batch search's own
+// extrapolation (reports::batch_at_budget); only a batch beyond the largest measured one is
+// a prediction.
 std::optional<int64_t> predicted_batch(const Budgeted& b, const Choice& c) {
-  std::vector<std::pair<double, double>> xy;
-  std::set<int64_t> batches;
+  std::map<int64_t, double> peaks;
   for (const auto& m : b.rows)
-    if (m.ok && same_configuration(m.choice, c) && m.choice.peak_reserved_bytes > 0) {
-      xy.emplace_back(static_cast<double>(m.choice.batch), static_cast<double>(m.choice.peak_reserved_bytes));
-      batches.insert(m.choice.batch);
-    }
-  if (batches.size() < 2) return std::nullopt;
-  const double n = static_cast<double>(xy.size());
-  double sx = 0, sy = 0, sxx = 0, sxy = 0;
-  for (auto [x, y] : xy) {
-    sx += x;
-    sy += y;
-    sxx += x * x;
-    sxy += x * y;
-  }
-  const double slope = (n * sxy - sx * sy) / (n * sxx - sx * sx);
-  const double intercept = (sy - slope * sx) / n;
-  if (!(slope > 0)) return std::nullopt;
-  const double at = std::floor((static_cast<double>(b.usable) - intercept) / slope);
-  if (!(at > static_cast<double>(c.batch)) || at > 1e9) return std::nullopt;
-  return static_cast<int64_t>(at);
+    if (m.ok && same_configuration(m.choice, c) && m.choice.peak_reserved_bytes > 0)
+      peaks[m.choice.batch] = std::max(peaks[m.choice.batch], static_cast<double>(m.choice.peak_reserved_bytes));
+  const auto at = batch_at_budget(peaks, static_cast<double>(b.usable));
+  if (!at || *at <= c.batch || *at > 1'000'000'000) return std::nullopt;
+  return at;
 }
 
 // Marks a largest batch bounded when a larger batch of its configuration was measured not to

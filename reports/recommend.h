@@ -69,8 +69,9 @@ struct Choice {
   bool on_target = true;    // measured on the card recommended for
   // For a largest batch: whether a larger batch of the same configuration was measured not
   // to fit (ran out of memory, or peaked over the usable memory). When it was not, the
-  // batch is only the largest *measured*, and predicted_batch is where a straight line
-  // through the configuration's measured peaks meets the usable memory (when that is larger).
+  // batch is only the largest *measured*, and predicted_batch is where the line through the
+  // configuration's two largest measured peaks meets the usable memory (when that is larger),
+  // the max-batch search's own extrapolation (reports::batch_at_budget).
   bool bounded = true;
   std::optional<int64_t> predicted_batch;
 

@@ -7,6 +7,16 @@
 #include <numeric>
 
 namespace sweep::reports {
+
+std::optional<int64_t> batch_at_budget(const std::map<int64_t, double>& peaks, double budget) {
+  if (budget <= 0 || peaks.size() < 2) return std::nullopt;
+  auto hi = std::prev(peaks.end());
+  auto lo = std::prev(hi);
+  const double per_sample = (hi->second - lo->second) / static_cast<double>(hi->first - lo->first);
+  if (per_sample <= 0) return std::nullopt;
+  return hi->first + static_cast<int64_t>(std::floor((budget - hi->second) / per_sample));
+}
+
 namespace {
 
 struct Ranked {

@@ -4,6 +4,9 @@
 // a rank test is the honest choice for "did this get slower?".
 #pragma once
 
+#include <cstdint>
+#include <map>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -13,6 +16,13 @@ namespace sweep::reports {
 // is flagged noisy by every command that ranks or reports throughput (report, recommend,
 // fit, run's summary): a machine busy with something else, not a property of the point.
 inline constexpr double kNoisyStepCv = 0.10;
+
+// The batch whose peak memory reaches `budget`, extrapolated in a straight line from the
+// two largest batches measured (batch -> peak): memory grows close to linearly in the batch,
+// and the largest batches are where activations dominate. nullopt with fewer than two, a
+// peak that does not rise, or no budget. The max-batch search steers its probes with it;
+// `recommend` labels it "predicted" where no OOM bounded a largest batch.
+std::optional<int64_t> batch_at_budget(const std::map<int64_t, double>& peaks, double budget);
 
 // Median; NaN for an empty sample.
 double median(std::span<const double> values);

@@ -5,21 +5,13 @@
 #include <cmath>
 #include <map>
 
+#include "reports/stats.h"
+
 namespace sweep {
 namespace {
 
 // Guided jumps allowed before the search trusts plain doubling and bisection only.
 constexpr int kGuidedProbes = 3;
-
-// The batch whose peak reaches the budget, extrapolated from the two largest batches that fit.
-std::optional<int64_t> predict(const std::map<int64_t, double>& fits, double budget) {
-  if (budget <= 0 || fits.size() < 2) return std::nullopt;
-  auto hi = std::prev(fits.end());
-  auto lo = std::prev(hi);
-  const double per_sample = (hi->second - lo->second) / static_cast<double>(hi->first - lo->first);
-  if (per_sample <= 0) return std::nullopt;
-  return hi->first + static_cast<int64_t>(std::floor((budget - hi->second) / per_sample));
-}
 
 }  // namespace
 
@@ -50,7 +42,7 @@ SearchResult search_max_batch(int64_t lo, int64_t hi, double budget_bytes,
                                : std::min(hi, 2 * best);         // double
     // A prediction is tried once per new fitting probe: after a wrong one, the same data
     // would only predict the same again, so plain doubling or bisection takes the next step.
-    if (auto guess = predict(fits, budget_bytes);
+    if (auto guess = reports::batch_at_budget(fits, budget_bytes);
         guess && guided < kGuidedProbes && fits.size() > fitted) {
       next = std::clamp(*guess, best + 1, ceiling);
       fitted = fits.size();
