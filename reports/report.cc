@@ -374,10 +374,12 @@ namespace report {
 namespace {
 
 // Each group's usable line (see Group::usable_bytes); throws UserError before any write.
-void set_usable(std::vector<Group>& groups, const Results& res, const ReportOptions& options) {
+// `results` holds the one file read (card_target takes a list, as recommend does).
+void set_usable(std::vector<Group>& groups, const std::vector<Results>& results,
+                const ReportOptions& options) {
   const bool card = !options.card.gpu.empty() || options.card.memory_gib;
   std::optional<Target> given;
-  if (card) given = card_target({res}, options.card);
+  if (card) given = card_target(results, options.card);
   std::map<double, Target> by_memory;  // the measuring devices' memory -> their target
   for (Group& g : groups) {
     if (given) {
@@ -390,7 +392,7 @@ void set_usable(std::vector<Group>& groups, const Results& res, const ReportOpti
       RecommendOptions o = options.card;
       o.memory_gib = g.budget_bytes / kGiB;
       auto it = by_memory.find(g.budget_bytes);
-      if (it == by_memory.end()) it = by_memory.emplace(g.budget_bytes, card_target({res}, o)).first;
+      if (it == by_memory.end()) it = by_memory.emplace(g.budget_bytes, card_target(results, o)).first;
       g.usable_bytes = static_cast<double>(it->second.usable_bytes);
       g.usable_title = "usable: " + format_bytes(g.usable_bytes) + " of " + format_bytes(g.budget_bytes);
     }
@@ -403,10 +405,12 @@ void set_usable(std::vector<Group>& groups, const Results& res, const ReportOpti
 int write_report(const std::string& results_dir, const std::string& out_dir_in,
                  const ReportOptions& options) {
   namespace fs = std::filesystem;
-  Results res = read_results(results_dir);
+  std::vector<Results> results;  // one file; pushed, not braced (a braced list would copy it)
+  results.push_back(read_results(results_dir));
+  const Results& res = results.front();
   std::vector<report::Point> points = report::parse_points(res);  // throws before any write
   std::vector<report::Group> groups = report::make_groups(points);
-  report::set_usable(groups, res, options);
+  report::set_usable(groups, results, options);
   fs::path out_dir = out_dir_in.empty() ? fs::path(res.path).parent_path() : fs::path(out_dir_in);
   if (out_dir.empty()) out_dir = ".";
   fs::create_directories(out_dir);
