@@ -3,8 +3,8 @@
 #include <benchmark/benchmark.h>
 
 #include "models/zoo.h"
-#include "sweeps/checkpoint.h"
-#include "sweeps/optim.h"
+#include "sweeps/worker/checkpoint.h"
+#include "sweeps/worker/optim.h"
 
 namespace {
 

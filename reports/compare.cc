@@ -14,7 +14,7 @@
 #include <tuple>
 #include <unordered_map>
 
-#include "reports/stats.h"
+#include "reports/results/stats.h"
 
 namespace sweep::reports {
 namespace {
@@ -37,20 +37,19 @@ constexpr std::array kMeasurementSettings =
     std::to_array<std::string_view>({"steps", "warmup_steps", "repetitions", "suite_version"});
 
 std::string configuration(const Row& row) {
+  const bool lora = row.axis(column("adapter")) == "lora";
   std::string key;
-  for (auto name : schema::kIdentityColumns)
-    if (std::find(kMeasurementSettings.begin(), kMeasurementSettings.end(), name) == kMeasurementSettings.end())
-      key += std::string(name) + "=" + row.at(schema::find_column(name)) + ";";
-  // Columns written after the first schema: an empty cell (an older file) is their default.
-  const std::string& cache = row.at(column("use_cache"));
-  key += "use_cache=" + (cache.empty() ? std::string("1") : cache) + ";";
-  const std::string& adapter = row.at(column("adapter"));
-  key += "adapter=" + (adapter.empty() ? std::string("none") : adapter) + ";";
-  if (!adapter.empty() && adapter != "none")
-    for (std::string_view name : {"lora_r", "lora_alpha", "lora_dropout", "lora_targets"})
-      key += std::string(name) + "=" + row.at(schema::find_column(name)) + ";";
-  const std::string& offload = row.at(column("offload"));
-  key += "offload=" + (offload.empty() ? std::string("none") : offload) + ";";
+  for (const auto& a : schema::kAxes) {
+    if (a.id == schema::Named::kNever || (a.id == schema::Named::kWithLora && !lora) ||
+        std::find(kMeasurementSettings.begin(), kMeasurementSettings.end(), a.column) != kMeasurementSettings.end())
+      continue;
+    // Numbers by value: "8" and "8.0" are one LoRA alpha.
+    const std::size_t col = schema::find_column(a.column);
+    const auto number = schema::is_number_column(a.column) ? row.number(col) : std::nullopt;
+    char text[32];
+    if (number) std::snprintf(text, sizeof text, "%.17g", *number);
+    key += std::string(a.column) + "=" + (number ? std::string(text) : std::string(row.axis(col))) + ";";
+  }
   return key;
 }
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "reports/results.h"
+#include "reports/results/rows.h"
 
 namespace CLI {
 class App;

@@ -14,7 +14,7 @@
 
 #include "reports/compare.h"
 #include "reports/markup.h"
-#include "reports/stats.h"
+#include "reports/results/stats.h"
 
 namespace sweep::reports {
 namespace {
@@ -22,7 +22,6 @@ namespace {
 using schema::column;
 using json = nlohmann::json;
 
-constexpr double kMiB = 1024.0 * 1024.0;
 
 struct Line {
   const PointComparison* point;

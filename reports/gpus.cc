@@ -15,7 +15,6 @@
 namespace sweep::reports {
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr int64_t reported(double gib) { return static_cast<int64_t>(gib * kGiB); }
 
 // clang-format off
@@ -130,6 +129,16 @@ std::optional<double> peak_tflops(const GpuSpec& gpu, std::string_view precision
 
 int64_t memory_bytes(const GpuSpec& gpu) {
   return gpu.reported_bytes > 0 ? gpu.reported_bytes : static_cast<int64_t>(std::llround(gpu.memory_gib * kGiB));
+}
+
+std::optional<double> mfu(const Row& row) {
+  const auto tflops = row.number(schema::column("tflops"));
+  if (row.at(schema::column("device")) != "cuda" || !tflops) return std::nullopt;
+  const GpuSpec* gpu = find_gpu(row.at(schema::column("device_name")));
+  if (!gpu) return std::nullopt;
+  const auto peak = peak_tflops(*gpu, row.at(schema::column("precision")));
+  if (!peak || *peak <= 0) return std::nullopt;
+  return *tflops / *peak;
 }
 
 }  // namespace sweep::reports

@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "reports/results/rows.h"
+
 namespace sweep::reports {
 
 struct GpuSpec {
@@ -42,5 +44,11 @@ const GpuSpec* find_gpu(std::string_view name);
 // Peak TFLOP/s for a results `precision` value (fp32 | fp16-amp | bf16-amp | bf16) or a
 // plain one (tf32 | fp16). nullopt when the card has no such path or the name is unknown.
 std::optional<double> peak_tflops(const GpuSpec& gpu, std::string_view precision);
+
+// Model FLOPs utilisation of a row: its achieved `tflops` over the measuring card's dense
+// peak for its precision. Computed when reporting, from the raw measurement, so that a
+// corrected datasheet corrects every results file; nullopt on the CPU, on an unknown card,
+// or without tflops.
+std::optional<double> mfu(const Row& row);
 
 }  // namespace sweep::reports

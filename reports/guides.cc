@@ -9,7 +9,7 @@
 #include <tuple>
 
 #include "reports/report_sections.h"
-#include "reports/stats.h"
+#include "reports/results/stats.h"
 
 namespace sweep::reports::report {
 namespace {

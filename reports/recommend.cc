@@ -5,7 +5,7 @@
 // activation checkpointing, smaller micro-batch with more accumulation, lighter optimizer.
 #include "reports/recommend.h"
 
-#include "reports/stats.h"
+#include "reports/results/stats.h"
 
 #include <algorithm>
 #include <cmath>

@@ -15,7 +15,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "reports/gpus.h"
-#include "reports/results.h"
+#include "reports/results/rows.h"
 
 namespace CLI {
 class App;
@@ -23,13 +23,11 @@ class App;
 
 namespace sweep::reports {
 
-inline constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-// Context allowance when none was measured or given: what the CUDA context, cuBLAS
-// workspaces and kernels take outside the caching allocator (nothing on the CPU).
 // The most memory a card given with --memory-gib or --context-gib may have (1 PiB).
 inline constexpr double kMaxMemoryGib = 1024.0 * 1024.0;
+// Context allowance when none was measured or given: what the CUDA context, cuBLAS
+// workspaces and kernels take outside the caching allocator (nothing on the CPU).
 inline constexpr int64_t kDefaultCudaContextBytes = int64_t{512} << 20;
-
 
 struct RecommendOptions {
   std::string gpu;                         // --gpu NAME, looked up in gpus(); "" = none

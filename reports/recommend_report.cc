@@ -32,14 +32,6 @@ struct Line {
   std::string note;
 };
 
-std::string fixed(double v, int digits) {
-  std::ostringstream s;
-  s << std::fixed << std::setprecision(digits) << v;
-  return s.str();
-}
-
-std::string gib(double bytes) { return fixed(bytes / kGiB, 2); }
-
 std::string rate(double v) { return fixed(v, v >= 100 ? 0 : 1); }
 
 template <typename F>

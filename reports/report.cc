@@ -18,7 +18,7 @@
 #include <unordered_set>
 
 #include "reports/report_sections.h"
-#include "reports/stats.h"
+#include "reports/results/stats.h"
 
 namespace sweep::reports {
 namespace report {
@@ -313,19 +313,6 @@ std::string MemoryUnit::text(std::optional<double> b) const {
   return fixed(*b / bytes, name == "GiB" ? 2 : 1);
 }
 
-std::string gib(std::optional<double> bytes) {
-  if (!bytes) return "";
-  return fixed(*bytes / (1024.0 * 1024.0 * 1024.0), 2);
-}
-
-std::string fixed(double v, int decimals) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
-  std::string s = buf;
-  // "-0" reads as a change where there is none.
-  bool negative_zero = s[0] == '-' && s.find_first_not_of("0.", 1) == std::string::npos;
-  return negative_zero ? s.substr(1) : s;
-}
 
 std::string percent(double fraction) { return fixed(100 * fraction, 0) + "%"; }
 

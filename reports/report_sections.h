@@ -10,7 +10,7 @@
 
 #include "reports/markup.h"
 #include "reports/plots.h"
-#include "reports/results.h"
+#include "reports/results/rows.h"
 
 namespace sweep::reports::report {
 
@@ -87,8 +87,6 @@ struct Group {
 std::vector<Group> make_groups(const std::vector<Point>& points);
 
 // Formatting shared by the sections and the header.
-std::string gib(std::optional<double> bytes);  // "12.89"; "" when unknown
-std::string fixed(double v, int decimals);
 std::string percent(double fraction);         // 0.423 -> "42%"
 std::string signed_percent(double fraction);  // -0.42 -> "-42%", 0.1 -> "+10%"
 int precision_rank(const std::string& precision);

@@ -1,8 +1,8 @@
 // Budgets from a config's target card and the GPUs that measure it (pure: GPUs as probed).
 #include <gtest/gtest.h>
 
-#include "sweeps/budget.h"
-#include "sweeps/env.h"
+#include "sweeps/runner/budget.h"
+#include "sweeps/measure/env.h"
 
 namespace sweep {
 namespace {

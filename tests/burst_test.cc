@@ -3,11 +3,11 @@
 #include <gtest/gtest.h>
 
 #include "models/zoo.h"
-#include "sweeps/burst.h"
-#include "sweeps/checkpoint.h"
-#include "sweeps/fault.h"
-#include "sweeps/optim.h"
-#include "sweeps/precision.h"
+#include "sweeps/worker/burst.h"
+#include "sweeps/worker/checkpoint.h"
+#include "sweeps/worker/fault.h"
+#include "sweeps/worker/optim.h"
+#include "sweeps/worker/precision.h"
 
 namespace sweep {
 namespace {

@@ -3,7 +3,7 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "sweeps/config.h"
+#include "sweeps/runner/config.h"
 #include "test_util.h"
 
 namespace sweep {

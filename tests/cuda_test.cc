@@ -12,10 +12,10 @@
 #include <iterator>
 #include <tuple>
 
-#include "reports/results.h"
-#include "sweeps/burst.h"
-#include "sweeps/env.h"
-#include "sweeps/trackers.h"
+#include "reports/results/rows.h"
+#include "sweeps/worker/burst.h"
+#include "sweeps/measure/env.h"
+#include "sweeps/measure/trackers.h"
 #include "test_util.h"
 
 namespace sweep {

@@ -13,11 +13,11 @@
 #include <set>
 
 #include "reports/recommend.h"
-#include "reports/results.h"
-#include "sweeps/burst.h"
-#include "sweeps/config.h"
-#include "sweeps/grid.h"
-#include "sweeps/trackers.h"
+#include "reports/results/rows.h"
+#include "sweeps/worker/burst.h"
+#include "sweeps/runner/config.h"
+#include "sweeps/runner/grid.h"
+#include "sweeps/measure/trackers.h"
 #include "test_util.h"
 
 namespace sweep {

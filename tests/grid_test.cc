@@ -1,8 +1,8 @@
 // Grid expansion is a pure function: exact order, exclusions, per-model axes, identity.
 #include <gtest/gtest.h>
 
-#include "sweeps/config.h"
-#include "sweeps/grid.h"
+#include "sweeps/runner/config.h"
+#include "sweeps/runner/grid.h"
 #include "test_util.h"
 
 namespace sweep {

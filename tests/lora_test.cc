@@ -9,9 +9,9 @@
 #include "models/gpt2.h"
 #include "models/zoo.h"
 #include "sweep_version.h"
-#include "sweeps/burst.h"
-#include "sweeps/config.h"
-#include "sweeps/grid.h"
+#include "sweeps/worker/burst.h"
+#include "sweeps/runner/config.h"
+#include "sweeps/runner/grid.h"
 #include "test_util.h"
 
 namespace sweep {

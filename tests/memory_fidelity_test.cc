@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "models/zoo.h"
-#include "sweeps/burst.h"
+#include "sweeps/worker/burst.h"
 
 namespace sweep {
 namespace {

@@ -8,14 +8,14 @@
 
 #include "models/lora.h"
 #include "models/zoo.h"
-#include "reports/results.h"
+#include "reports/results/rows.h"
 #include "sweep_version.h"
-#include "sweeps/burst.h"
-#include "sweeps/config.h"
-#include "sweeps/grid.h"
-#include "sweeps/offload.h"
-#include "sweeps/optim.h"
-#include "sweeps/schema.h"
+#include "sweeps/worker/burst.h"
+#include "sweeps/runner/config.h"
+#include "sweeps/runner/grid.h"
+#include "sweeps/worker/offload.h"
+#include "sweeps/worker/optim.h"
+#include "reports/results/schema.h"
 #include "test_util.h"
 
 namespace sweep {

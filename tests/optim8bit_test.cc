@@ -1,4 +1,4 @@
-// AdamW8bit (sweeps/optim8bit.cc) against bitsandbytes' AdamW8bit run on the CPU
+// AdamW8bit (sweeps/worker/optim8bit.cc) against bitsandbytes' AdamW8bit run on the CPU
 // (tests/fixtures/adamw8bit-reference.pt, written by make_adamw8bit_reference.py): the
 // quantisation maps, the state layout and bytes, the parameters after ten steps; the state
 // bytes of the tiny models through a burst; and, on a GPU host, our kernel against the ATen path.
@@ -8,8 +8,8 @@
 #include <limits>
 
 #include "models/zoo.h"
-#include "sweeps/burst.h"
-#include "sweeps/optim8bit.h"
+#include "sweeps/worker/burst.h"
+#include "sweeps/worker/optim8bit.h"
 #include "pickle_fixture.h"
 
 namespace sweep {

@@ -7,9 +7,9 @@
 #include <cmath>
 #include <limits>
 
-#include "sweeps/burst.h"
-#include "sweeps/optim.h"
-#include "sweeps/precision.h"
+#include "sweeps/worker/burst.h"
+#include "sweeps/worker/optim.h"
+#include "sweeps/worker/precision.h"
 #include "pickle_fixture.h"
 
 namespace sweep {

@@ -16,7 +16,7 @@
 
 #include "reports/markup.h"
 #include "reports/report_sections.h"
-#include "reports/results.h"
+#include "reports/results/rows.h"
 #include "temp_tree.h"
 
 namespace sweep::reports {
@@ -337,7 +337,7 @@ TEST(Report, TheMemoryChartDrawsTheUsableLineOfTheOneRuleForAnyCard) {
   ro.gpu = "rtx3060";
   const Target t = card_target({read_results(kFixture)}, ro);
   EXPECT_NE(slurp(dir.path() / "gpt2-medium-seq-1024-memory.gp")
-                .find("usable on RTX 3060: " + report::gib(static_cast<double>(t.usable_bytes)) + " GiB"),
+                .find("usable on RTX 3060: " + gib(static_cast<double>(t.usable_bytes)) + " GiB"),
             std::string::npos);
 }
 

@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "reports/results.h"
+#include "reports/results/rows.h"
 
 namespace sweep::reports {
 namespace {

@@ -2,7 +2,7 @@
 // once with scipy 1.17.1, scipy.stats.mannwhitneyu(x, y, alternative="two-sided",
 // method=M, use_continuity=True), M named per case; the closed forms are noted where
 // there is one. No Python is needed to run these tests.
-#include "reports/stats.h"
+#include "reports/results/stats.h"
 
 #include <gtest/gtest.h>
 

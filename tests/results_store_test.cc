@@ -12,8 +12,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include "reports/results.h"
-#include "sweeps/results_store.h"
+#include "reports/results/rows.h"
+#include "sweeps/runner/results_store.h"
 #include "test_util.h"
 
 namespace sweep {

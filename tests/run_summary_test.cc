@@ -5,10 +5,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "reports/results.h"
-#include "sweeps/estimate.h"
-#include "sweeps/results_store.h"
-#include "sweeps/run_summary.h"
+#include "reports/results/rows.h"
+#include "sweeps/runner/estimate.h"
+#include "sweeps/runner/results_store.h"
+#include "sweeps/cli/run_summary.h"
 #include "test_util.h"
 
 namespace sweep {

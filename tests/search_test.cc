@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "sweeps/search.h"
+#include "sweeps/runner/search.h"
 
 namespace sweep {
 namespace {

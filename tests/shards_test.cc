@@ -2,8 +2,8 @@
 // the generated scripts, the plan's fingerprint. The cluster itself is in slurm_test.cc.
 #include <gtest/gtest.h>
 
-#include "sweeps/shards.h"
-#include "sweeps/slurm.h"
+#include "sweeps/runner/shards.h"
+#include "sweeps/runner/slurm.h"
 
 namespace sweep {
 namespace {

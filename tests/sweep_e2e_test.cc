@@ -15,7 +15,7 @@
 #include <map>
 #include <thread>
 
-#include "reports/results.h"
+#include "reports/results/rows.h"
 #include "test_util.h"
 
 namespace sweep {

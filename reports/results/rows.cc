@@ -1,0 +1,249 @@
+// results.csv reader on top of fccp's CSVReader (quoted fields, header by name).
+#include "reports/results/rows.h"
+
+#include <libfccp/csv.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <unordered_map>
+#include <filesystem>
+#include <utility>
+
+namespace sweep::reports {
+namespace {
+
+using Reader = io::CSVReader<schema::kColumnCount, io::trim_chars<' ', '\t'>,
+                             io::double_quote_escape<',', '"'>, io::throw_on_overflow,
+                             io::no_comment>;
+
+template <std::size_t... I>
+void read_header(Reader& in, std::index_sequence<I...>) {
+  in.read_header(io::ignore_extra_column | io::ignore_missing_column,
+                 std::string(schema::kColumns[I])...);
+}
+
+template <std::size_t... I>
+bool read_row(Reader& in, Row& row, std::index_sequence<I...>) {
+  return in.read_row(row.cells[I]...);
+}
+
+}  // namespace
+
+
+constexpr std::array kStatusNames = {
+    std::pair{Status::kOk, schema::kOk},           std::pair{Status::kOom, schema::kOom},
+    std::pair{Status::kCrash, schema::kCrash},     std::pair{Status::kTimeout, schema::kTimeout},
+    std::pair{Status::kSkipped, schema::kSkipped},
+};
+
+std::string_view status_name(Status s) {
+  for (auto [status, name] : kStatusNames)
+    if (status == s) return name;
+  SWEEP_CHECK(false, "status without a name");
+}
+
+std::optional<Status> parse_status(std::string_view name) {
+  for (auto [status, n] : kStatusNames)
+    if (n == name) return status;
+  return std::nullopt;
+}
+
+std::optional<double> Row::number(std::size_t col) const {
+  const std::string& s = cells[col];
+  if (s.empty()) return std::nullopt;
+  double v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size())
+    throw UserError(source, static_cast<int>(line), "", "column '" + std::string(schema::kColumns[col]) +
+                                         "': '" + s + "' is not a number", kResultsHint);
+  return v;
+}
+
+std::vector<double> Row::step_times() const {
+  if (!step_ms_samples.empty()) return step_ms_samples;
+  if (auto v = number(schema::column("step_ms"))) return {*v};
+  return {};
+}
+
+std::string Row::where() const { return source + ":" + std::to_string(line); }
+
+Latest latest_per_point(const Results& results) {
+  Latest out;
+  std::unordered_map<std::string_view, std::size_t> index;  // point_id -> position in out
+  std::unordered_map<std::size_t, std::string> lines;       // position -> "3, 9" when repeated
+  for (const Row& row : results.rows) {
+    const std::string& id = row.at(schema::column("point_id"));
+    auto [it, fresh] = index.emplace(id, out.rows.size());
+    if (fresh) {
+      out.rows.push_back(&row);
+      continue;
+    }
+    std::string& l = lines[it->second];
+    if (l.empty()) l = std::to_string(out.rows[it->second]->line);
+    l += ", " + std::to_string(row.line);
+    out.rows[it->second] = &row;
+  }
+  for (std::size_t i = 0; i < out.rows.size(); ++i)
+    if (auto it = lines.find(i); it != lines.end())
+      out.duplicates.push_back(out.rows[i]->at(schema::column("point_id")) + " (lines " +
+                               it->second + ")");
+  return out;
+}
+
+std::string number_text(double v) {
+  char buf[400];  // fixed notation of the largest double fits
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed);
+  SWEEP_CHECK(ec == std::errc(), "number too long to print");
+  return std::string(buf, end);
+}
+
+std::string gib(std::optional<double> bytes) {
+  if (!bytes) return "";
+  return fixed(*bytes / kGiB, 2);
+}
+
+std::string fixed(double v, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  std::string s = buf;
+  // "-0" reads as a change where there is none.
+  bool negative_zero = s[0] == '-' && s.find_first_not_of("0.", 1) == std::string::npos;
+  return negative_zero ? s.substr(1) : s;
+}
+
+std::string format_bytes(double bytes, bool sign) {
+  const bool gib = std::abs(bytes) >= 1024 * kMiB;
+  char buf[64];
+  std::snprintf(buf, sizeof buf,
+                sign ? (gib ? "%+.2f GiB" : "%+.1f MiB") : (gib ? "%.2f GiB" : "%.1f MiB"),
+                bytes / (gib ? 1024 * kMiB : kMiB));
+  return buf;
+}
+
+std::string csv_field(std::string_view text) {
+  std::string s(text);
+  for (auto& c : s)
+    if (c == '\n' || c == '\r') c = ' ';
+  if (s.find_first_of(",\"") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
+namespace {
+
+[[noreturn]] void bad_cell(const Row& row, std::string_view column, const std::string& what) {
+  throw UserError(row.source, static_cast<int>(row.line), "",
+                  "column '" + std::string(column) + "': " + what, kResultsHint);
+}
+
+double checked_number(const Row& row, std::string_view column, std::string_view text,
+                      bool may_be_negative) {
+  double v = 0;
+  const char* first = text.data();
+  const char* last = first + text.size();
+  while (first < last && *first == ' ') ++first;
+  auto [p, ec] = std::from_chars(first, last, v);
+  if (first == last || ec != std::errc() || p != last)
+    bad_cell(row, column, "'" + std::string(text) + "' is not a number");
+  if (!std::isfinite(v)) bad_cell(row, column, "'" + std::string(text) + "' is not a finite number");
+  if (v < 0 && !may_be_negative)
+    bad_cell(row, column, "'" + std::string(text) + "' is negative; it counts bytes, steps or time");
+  return v;
+}
+
+// The one gate every row passes before any command sees it.
+void check_row(Row& row) {
+  using schema::column;
+  const std::string& status = row.at(column("status"));
+  auto s = parse_status(status);
+  if (!s) bad_cell(row, "status", "'" + status + "' is not one of ok, oom, crash, timeout, skipped");
+  row.status = *s;
+  if (row.at(column("point_id")).empty()) bad_cell(row, "point_id", "is empty");
+  for (auto name : schema::kNumberColumns) {
+    const std::string& cell = row.at(schema::find_column(name));
+    if (cell.empty()) continue;
+    const bool signed_ok = std::find(schema::kSignedColumns.begin(), schema::kSignedColumns.end(),
+                                     name) != schema::kSignedColumns.end();
+    checked_number(row, name, cell, signed_ok);
+  }
+  if (auto v = row.number(column("schema_version")); v && (*v > schema::kSchemaVersion || *v < 1))
+    throw UserError(row.source, static_cast<int>(row.line), "",
+                    "schema_version " + row.at(column("schema_version")) +
+                        ": this sweep reads versions 1 to " + std::to_string(schema::kSchemaVersion),
+                    "read it with the sweep that wrote it (suite_version " +
+                        row.at(column("suite_version")) + ")");
+  const std::string& samples = row.at(column("step_ms_samples"));
+  row.step_ms_samples.clear();
+  for (std::size_t at = 0; at < samples.size();) {
+    const std::size_t end = std::min(samples.find(';', at), samples.size());
+    row.step_ms_samples.push_back(checked_number(
+        row, "step_ms_samples", std::string_view(samples).substr(at, end - at), false));
+    at = end + 1;
+  }
+}
+
+// Lines in the file and whether it ends with a newline: tells a torn last row from a bad one.
+std::pair<unsigned, bool> line_count(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  unsigned lines = 0;
+  char c = '\n', last = '\n';
+  while (in.get(c)) {
+    if (c == '\n') ++lines;
+    last = c;
+  }
+  return {last == '\n' ? lines : lines + 1, last == '\n'};
+}
+
+}  // namespace
+
+Results read_results(const std::string& path_in) {
+  namespace fs = std::filesystem;
+  std::string path = path_in;
+  if (fs::is_directory(path)) path = (fs::path(path) / "results.csv").string();
+  if (!fs::exists(path)) throw UserError(path, 0, "", "no such file", kNoResultsHint);
+  if (!fs::is_regular_file(path)) throw UserError(path, 0, "", "not a regular file", kNoResultsHint);
+  Results out;
+  out.path = path;
+  constexpr auto idx = std::make_index_sequence<schema::kColumnCount>{};
+  try {
+    Reader in(path);
+    read_header(in, idx);
+    for (std::size_t i = 0; i < schema::kColumnCount; ++i)
+      out.present[i] = in.has_column(std::string(schema::kColumns[i]));
+    for (auto required : {"point_id", "model", "status"})
+      if (!in.has_column(required))
+        throw UserError(path, 1, "", std::string("header has no '") + required + "' column",
+                        kResultsHint);
+    Row row;
+    row.source = path;
+    while (true) {
+      // fccp reports the line it finished; the row's own line is that one.
+      if (!read_row(in, row, idx)) break;
+      row.line = in.get_file_line();
+      check_row(row);
+      out.rows.push_back(row);
+    }
+  } catch (const io::error::base& e) {
+    // fccp's messages already name the file and line; keep the line for the caller.
+    unsigned line = 0;
+    if (auto* wl = dynamic_cast<const io::error::with_file_line*>(&e); wl && wl->file_line > 0)
+      line = static_cast<unsigned>(wl->file_line);
+    const auto [lines, ends_in_newline] = line_count(path);
+    if (line > 1 && line == lines &&
+        (!ends_in_newline || dynamic_cast<const io::error::too_few_columns*>(&e)))
+      throw UserError(path, static_cast<int>(line), "",
+                      std::string("the last row is cut short (") + e.what() +
+                          "): a run was killed or the disk filled while writing it" +
+                          (ends_in_newline ? "" : " (no newline at the end)"),
+                      "drop that line with `sed -i '" + std::to_string(line) + "d' " + path +
+                          "`; re-running the sweep then measures that point again");
+    throw UserError(path, static_cast<int>(line), "", e.what(), kResultsHint);
+  }
+  return out;
+}
+
+}  // namespace sweep::reports

@@ -1,0 +1,223 @@
+// The results file's columns: the one contract between the worker that measures and the
+// reports that read. Header-only and free of LibTorch so that `reports` can include it
+// without linking the training side. Names are stable; others script against them.
+// Bump kSchemaVersion when a column changes meaning or goes away (adding one does not).
+#pragma once
+
+#include <array>
+#include <string_view>
+
+namespace sweep::schema {
+
+// 2: `mfu` is no longer a column: it is derived from a datasheet, so the reports compute it
+// (reports::mfu) from `tflops`; version 1 files still read (their mfu cells are ignored).
+inline constexpr int kSchemaVersion = 2;
+
+// Every row of results.csv, in this order. Units are in the names. Empty cell = not
+// applicable (e.g. `audio_s` for GPT-2) or not measured (e.g. `tflops` of a model without a FLOP count).
+inline constexpr std::array kColumns = std::to_array<std::string_view>({
+    // identity and axes
+    "schema_version",     // 1
+    "suite_version",      // "0.1.0"
+    "point_id",           // 16 hex digits: hash of the axes and the suite version
+    "model",              // "gpt2-medium"
+    "family",             // "gpt2" | "t5" | "whisper"
+    "mode",               // "train" | "eval"
+    "batch",              // micro-batch size
+    "seq",                // tokens per sample (GPT-2; T5 encoder); empty for Whisper
+    "target_seq",         // T5 decoder tokens; empty otherwise
+    "audio_s",            // Whisper seconds of audio; empty otherwise
+    "precision",          // "fp32" | "fp16-amp" | "bf16-amp" | "bf16"
+    "checkpointing",      // "none" | "block"
+    "accumulation",       // micro-batches per optimizer step
+    "optimizer",          // "adamw" | "adamw-fused" | "sgd" | "adafactor" | "adamw8bit"
+    "use_cache",          // 1: transformers' default cache (off under checkpointing); 0: use_cache=False
+    "adapter",            // "none" (every weight trains) | "lora" (PEFT's LoRA: base frozen)
+    "lora_r",             // LoRA rank; empty unless adapter is lora
+    "lora_alpha",         // LoRA alpha (the update is scaled by alpha / r)
+    "lora_dropout",       // dropout on the adapters' input
+    "lora_targets",       // adapted modules, ';'-separated: "c_attn", "q;v"
+    "offload",            // "none" | "optimizer" (ZeRO-Offload: AdamW's state and fp32 master
+                          // weights in host memory, stepped on the CPU); empty in older files
+    "alloc_conf",         // PYTORCH_ALLOC_CONF and PYTORCH_CUDA_ALLOC_CONF of the worker, "" = unset
+    "allocator_settings", // what the CUDA caching allocator parsed (as a snapshot's
+                          // allocator_settings); empty on the CPU
+    "steps",              // timed optimizer steps per repetition
+    "warmup_steps",       // untimed steps before them
+    "repetitions",        // timed repetitions
+    "search",             // "max_batch" for a probe of the max-batch search; empty for a grid point
+    // outcome
+    "status",             // "ok" | "oom" | "crash" | "timeout" | "skipped"
+    "reason",             // why skipped ("implied-oom"), signal name of a crash, ...
+    "phase",              // where an oom/crash happened: build|forward|backward|optimizer
+    "message",            // first line of the error, empty when ok
+    "exit_code",          // worker exit code, empty if killed by a signal
+    "signal",             // signal number that ended the worker, empty otherwise
+    // memory, bytes
+    "budget_bytes",       // memory the point was allowed (0 = the whole device)
+    "budget_emulated",    // 1 when the budget emulates a smaller card than the one measuring
+    "weights_bytes",      // parameters (and buffers) after the model is built
+    "grads_bytes",        // .grad tensors after the first backward
+    "optimizer_bytes",    // optimizer state on the device after the first step (0 offloaded)
+    "activations_bytes",  // peak during forward/backward above what persists
+    "peak_allocated_bytes",
+    "peak_reserved_bytes",  // caching allocator's reserved peak (= allocated on the CPU)
+    "device_used_bytes",    // whole-device use at peak (CUDA context included); CPU: peak RSS
+    "peak_phase",           // phase in which peak_allocated_bytes was reached
+    // what memory held at the moment of peak_allocated_bytes; the four add up to it exactly
+    "at_peak_weights_bytes",
+    "at_peak_grads_bytes",
+    "at_peak_optimizer_bytes",
+    "at_peak_activations_bytes",  // the rest: activations, inputs and temporaries
+    "forward_peak_bytes",         // each phase's peak over every step
+    "backward_peak_bytes",
+    "optimizer_peak_bytes",
+    "leak_bytes_per_step",  // growth of allocated memory per step after the second; empty if none
+    "oom_retries",          // allocator retries (CUDA) at failure
+    "oom_gap_bytes",        // reserved minus allocated at failure
+    "host_peak_bytes",      // offload: host memory the technique held at most (master weights,
+                            // gradient buffer, moments, the CPU step's temporaries; pinned
+                            // blocks as the CUDA host allocator rounds them); empty otherwise
+    // time
+    "step_ms",           // median over repetitions of the mean optimizer-step time
+    "step_ms_mean",
+    "step_ms_stddev",
+    "step_ms_cv",        // stddev / mean
+    "step_ms_samples",   // per-repetition step times, ';'-separated, for statistics later
+    "tokens_per_s",      // tokens (all micro-batches) per second at the median step
+    "samples_per_s",
+    "tflops",            // achieved, from the model's FLOP count (recompute included)
+    "offload_transfer_ms",  // offload: gradients to the host plus parameters back, per step
+    "wall_s",            // worker wall time, start to exit
+    // environment
+    "device",            // "cuda" | "cpu"
+    "gpu_index",         // which local GPU measured (CUDA_VISIBLE_DEVICES), empty on cpu
+    "slurm_job",         // Slurm job that measured it, "ARRAY_TASK" for an array task; else empty
+    "slurm_gpus",        // GPUs Slurm gave that job (SLURM_JOB_GPUS, "0,1"); else empty
+    "device_name",       // "NVIDIA H100 80GB HBM3" | CPU model
+    "device_memory_bytes",
+    "driver_version",
+    "torch_version",
+    "cuda_version",
+    "host",
+    "git_commit",
+    "timestamp",         // RFC 3339, UTC
+});
+
+inline constexpr std::size_t kColumnCount = kColumns.size();
+
+// Index of a column by name at compile time; fails the build for a misspelled name.
+consteval std::size_t column(std::string_view name) {
+  for (std::size_t i = 0; i < kColumns.size(); ++i)
+    if (kColumns[i] == name) return i;
+  throw "unknown results column";
+}
+
+// Index of a column named at run time; kColumnCount when there is none.
+constexpr std::size_t find_column(std::string_view name) {
+  for (std::size_t i = 0; i < kColumns.size(); ++i)
+    if (kColumns[i] == name) return i;
+  return kColumns.size();
+}
+
+// Statuses, as written in the `status` column.
+inline constexpr std::string_view kOk = "ok";
+inline constexpr std::string_view kOom = "oom";
+inline constexpr std::string_view kCrash = "crash";
+inline constexpr std::string_view kTimeout = "timeout";
+inline constexpr std::string_view kSkipped = "skipped";
+
+// Numeric columns: the reader checks every non-empty cell is a finite number, and not
+// negative unless listed in kSignedColumns. step_ms_samples is a ';'-separated list of them.
+inline constexpr std::array kNumberColumns = std::to_array<std::string_view>({
+    "schema_version", "batch", "seq", "target_seq", "audio_s", "accumulation", "lora_r",
+    "lora_alpha", "lora_dropout", "steps",
+    "warmup_steps", "repetitions", "exit_code", "signal", "budget_bytes", "budget_emulated",
+    "weights_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes",
+    "peak_allocated_bytes", "peak_reserved_bytes", "device_used_bytes", "leak_bytes_per_step",
+    "oom_retries", "oom_gap_bytes", "step_ms", "step_ms_mean", "step_ms_stddev", "step_ms_cv",
+    "tokens_per_s", "samples_per_s", "tflops", "wall_s", "device_memory_bytes",
+    "host_peak_bytes", "offload_transfer_ms",
+});
+constexpr bool is_number_column(std::string_view name) {
+  for (auto c : kNumberColumns)
+    if (c == name) return true;
+  return false;
+}
+// Memory can shrink between steps: a leak rate may be negative.
+inline constexpr std::array kSignedColumns = std::to_array<std::string_view>({"leak_bytes_per_step"});
+
+// The point's axes: the columns that say what was measured, one entry each, in the order the
+// point id names them. The worker side builds from this table and one Point member per entry
+// (SWEEP_POINT_AXES, sweeps/worker/point.h, checked against it at compile time): the point's
+// cells in a row, its id and the grid's axis values; `compare` its configuration key, the run
+// summary its configuration. Adding an axis is one line here and one there.
+enum class Cell {
+  kAlways,    // every row has the cell
+  kIfSet,     // 0 means "not applicable to this model" and leaves the cell empty (seq for Whisper)
+  kWithLora,  // only a row with adapter lora has it
+};
+enum class Named {
+  kAlways,         // in the point id since the first release
+  kUnlessDefault,  // added later: named only when its cell is not `fallback`, so that the
+                   // points measured before it keep their ids
+  kWithLora,       // named after the adapter, when it is lora
+  kNever,          // not part of the identity (it follows from the others, or is the machine's)
+};
+struct Axis {
+  std::string_view column;
+  Cell cell;
+  Named id;
+  std::string_view fallback;  // what an empty cell means (an older file); "" = nothing
+};
+inline constexpr std::array kAxes = std::to_array<Axis>({
+    {"model", Cell::kAlways, Named::kAlways, ""},
+    {"family", Cell::kAlways, Named::kNever, ""},
+    {"mode", Cell::kAlways, Named::kAlways, ""},
+    {"batch", Cell::kAlways, Named::kAlways, ""},
+    {"seq", Cell::kIfSet, Named::kAlways, ""},
+    {"target_seq", Cell::kIfSet, Named::kAlways, ""},
+    {"audio_s", Cell::kIfSet, Named::kAlways, ""},
+    {"precision", Cell::kAlways, Named::kAlways, ""},
+    {"checkpointing", Cell::kAlways, Named::kAlways, ""},
+    {"accumulation", Cell::kAlways, Named::kAlways, ""},
+    {"optimizer", Cell::kAlways, Named::kAlways, ""},
+    {"use_cache", Cell::kAlways, Named::kUnlessDefault, "1"},
+    {"adapter", Cell::kAlways, Named::kUnlessDefault, "none"},
+    {"lora_r", Cell::kWithLora, Named::kWithLora, ""},
+    {"lora_alpha", Cell::kWithLora, Named::kWithLora, ""},
+    {"lora_dropout", Cell::kWithLora, Named::kWithLora, ""},
+    {"lora_targets", Cell::kWithLora, Named::kWithLora, ""},
+    {"offload", Cell::kAlways, Named::kUnlessDefault, "none"},
+    {"alloc_conf", Cell::kAlways, Named::kAlways, ""},
+    {"steps", Cell::kAlways, Named::kAlways, ""},
+    {"warmup_steps", Cell::kAlways, Named::kAlways, ""},
+    {"repetitions", Cell::kAlways, Named::kAlways, ""},
+    {"budget_bytes", Cell::kAlways, Named::kAlways, ""},
+    {"budget_emulated", Cell::kAlways, Named::kNever, ""},
+    {"device", Cell::kAlways, Named::kNever, ""},
+});
+
+// The axes' column names, in kAxes order.
+consteval std::array<std::string_view, kAxes.size()> axis_columns() {
+  std::array<std::string_view, kAxes.size()> names{};
+  for (std::size_t i = 0; i < kAxes.size(); ++i) names[i] = kAxes[i].column;
+  return names;
+}
+
+// The axis of a column; nullptr when the column is no axis.
+constexpr const Axis* find_axis(std::string_view column) {
+  for (const auto& a : kAxes)
+    if (a.column == column) return &a;
+  return nullptr;
+}
+
+// Every axis is a column (fails the build otherwise).
+consteval bool axes_are_columns() {
+  for (const auto& a : kAxes)
+    if (find_column(a.column) == kColumnCount) return false;
+  return true;
+}
+static_assert(axes_are_columns(), "an entry of kAxes names no column of kColumns");
+
+}  // namespace sweep::schema

@@ -1,0 +1,211 @@
+// The sweep binary's subcommands; see cli.h.
+#include "sweeps/cli/cli.h"
+
+#include <cstdio>
+#include <iostream>
+
+#include "models/zoo.h"
+#include "reports/compare.h"
+#include "reports/recommend.h"
+#include "reports/report.h"
+#include "reports/results/rows.h"
+#include "sweeps/runner/budget.h"
+#include "sweeps/runner/config.h"
+#include "sweeps/cli/fit.h"
+#include "sweeps/cli/run_summary.h"
+#include "sweeps/runner/shards.h"
+#include "sweeps/runner/slurm.h"
+#include "sweeps/runner/sweep.h"
+#include "sweeps/worker/worker.h"
+
+namespace sweep {
+namespace {
+
+void print_models() {
+  std::printf("%-16s %-8s %15s %6s %6s %5s  %-22s %s\n", "model", "family", "parameters", "layers",
+              "hidden", "heads", "axes", "hugging face");
+  for (const auto& s : models::zoo()) {
+    std::string axes;
+    for (const auto& a : s.axes) axes += (axes.empty() ? "" : ",") + a;
+    std::string params = std::to_string(s.parameters);
+    for (int i = static_cast<int>(params.size()) - 3; i > 0; i -= 3) params.insert(i, ",");
+    std::printf("%-16s %-8s %15s %6lld %6lld %5lld  %-22s %s\n", s.name.c_str(), s.family.c_str(),
+                params.c_str(), static_cast<long long>(s.layers), static_cast<long long>(s.hidden),
+                static_cast<long long>(s.heads), axes.c_str(),
+                s.test_only ? "(test model)" : s.hf_id.c_str());
+  }
+}
+
+// After a run or a merge: OUT/report.md from the results file (like any later `sweep
+// report`), then a run's closing summary from the file: what it holds now, the fastest row,
+// what to run next.
+int finish(const RunOutcome& o, bool quiet, bool json) {
+  if (!o.report) return o.exit_code;
+  reports::write_report(o.out, o.out);
+  if (!o.summary) {
+    if (!quiet) std::fprintf(stderr, "report:  %s/report.md (and report.html)\n", o.out.c_str());
+    return o.exit_code;
+  }
+  const auto results = reports::read_results(o.out);  // the summary points into it
+  const RunSummary summary = summarize_run(results, o.out);
+  if (json) std::cout << summary.json().dump(2) << "\n";
+  else if (!quiet) std::fputs(summary.text().c_str(), stderr);
+  return o.exit_code;
+}
+
+// --slurm and its options on `sweep run`.
+void add_slurm_options(CLI::App* run, SlurmOptions& slurm) {
+  auto* flag = run->add_flag("--slurm", slurm.submit,
+                             "Submit the sweep as a Slurm job array (one task per share of the "
+                             "combinations) and a merge job; returns at once");
+  auto need = [&](CLI::Option* o) { o->needs(flag)->group("Slurm (with --slurm)"); };
+  need(run->add_option("--partition", slurm.partition, "Slurm partition"));
+  need(run->add_option("--gres", slurm.gres, "Generic resources per task, e.g. gpu:1"));
+  need(run->add_option("--max-parallel", slurm.max_parallel, "Array tasks running at once (%N)")
+           ->check(CLI::PositiveNumber));
+  need(run->add_option("--time", slurm.time, "Time limit per task, HH:MM:SS"));
+  need(run->add_option("--account", slurm.account, "Slurm account"));
+  need(run->add_option("--sbatch-arg", slurm.sbatch_args,
+                       "Any other sbatch option for both jobs, attached: --sbatch-arg=--qos=high")
+           ->allow_extra_args(false));
+  run->add_option("--slurm-task", slurm.task, "Run array task I of OUT/slurm/plan.json (internal)")
+      ->group("");
+}
+
+// `sweep merge OUT` and `sweep status OUT`.
+void register_slurm_commands(CLI::App& app, int& exit_code) {
+  auto out = std::make_shared<std::string>();
+  auto quiet = std::make_shared<bool>(false);
+  auto* merge = app.add_subcommand("merge", "Merge a Slurm sweep's shards into results.csv (each "
+                                            "point once) and render the report");
+  merge->add_option("out", *out, "Output directory of `sweep run --slurm`")->required();
+  merge->add_flag("--quiet,-q", *quiet, "Only errors and missing points");
+  merge->callback([out, quiet, &exit_code] { exit_code = run_guarded([&] { return finish(merge_shards(*out, *quiet), *quiet, false); }); });
+  auto status_out = std::make_shared<std::string>();
+  auto* status = app.add_subcommand("status", "Done/total per array task of a Slurm sweep, and "
+                                              "the jobs' states where squeue answers");
+  status->add_option("out", *status_out, "Output directory of `sweep run --slurm`")->required();
+  status->callback([status_out, &exit_code] { exit_code = run_guarded([&] { return print_status(*status_out); }); });
+}
+
+}  // namespace
+
+void register_commands(CLI::App& app, int& exit_code) {
+  auto opts = std::make_shared<RunOptions>();
+  auto* run = app.add_subcommand("run", "Run a sweep: every grid point in its own worker process");
+  run->add_option("config", opts->config, "Sweep config (YAML)")->required()->check(CLI::ExistingFile);
+  run->add_option("overrides", opts->overrides,
+                  "key=value: set any config key or grid axis, e.g. grid.batch=[1,2] models=[gpt2]");
+  run->add_option("--out", opts->out, "Output directory (default: the config's `out`)");
+  run->add_option("--device", opts->device, "Where to train")
+      ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
+      ->each([opts](const std::string&) { opts->device_given = true; });
+  run->add_flag("--dry-run", opts->dry_run,
+                "List the points, their count and an estimated time (from rows measured before), "
+                "and exit");
+  run->add_flag("--json", opts->json,
+                "The closing summary (or the dry run) as one JSON object on stdout; progress "
+                "stays on stderr");
+  run->add_option("--estimate-from", opts->estimate_from,
+                  "Results (directory or results.csv) whose rows the dry run's estimate also "
+                  "reads (repeat the flag for several)")
+      ->allow_extra_args(false)
+      ->check(CLI::ExistingPath);
+  run->add_flag("--force", opts->force, "Re-run points already in results.csv");
+  run->add_flag("--quiet,-q", opts->quiet, "No progress output");
+  run->add_option("--search", opts->search,
+                  "max-batch: find the largest batch that fits for each combination of the other "
+                  "axes (doubling, then bisecting); none: run the grid")
+      ->transform(CLI::Validator(
+          [](std::string& v) {
+            const std::string c = spelled_as(v, {"max-batch", "none"});
+            if (c.empty()) return "'" + v + "' is not a search: max-batch (or max_batch) or none";
+            v = c;
+            return std::string();
+          },
+          "max-batch|none", "search"));
+  run->add_option("--max-points", opts->max_points,
+                  "Refuse a grid of more points than this (counted before expanding)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  run->add_flag("--snapshot", opts->snapshot,
+                "Write each point's CUDA memory snapshot (and one at an OOM) to OUT/snapshots/, "
+                "for pytorch.org/memory_viz");
+  run->add_option("--gpus", opts->gpus,
+                  "Local GPUs to run on concurrently, e.g. 0,1 (one worker per GPU)");
+  add_slurm_options(run, opts->slurm);
+  run->callback([opts, &exit_code] {
+    exit_code = run_guarded([&] {
+      if (opts->slurm.submit && opts->json)
+        throw UserError("", 0, "--json", "--json summarises a run on this host; --slurm only submits it",
+                        "drop --json; once the jobs are done, `sweep run CONFIG --out OUT --json` on "
+                        "the merged results prints the summary (every point is already recorded)");
+      return finish(opts->slurm.submit ? submit_slurm(*opts) : run_sweep(*opts), opts->quiet, opts->json);
+    });
+  });
+  register_slurm_commands(app, exit_code);
+
+  auto fo = std::make_shared<FitOptions>();
+  auto* fit = app.add_subcommand(
+      "fit", "What fits on a card and what is fastest: a max-batch search per technique, then the "
+             "recommendation, measured");
+  fit->add_option("model", fo->model, "Model (sweep models lists them)")->required();
+  fit->add_option("--gpu", fo->gpu, "The card, by name (e.g. rtx3060, a100-80gb)");
+  fit->add_option("--memory-gib", fo->memory_gib, "The card's memory in GiB, as CUDA reports it");
+  fit->add_option("--seq", fo->seq, "Tokens per sample (GPT-2, T5 encoder)")->check(CLI::PositiveNumber);
+  fit->add_option("--target-seq", fo->target_seq, "T5 decoder tokens")->check(CLI::PositiveNumber);
+  fit->add_option("--audio-s", fo->audio_s, "Seconds of audio (Whisper)")->check(CLI::PositiveNumber);
+  fit->add_option("--effective-batch", fo->effective_batch,
+                  "Micro-batch x accumulation to reach; the pick is measured at its accumulation");
+  fit->add_option("--precision", fo->precisions, "Precisions to try (default fp32 bf16-amp bf16)")
+      ->delimiter(',');
+  fit->add_option("--checkpointing", fo->checkpointing, "Checkpointing to try (default none block)")
+      ->delimiter(',');
+  fit->add_option("--optimizer", fo->optimizers,
+                  "Optimizers to try (default adamw,adafactor, and adamw8bit on a GPU)")
+      ->delimiter(',');
+  fit->add_option("--offload", fo->offloads,
+                  "Offload to try: none, optimizer (AdamW's state on the host; default both on a GPU)")
+      ->delimiter(',');
+  fit->add_option("--adapter", fo->adapters,
+                  "Adapters to try: none (full fine-tuning, the default), lora (PEFT's defaults)")
+      ->delimiter(',');
+  fit->add_option("--device", fo->device, "Where to measure (cpu: the tracking allocator enforces "
+                                          "the card's memory)")
+      ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
+  fit->add_option("--margin", fo->margin, "Fraction of the card kept free")->capture_default_str();
+  fit->add_option("--context-gib", fo->context_gib, "CUDA context allowance (default: measured)");
+  fit->add_option("--max-batch", fo->max_batch, "Largest batch a search tries")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  fit->add_option("--out", fo->out, "Results directory (default results/fit-MODEL-CARD)");
+  fit->add_flag("--json", fo->json, "The answer as JSON on stdout (progress stays on stderr)");
+  fit->add_flag("--quiet,-q", fo->quiet, "No progress output");
+  fit->callback([fo, &exit_code] { exit_code = run_guarded([&] { return run_fit(*fo); }); });
+
+  reports::register_report_command(app, exit_code);
+  reports::register_recommend_command(app, exit_code);
+  reports::register_compare_command(app, exit_code);
+
+  auto* models = app.add_subcommand("models", "List the model zoo");
+  models->callback([] { print_models(); });
+
+  auto point = std::make_shared<std::string>();
+  auto fd = std::make_shared<int>(1);
+  auto* worker = app.add_subcommand("worker", "Run one point (internal)");
+  worker->group("");  // hidden from --help
+  auto probe = std::make_shared<bool>(false);
+  auto probe_context = std::make_shared<bool>(false);
+  worker->add_option("--point", *point);
+  worker->add_option("--result-fd", *fd);
+  worker->add_flag("--probe-device", *probe, "Report the GPU's memory and context size as JSON");
+  worker->add_flag("--probe-context", *probe_context,
+                   "Report the GPU's used bytes with a bare CUDA context of this process");
+  worker->callback([point, fd, probe, probe_context, &exit_code] {
+    exit_code = run_guarded([&] {
+      return *probe ? probe_device_main() : *probe_context ? probe_context_main() : worker_main(*point, *fd);
+    });
+  });
+}
+
+}  // namespace sweep

@@ -1,0 +1,489 @@
+// `sweep fit`; see fit.h. A config is written and run like any other, then read back through
+// the one results reader, so everything fit says comes from rows in OUT/results.csv.
+#include "sweeps/cli/fit.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+#include "models/zoo.h"
+#include "reports/gpus.h"
+#include "reports/recommend.h"
+#include "reports/results/rows.h"
+#include "reports/results/stats.h"
+#include "sweeps/runner/budget.h"
+#include "sweeps/runner/config.h"
+#include "sweeps/measure/env.h"
+#include "reports/results/error.h"
+#include "sweeps/runner/estimate.h"
+#include "sweeps/runner/grid.h"
+#include "sweeps/runner/isolate.h"
+#include "reports/results/schema.h"
+#include "sweeps/runner/sweep.h"
+
+namespace sweep {
+namespace {
+
+using reports::kGiB;
+using schema::column;
+
+// Bumped when a key of the JSON changes meaning or goes away (new keys do not bump it).
+constexpr int kFitJsonVersion = 1;
+
+bool has_cache(const models::ModelSpec& spec) { return spec.family == "gpt2" || spec.family == "t5"; }
+
+std::string yaml_list(const std::vector<std::string>& v) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
+  return s + "]";
+}
+
+std::vector<std::string> checked(const std::vector<std::string>& given,
+                                 const std::vector<std::string>& defaults, const std::string& axis,
+                                 const std::string& flag) {
+  std::vector<std::string> out;
+  for (const auto& v : given.empty() ? defaults : given) {
+    const std::string c = canonical_axis_value(axis, v, "", 0, flag);
+    if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+  }
+  return out;
+}
+
+struct Card {
+  std::string name, key;  // "RTX 3060" / "rtx3060"; "0.05 GiB" / "0.05gib"
+  int64_t memory_bytes = 0;
+};
+
+Card resolve_card(const FitOptions& o) {
+  if (o.gpu.empty() == !o.memory_gib)
+    throw UserError("", 0, "--gpu", "give the card with exactly one of --gpu NAME or --memory-gib N",
+                    "e.g. sweep fit gpt2 --gpu rtx3060, or --memory-gib 11.75 (what CUDA reports)");
+  if (!o.gpu.empty()) {
+    const auto* g = reports::find_gpu(o.gpu);
+    if (!g) {
+      std::string known;
+      for (const auto& s : reports::gpus()) known += (known.empty() ? "" : ", ") + std::string(s.key);
+      throw UserError("", 0, "--gpu", "unknown GPU '" + o.gpu + "'",
+                      "one of " + known + ", or give --memory-gib N");
+    }
+    return {std::string(g->name), std::string(g->key), reports::memory_bytes(*g)};
+  }
+  const double gib = *o.memory_gib;
+  if (!std::isfinite(gib) || gib <= 0 || gib > reports::kMaxMemoryGib)
+    throw UserError("", 0, "--memory-gib", "must be a number of GiB above 0 and at most " +
+                    number_text(reports::kMaxMemoryGib) + ", got " + number_text(gib),
+                    "the card's memory as CUDA reports it, e.g. --memory-gib 11.75");
+  return {number_text(gib) + " GiB", number_text(gib) + "gib", std::llround(gib * kGiB)};
+}
+
+std::string technique_key(const FitTechnique& t) {
+  return t.precision + "|" + t.checkpointing + "|" + t.optimizer + "|" + (t.use_cache ? "1" : "0") +
+         "|" + t.adapter + "|" + t.offload;
+}
+
+// The technique a probe row measured.
+FitTechnique technique_of(const reports::Row& r) {
+  FitTechnique t;
+  t.precision = r.at(column("precision"));
+  t.checkpointing = r.at(column("checkpointing"));
+  t.optimizer = r.at(column("optimizer"));
+  t.use_cache = r.axis(column("use_cache")) != "0";
+  t.adapter = r.axis(column("adapter"));
+  t.offload = r.axis(column("offload"));
+  return t;
+}
+
+// What the rows of OUT say about each technique: the probes of this model and input under
+// this budget, accumulation 1, the last row of each point.
+struct Analysis {
+  std::vector<FitTechnique> techniques;
+  std::map<std::string, std::vector<const reports::Row*>> ok_rows;  // technique key -> ok probes
+  std::string device_name;
+  int64_t budget_bytes = 0;
+};
+
+Analysis analyse(const reports::Results& results, const std::string& model, int64_t budget,
+                 const std::vector<FitTechnique>& wanted) {
+  Analysis a;
+  a.budget_bytes = budget;
+  std::map<std::string, FitTechnique> by_key;
+  for (const auto& t : wanted) by_key[technique_key(t)] = t;
+  const auto latest = reports::latest_per_point(results);
+  for (const auto* r : latest.rows) {
+    if (r->at(column("model")) != model || r->at(column("search")) != "max_batch" ||
+        r->at(column("mode")) != "train" || r->at(column("accumulation")) != "1" ||
+        r->number(column("budget_bytes")).value_or(-1) != static_cast<double>(budget))
+      continue;
+    auto it = by_key.find(technique_key(technique_of(*r)));
+    if (it == by_key.end()) continue;
+    FitTechnique& t = it->second;
+    const auto batch = static_cast<int64_t>(r->number(column("batch")).value_or(0));
+    ++t.probes;
+    if (r->status == reports::Status::kOk) {
+      a.ok_rows[it->first].push_back(r);
+      if (!t.largest || batch > *t.largest) {
+        t.largest = batch;
+        t.peak_reserved = r->number(column("peak_reserved_bytes")).value_or(0);
+        t.peak_allocated = r->number(column("peak_allocated_bytes")).value_or(0);
+        t.tokens_per_s = r->number(column("tokens_per_s")).value_or(0);
+        t.step_ms_cv = r->number(column("step_ms_cv")).value_or(0);
+      }
+      if (a.device_name.empty()) a.device_name = r->at(column("device_name"));
+    } else if (r->status == reports::Status::kOom) {
+      if (!t.first_oom || batch < *t.first_oom) t.first_oom = batch;
+    } else {
+      t.stopped = std::string(reports::status_name(r->status));
+    }
+  }
+  for (const auto& t : wanted)
+    a.techniques.push_back(by_key.at(technique_key(t)));
+  return a;
+}
+
+// The fastest way to the effective batch: among every fitting probe whose batch divides it,
+// the highest measured tokens/s; ties go to the fewer techniques (listed order).
+struct Pick {
+  const FitTechnique* technique = nullptr;
+  int64_t batch = 0, accumulation = 1;
+  double tokens_per_s = 0, step_ms_cv = 0;
+};
+
+std::optional<Pick> pick(const Analysis& a, std::optional<int64_t> effective,
+                         const std::vector<std::string>& refused) {
+  std::optional<Pick> best;
+  for (const auto& t : a.techniques) {
+    const auto it = a.ok_rows.find(technique_key(t));
+    if (it == a.ok_rows.end()) continue;
+    for (const auto* r : it->second) {
+      const auto b = static_cast<int64_t>(r->number(column("batch")).value_or(0));
+      if (effective && (b > *effective || *effective % b != 0)) continue;
+      const int64_t k = effective ? *effective / b : 1;
+      const std::string id = technique_key(t) + "|" + std::to_string(b) + "|" + std::to_string(k);
+      if (std::find(refused.begin(), refused.end(), id) != refused.end()) continue;
+      const double tps = r->number(column("tokens_per_s")).value_or(0);
+      if (!best || tps > best->tokens_per_s)
+        best = Pick{&t, b, k, tps, r->number(column("step_ms_cv")).value_or(0)};
+    }
+  }
+  return best;
+}
+
+std::string pick_id(const Pick& p) {
+  const auto& t = *p.technique;
+  return technique_key(t) + "|" + std::to_string(p.batch) + "|" + std::to_string(p.accumulation);
+}
+
+// The header every fit config and its verification config share.
+std::string config_head(const FitOptions& o, const std::string& name, const std::string& device,
+                        const std::string& out, int64_t budget_bytes) {
+  std::ostringstream y;
+  y << "name: " << name << "\ndevice: " << device << "\nout: " << out
+    << "\nbudget_gib: " << number_text(static_cast<double>(budget_bytes) / kGiB)
+    << "\ntimeout_s: 600\nsteps: 1\nwarmup_steps: 1\nrepetitions: 3\nprune_oom: true\n"
+    << "models: [" << o.model << "]\n";
+  return y.str();
+}
+
+std::string input_axes(const FitOptions& o) {
+  std::ostringstream y;
+  if (o.seq) y << "  seq: " << *o.seq << "\n";
+  if (o.target_seq) y << "  target_seq: " << *o.target_seq << "\n";
+  if (o.audio_s) y << "  audio_s: " << number_text(*o.audio_s) << "\n";
+  return y.str();
+}
+
+void write_text(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream f(path);
+  f << text;
+  if (!f.flush())
+    throw UserError(path.string(), 0, "out", "cannot write the fit's config", "choose another --out");
+}
+
+}  // namespace
+
+std::string FitTechnique::label() const {
+  return precision + ", " + (checkpointing == "none" ? "no checkpointing" : checkpointing + " checkpointing") +
+         ", " + optimizer + (use_cache ? "" : ", use_cache=False") + (adapter == "none" ? "" : ", " + adapter) +
+         (offload == "none" ? "" : ", offload " + offload);
+}
+
+int run_fit(const FitOptions& o) {
+  const auto* spec = models::find_model(o.model);
+  if (!spec)
+    throw UserError("", 0, "MODEL", "unknown model '" + o.model + "'", "`sweep models` lists them");
+  const Card card = resolve_card(o);
+  if (!(o.margin >= 0 && o.margin < 0.95))
+    throw UserError("", 0, "--margin", "must be at least 0 and below 0.95", "the default is 0.1");
+  if (o.effective_batch && *o.effective_batch < 1)
+    throw UserError("", 0, "--effective-batch", "must be at least 1", "e.g. --effective-batch 32");
+
+  std::string device = o.device;
+  if (device == "auto") device = cuda_device_count() > 0 ? "cuda" : "cpu";
+  if (device == "cuda" && cuda_device_count() == 0)
+    throw UserError("", 0, "--device", "device cuda requested but no GPU is visible",
+                    "use --device cpu: the tracking allocator then enforces the card's memory");
+  // The context allowance: none on the CPU; on CUDA given, or measured by a fresh worker on
+  // the GPU that will run the probes (as `sweep run` measures it for a target card).
+  int64_t context = 0;
+  std::string context_source = "none on the CPU";
+  if (device == "cuda") {
+    if (o.context_gib) {
+      context = std::llround(*o.context_gib * kGiB);
+      context_source = "given with --context-gib";
+    } else {
+      const auto gpus = probe_gpus(self_exe(), {visible_device(std::getenv("CUDA_VISIBLE_DEVICES"), 0)});
+      context = gpus.at(0).context_bytes;
+      context_source = "measured on " + gpus.at(0).name;
+    }
+  }
+  const int64_t usable = reports::usable_bytes(card.memory_bytes, o.margin, context);
+  if (usable <= 0)
+    throw UserError("", 0, "--memory-gib", card.name + " leaves nothing usable after the margin and "
+                    "the context allowance", "give a larger card, or a smaller --margin");
+
+  // The techniques: precision x checkpointing x optimizer, and use_cache=False without
+  // checkpointing (transformers turns the cache off under checkpointing in training anyway).
+  const auto precisions = checked(o.precisions, {"fp32", "bf16-amp", "bf16"}, "precision", "--precision");
+  const auto ckpts = checked(o.checkpointing, {"none", "block"}, "checkpointing", "--checkpointing");
+  // 8-bit AdamW and optimizer offload by default where they cost what they cost a user (on
+  // CUDA); on the CPU 8-bit AdamW's ATen path is slow and host and device are one memory
+  // (ask for them with --optimizer, --offload). LoRA changes what is trained: --adapter.
+  const auto optimizers =
+      checked(o.optimizers,
+              device == "cuda" ? std::vector<std::string>{"adamw", "adafactor", "adamw8bit"}
+                               : std::vector<std::string>{"adamw", "adafactor"},
+              "optimizer", "--optimizer");
+  const auto adapters = checked(o.adapters, {"none"}, "adapter", "--adapter");
+  const auto offloads = checked(o.offloads,
+                                device == "cuda" ? std::vector<std::string>{"none", "optimizer"}
+                                                 : std::vector<std::string>{"none"},
+                                "offload", "--offload");
+  // Offload is ZeRO-Offload's AdamW with fp32 master weights: AdamW only, not pure bf16.
+  auto offloadable = [](const std::string& precision, const std::string& optimizer) {
+    return optimizer == "adamw" && precision != "bf16";
+  };
+  std::vector<FitTechnique> wanted;
+  for (const auto& p : precisions)
+    for (const auto& c : ckpts)
+      for (const auto& opt : optimizers)
+        for (const auto& ad : adapters)
+          for (const auto& off : offloads)
+            for (bool cache : {true, false})
+              if ((cache || (has_cache(*spec) && c == "none")) && (off == "none" || offloadable(p, opt)))
+                wanted.push_back({p, c, opt, cache, ad, off});
+
+  const std::string out = o.out.empty() ? "results/fit-" + o.model + "-" + card.key : o.out;
+  std::filesystem::create_directories(out);
+  const std::string name = "fit-" + o.model + "-" + card.key;
+  std::ostringstream y;
+  y << "# Written by `sweep fit " << o.model << "` for " << card.name << " (usable "
+    << reports::format_bytes(static_cast<double>(usable)) << " = memory x (1 - " << number_text(o.margin)
+    << ") - context " << reports::format_bytes(static_cast<double>(context)) << ", " << context_source
+    << "). Run again with `sweep run " << out << "/fit.yaml --search max-batch`.\n"
+    << config_head(o, name, device, out, usable) << "search: max_batch\nsearch_max_batch: "
+    << o.max_batch << "\ngrid:\n  batch: 1\n" << input_axes(o) << "  precision: " << yaml_list(precisions)
+    << "\n  checkpointing: " << yaml_list(ckpts) << "\n  optimizer: " << yaml_list(optimizers)
+    << "\n  adapter: " << yaml_list(adapters) << "\n  offload: " << yaml_list(offloads) << "\n";
+  std::vector<std::string> excludes;
+  if (has_cache(*spec)) {
+    y << "  use_cache: [true, false]\n";
+    excludes.push_back("{checkpointing: block, use_cache: false}");
+  }
+  if (std::find(offloads.begin(), offloads.end(), "optimizer") != offloads.end()) {
+    for (const auto& opt : optimizers)
+      if (opt != "adamw") excludes.push_back("{offload: optimizer, optimizer: " + opt + "}");
+    if (std::find(precisions.begin(), precisions.end(), "bf16") != precisions.end())
+      excludes.push_back("{offload: optimizer, precision: bf16}");
+  }
+  if (!excludes.empty()) {
+    y << "exclude:\n";
+    for (const auto& e : excludes) y << "  - " << e << "\n";
+  }
+  const auto cfg_path = std::filesystem::path(out) / "fit.yaml";
+  write_text(cfg_path, y.str());
+
+  // The estimate, from the probes this directory already holds (sweeps/runner/estimate.h): one
+  // search per technique, each point of fit.yaml's grid the first probe of one.
+  const auto results_path = std::filesystem::path(out) / "results.csv";
+  if (!o.quiet) {
+    WallHistory history;
+    if (std::filesystem::exists(results_path)) history.add(reports::read_results(results_path.string()));
+    RunSettings settings;
+    settings.device = device;
+    settings.budget_bytes = usable;
+    const auto searches = combinations(expand_grid(load_config(cfg_path.string()), settings));
+    const PlanEstimate plan = estimate_plan(searches, true, history, {});
+    const std::string estimate = plan.estimated ? "; " + plan.summary("search") + "; probes already measured are reused"
+                                                : "; the time of each probe is shown as it finishes";
+    std::fprintf(stderr, "fit %s on %s (%s usable, %s): %zu techniques, about %zu probes%s\n",
+                 o.model.c_str(), card.name.c_str(), reports::format_bytes(static_cast<double>(usable)).c_str(),
+                 device == "cpu" ? "enforced by the CPU's tracking allocator" : "emulated on this GPU",
+                 wanted.size(), wanted.size() * kProbesPerSearch, estimate.c_str());
+  }
+  RunOptions run;
+  run.config = cfg_path.string();
+  run.out = out;
+  run.device = device;
+  run.device_given = true;
+  run.quiet = o.quiet;
+  if (const int rc = run_sweep(run).exit_code; rc != 0) return rc;
+
+  auto results = reports::read_results(results_path.string());
+  // The budget the workers ran under, as the rows record it.
+  int64_t budget = usable;
+  for (const auto& r : results.rows)
+    if (r.at(column("model")) == o.model && r.at(column("search")) == "max_batch")
+      budget = static_cast<int64_t>(r.number(column("budget_bytes")).value_or(static_cast<double>(usable)));
+  Analysis a = analyse(results, o.model, budget, wanted);
+
+  // The recommendation, measured: the pick at its accumulation is run once more (a plain
+  // grid point; at accumulation 1 it is a probe already measured). A pick that does not fit
+  // once gradients are accumulated is dropped and the next one tried.
+  std::optional<Pick> choice;
+  std::string reason;
+  std::vector<std::string> refused;
+  bool confirmed = false;  // the pick ran ok at its accumulation (or needs none)
+  for (int attempt = 0; attempt < 6 && !confirmed; ++attempt) {
+    choice = pick(a, o.effective_batch, refused);
+    if (!choice) break;
+    if (choice->accumulation == 1) {
+      confirmed = true;
+      break;
+    }
+    const auto& t = *choice->technique;
+    std::ostringstream v;
+    v << "# The recommendation of `sweep fit`, measured at its accumulation.\n"
+      << config_head(o, name + "-pick", device, out, budget) << "grid:\n  batch: " << choice->batch << "\n"
+      << input_axes(o) << "  precision: " << t.precision << "\n  checkpointing: " << t.checkpointing
+      << "\n  optimizer: " << t.optimizer << "\n  adapter: " << t.adapter << "\n  offload: " << t.offload
+      << "\n  accumulation: " << choice->accumulation << "\n";
+    if (has_cache(*spec)) v << "  use_cache: " << (t.use_cache ? "true" : "false") << "\n";
+    const auto pick_path = std::filesystem::path(out) / "fit-pick.yaml";
+    write_text(pick_path, v.str());
+    run.config = pick_path.string();
+    if (const int rc = run_sweep(run).exit_code; rc != 0) return rc;
+    // Only the pick's row is new. `a` (which `choice` points into) and the rows it points to
+    // stay as they were: the file is read again into a copy of its own.
+    const auto after = reports::read_results(results_path.string());
+    const reports::Row* measured = nullptr;
+    for (const auto* r : reports::latest_per_point(after).rows)
+      if (r->at(column("model")) == o.model && r->at(column("search")).empty() &&
+          r->at(column("precision")) == t.precision && r->at(column("checkpointing")) == t.checkpointing &&
+          technique_key(technique_of(*r)) == technique_key(t) &&
+          r->number(column("batch")).value_or(0) == static_cast<double>(choice->batch) &&
+          r->number(column("accumulation")).value_or(0) == static_cast<double>(choice->accumulation) &&
+          r->number(column("budget_bytes")).value_or(-1) == static_cast<double>(budget))
+        measured = r;
+    if (measured && measured->status == reports::Status::kOk) {
+      choice->tokens_per_s = measured->number(column("tokens_per_s")).value_or(0);
+      choice->step_ms_cv = measured->number(column("step_ms_cv")).value_or(0);
+      confirmed = true;
+      break;
+    }
+    refused.push_back(pick_id(*choice));  // out of memory once gradients accumulate: the next
+  }
+  if (!confirmed) choice.reset();
+  if (choice) {
+    const auto& t = *choice->technique;
+    std::ostringstream why;
+    why << "the highest measured throughput among the configurations that fit";
+    if (o.effective_batch)
+      why << " and reach an effective batch of " << *o.effective_batch << " (micro-batch " << choice->batch
+          << " x accumulation " << choice->accumulation << (choice->accumulation > 1 ? ", measured as such" : "") << ")";
+    if (t.largest && choice->batch < *t.largest) why << "; its largest batch is " << *t.largest;
+    if (choice->step_ms_cv > reports::kNoisyStepCv)
+      why << ". Noisy: its step time varied " << std::lround(choice->step_ms_cv * 100)
+          << "% between repetitions, so the ranking by throughput is not reliable; re-run on an idle "
+             "machine, or with more repetitions (`sweep run " << out << "/fit.yaml --search max-batch --force` "
+             "after raising `repetitions`)";
+    reason = why.str();
+  }
+
+  const bool cpu = device == "cpu";
+  const std::string measured_on = a.device_name.empty() ? device : a.device_name;
+  if (o.json) {
+    nlohmann::json j;
+    j["fit_json_version"] = kFitJsonVersion;
+    j["model"] = o.model;
+    j["device"] = device;
+    j["measured_on"] = measured_on;
+    j["cpu_measured"] = cpu;
+    j["card"] = {{"name", card.name}, {"memory_bytes", card.memory_bytes}, {"margin", o.margin},
+                 {"context_bytes", context}, {"context_source", context_source},
+                 {"usable_bytes", usable}, {"budget_bytes", budget}};
+    if (o.effective_batch) j["effective_batch"] = *o.effective_batch;
+    j["results"] = results_path.string();
+    int probes = 0;
+    j["techniques"] = nlohmann::json::array();
+    for (const auto& t : a.techniques) {
+      probes += t.probes;
+      nlohmann::json e = {{"precision", t.precision}, {"checkpointing", t.checkpointing},
+                          {"optimizer", t.optimizer}, {"use_cache", t.use_cache}, {"adapter", t.adapter}, {"offload", t.offload}, {"probes", t.probes},
+                          {"limit_reached", t.first_oom.has_value()}};
+      e["largest_batch"] = t.largest ? nlohmann::json(*t.largest) : nlohmann::json(nullptr);
+      e["first_oom"] = t.first_oom ? nlohmann::json(*t.first_oom) : nlohmann::json(nullptr);
+      if (t.largest) {
+        e["peak_reserved_bytes"] = t.peak_reserved;
+        e["peak_allocated_bytes"] = t.peak_allocated;
+        e["headroom_bytes"] = static_cast<double>(budget) - t.peak_reserved;
+        e["tokens_per_s"] = t.tokens_per_s;
+        e["step_ms_cv"] = t.step_ms_cv;
+      }
+      if (!t.stopped.empty()) e["stopped"] = t.stopped;
+      j["techniques"].push_back(e);
+    }
+    j["probes"] = probes;
+    if (choice) {
+      const auto& t = *choice->technique;
+      j["recommendation"] = {{"precision", t.precision}, {"checkpointing", t.checkpointing},
+                             {"optimizer", t.optimizer}, {"use_cache", t.use_cache}, {"adapter", t.adapter}, {"offload", t.offload},
+                             {"batch", choice->batch}, {"accumulation", choice->accumulation},
+                             {"tokens_per_s", choice->tokens_per_s}, {"step_ms_cv", choice->step_ms_cv},
+                             {"noisy", choice->step_ms_cv > reports::kNoisyStepCv}, {"reason", reason}};
+    } else {
+      j["recommendation"] = nullptr;
+    }
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+
+  std::printf("%s on %s: usable %s (%s x (1 - %s) - context %s, %s)%s\n\n", o.model.c_str(),
+              card.name.c_str(), reports::format_bytes(static_cast<double>(usable)).c_str(),
+              reports::format_bytes(static_cast<double>(card.memory_bytes)).c_str(), number_text(o.margin).c_str(),
+              reports::format_bytes(static_cast<double>(context)).c_str(), context_source.c_str(),
+              cpu ? "\nMeasured on the CPU: memory as PyTorch would allocate it, enforced by the tracking "
+                    "allocator; the throughput is the CPU's, not a GPU's." : "");
+  std::printf("| technique | largest batch | peak | headroom | tokens/s ±cv | probes |\n"
+              "| --- | ---: | ---: | ---: | ---: | ---: |\n");
+  for (const auto& t : a.techniques) {
+    std::string largest = t.largest ? std::to_string(*t.largest) : "none";
+    if (t.largest && !t.first_oom) largest += " (limit not reached)";
+    if (!t.stopped.empty()) largest += " (" + t.stopped + ")";
+    std::printf("| %s | %s | %s | %s | %s | %d |\n", t.label().c_str(), largest.c_str(),
+                t.largest ? reports::format_bytes(t.peak_reserved).c_str() : "",
+                t.largest ? reports::format_bytes(static_cast<double>(budget) - t.peak_reserved).c_str() : "",
+                t.largest ? (std::to_string(static_cast<int64_t>(t.tokens_per_s)) + " ±" +
+                             std::to_string(std::lround(t.step_ms_cv * 100)) + "%").c_str() : "",
+                t.probes);
+  }
+  if (choice) {
+    const auto& t = *choice->technique;
+    std::printf("\nRecommended: %s, batch %lld%s: %lld tokens/s, %s.\n", t.label().c_str(),
+                static_cast<long long>(choice->batch),
+                choice->accumulation > 1 ? (" x accumulation " + std::to_string(choice->accumulation)).c_str() : "",
+                static_cast<long long>(choice->tokens_per_s), reason.c_str());
+  } else {
+    std::printf("\nNothing fits %s: not even batch 1 of any technique.\n", card.name.c_str());
+  }
+  const std::string card_arg = o.gpu.empty() ? "--memory-gib " + number_text(*o.memory_gib) : "--gpu " + o.gpu;
+  std::printf("\nRows: %s (sweep report %s; sweep recommend %s %s)\n", results_path.c_str(), out.c_str(),
+              out.c_str(), card_arg.c_str());
+  return 0;
+}
+
+}  // namespace sweep

@@ -1,0 +1,39 @@
+// What `sweep run` says at the end (its dry run: DryRun, sweeps/runner/estimate.h): once as
+// text and once as one JSON object on stdout (`--json`, progress staying on stderr), the text
+// and the JSON built from the same values. The JSON's keys are documented in the README.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "reports/results/rows.h"
+#include "sweeps/runner/estimate.h"
+#include "sweeps/runner/sweep.h"
+#include "sweeps/worker/point.h"
+
+namespace sweep {
+
+// The noisy-machine warning needs this many noisy points (or every ok point, when there are
+// fewer): one noisy point among many is a hiccup, several are the machine.
+inline constexpr int kNoisyPointsToWarn = 3;
+
+// The closing summary of a run into `out`, from what its results file holds now (the last
+// row of each point): counts by status, the fastest ok train row, the noisy-machine check,
+// where the results and the report are, the next command. `results` must outlive it.
+struct RunSummary {
+  std::string out, results_path;
+  std::vector<std::pair<std::string, int>> counts;  // every status, in schema order
+  const reports::Row* fastest = nullptr;            // highest tokens/s among ok train rows
+  int ok_train = 0;
+  std::vector<const reports::Row*> noisy;           // ok train rows above kNoisyStepCv
+  const reports::Row* noisiest = nullptr;
+  bool warn_noisy() const;
+
+  nlohmann::json json() const;
+  std::string text() const;  // the lines written to stderr
+};
+RunSummary summarize_run(const reports::Results& results, const std::string& out);
+
+}  // namespace sweep

@@ -1,0 +1,215 @@
+// Memory budgets and the GPU probe; see budget.h.
+#include "sweeps/runner/budget.h"
+
+#include <ATen/Context.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <cuda_runtime_api.h>
+#include <torch/torch.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include "sweeps/worker/burst.h"
+#include "sweeps/runner/isolate.h"
+#include "sweeps/measure/trackers.h"
+
+namespace sweep {
+namespace {
+
+using reports::kGiB;
+
+}  // namespace
+
+Budget resolve_budget(const Config& cfg, const std::string& device, const std::vector<HostGpu>& gpus) {
+  Budget b;
+  if (cfg.budget_gib > 0) {
+    b.bytes = static_cast<int64_t>(cfg.budget_gib * kGiB);
+    b.note = "budget " + reports::format_bytes(b.bytes) + " (budget_gib)";
+    for (const auto& g : gpus)
+      if (b.bytes > g.total_bytes)
+        throw UserError(cfg.path, cfg.budget_line, "budget_gib",
+                          "a budget of " + reports::format_bytes(b.bytes) + " is more than GPU " + g.index + " (" +
+                              g.name + ") has: " + reports::format_bytes(g.total_bytes),
+                          "lower budget_gib to at most " + reports::format_bytes(g.total_bytes) +
+                              ", or remove it to use the whole card");
+    return b;
+  }
+  if (!cfg.gpu) return b;
+  const GpuTarget& t = *cfg.gpu;
+  const double target = t.memory_gib * kGiB;
+  const std::string target_name = t.name.empty() ? reports::format_bytes(target) : t.name + " (" + reports::format_bytes(target) + ")";
+  if (device == "cpu") {
+    // No CUDA context on the CPU: the target's memory less the configured allowance only.
+    b.context_bytes = static_cast<int64_t>(t.context_gib.value_or(0.0) * kGiB);
+    b.bytes = static_cast<int64_t>(target) - b.context_bytes;
+    b.emulated = true;
+    b.note = "emulating " + target_name + " on the CPU: budget " + reports::format_bytes(b.bytes);
+    return b;
+  }
+  if (gpus.empty()) return b;
+  int64_t smallest = gpus.front().total_bytes, context = 0;
+  std::string smallest_name = gpus.front().name;
+  for (const auto& g : gpus) {
+    if (g.total_bytes < smallest) {
+      smallest = g.total_bytes;
+      smallest_name = g.name;
+    }
+    context = std::max(context, g.context_bytes);
+  }
+  if (smallest < target * (1 - kSameCardTolerance)) {
+    throw UserError(cfg.path, t.line, "gpu.memory_gib",
+                      "this GPU (" + smallest_name + ", " + reports::format_bytes(smallest) +
+                          ") is smaller than the target " + target_name +
+                          ": a budget cannot add memory",
+                      "run this config on a card with at least " + reports::format_bytes(target) +
+                          ", or lower gpu.memory_gib");
+  }
+  if (smallest <= target * (1 + kSameCardTolerance)) {
+    b.note = "the GPU is the target " + target_name + ": no cap, the whole card";
+    return b;  // the card itself: its own context is already there
+  }
+  b.context_bytes = t.context_gib ? static_cast<int64_t>(*t.context_gib * kGiB) : context;
+  b.bytes = static_cast<int64_t>(target) - b.context_bytes;
+  if (b.bytes <= 0)
+    throw UserError(cfg.path, t.line, "gpu.context_gib",
+                      "the context allowance (" + reports::format_bytes(b.context_bytes) + ") leaves nothing of " +
+                          target_name,
+                      "lower gpu.context_gib, or raise gpu.memory_gib");
+  b.emulated = true;
+  b.note = "emulating " + target_name + " on " + smallest_name + " (" + reports::format_bytes(smallest) +
+           "): allocator capped at " + reports::format_bytes(b.bytes) + " = target less a context allowance of " +
+           reports::format_bytes(b.context_bytes) + (t.context_gib ? " (configured)" : " (measured)");
+  for (const auto& g : gpus)
+    if (g.other_bytes > 0)
+      b.note += "\nwarning: other processes hold " + reports::format_bytes(g.other_bytes) + " on GPU " + g.index +
+                " (not counted in the allowance; free the GPU for steadier timings)";
+  return b;
+}
+
+namespace {
+
+// Runs `cmd` and returns its stdout's last non-empty line (library notices may come first);
+// throws with `what` and the output when it fails.
+std::string last_line_of(const std::string& cmd, const std::string& what) {
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string text;
+  char buf[4096];
+  size_t n;
+  while (p && (n = fread(buf, 1, sizeof buf, p)) > 0) text.append(buf, n);
+  const int status = p ? pclose(p) : -1;
+  std::istringstream in(text);
+  std::string line, last;
+  while (std::getline(in, line))
+    if (!line.empty()) last = line;
+  if (status != 0 || last.empty()) throw std::runtime_error(what + " failed: " + text);
+  return last;
+}
+
+int64_t device_used_bytes() {
+  size_t free = 0, total = 0;
+  C10_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return static_cast<int64_t>(total - free);
+}
+
+// The representative training step: a tiny burst of each family in each precision with each
+// optimizer, and eval, so that the kernels a sweep's workers use are loaded (CUDA loads modules
+// lazily: SDPA, dropout, layer norm, the optimizers' foreach and fused kernels, the loss
+// scaler's, cuDNN for Whisper's convolutions) and the cuBLAS/cuBLASLt handles exist. Larger
+// shapes can pick further GEMM kernels, so the allowance is a floor, not a bound.
+void run_representative_bursts() {
+  auto mem = make_cuda_tracker();
+  auto timer = make_cuda_timer();
+  for (const char* model : {"gpt2-test", "t5-test", "whisper-test"}) {
+    for (const char* precision : {"fp32", "fp16-amp", "bf16-amp", "bf16"}) {
+      for (const char* optimizer : {"adamw", "adamw-fused", "sgd", "adafactor", "adamw8bit", ""}) {
+        Point p = tiny_point(model, "cuda", precision, *optimizer ? optimizer : "none");
+        if (!*optimizer) p.mode = "eval";
+        // A combination this GPU cannot run (pure bf16 on a card without it) loads nothing
+        // the sweep's own points would load: it is left out, with a line on stderr.
+        try {
+          const auto m = run_burst(p, *mem, *timer);
+          if (m.status != "ok") std::cerr << "probe: " << p.label() << ": " << m.message << "\n";
+        } catch (const c10::Error& e) {
+          std::cerr << "probe: " << p.label() << ": " << e.what_without_backtrace() << "\n";
+        }
+      }
+    }
+  }
+  mem->empty_cache();
+}
+
+}  // namespace
+
+std::vector<HostGpu> probe_gpus(const std::string& exe, const std::vector<std::string>& devices) {
+  std::vector<HostGpu> out;
+  for (const auto& device : devices) {
+    const std::string line =
+        last_line_of("CUDA_VISIBLE_DEVICES='" + device + "' '" + exe + "' worker --probe-device",
+                     "probing GPU " + device);
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded()) throw std::runtime_error("probing GPU " + device + ": " + line);
+    out.push_back({device, j.value("name", ""), j.value("total_bytes", int64_t{0}),
+                   j.value("context_bytes", int64_t{0}), j.value("other_bytes", int64_t{0})});
+  }
+  return out;
+}
+
+int probe_context_main() {
+  // CUDA initialised as torch does (CUDAHooks::init, as in the probe), then the primary
+  // context only: the same bare context as the probe's.
+  try {
+    at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
+    C10_CUDA_CHECK(cudaFree(nullptr));
+    std::cout << device_used_bytes() << std::endl;
+    return 0;
+  } catch (const c10::Error& e) {
+    std::cerr << "no CUDA context: " << e.what_without_backtrace() << "\n";
+    return 1;
+  }
+}
+
+int probe_device_main() {
+  if (!torch::cuda::is_available()) {
+    std::cerr << "no GPU is visible\n";
+    return 1;
+  }
+  try {
+    at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
+    C10_CUDA_CHECK(cudaFree(nullptr));  // this process's bare context, nothing loaded yet
+    const int64_t used_at_start = device_used_bytes();
+    // cudaMemGetInfo sees the whole device: other processes' memory included, and no API
+    // reports it per process without NVML (whose header the wheel does not ship). A second
+    // fresh process with a bare context of its own reports the device with one more context;
+    // the difference is one bare context, and what was used before ours is other processes'.
+    const int64_t with_second = std::stoll(
+        last_line_of("'" + self_exe() + "' worker --probe-context", "a second CUDA context"));
+    const int64_t bare_context = std::max<int64_t>(0, with_second - used_at_start);
+    const int64_t others = std::max<int64_t>(0, used_at_start - bare_context);
+    run_representative_bursts();
+    C10_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device());
+    const int64_t reserved =
+        stats.reserved_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].current;
+    size_t free = 0, total = 0;
+    C10_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    nlohmann::json j;
+    j["name"] = at::cuda::getCurrentDeviceProperties()->name;
+    j["total_bytes"] = static_cast<int64_t>(total);
+    j["context_bytes"] = static_cast<int64_t>(total - free) - reserved - others;
+    j["other_bytes"] = others;
+    std::cout << j.dump() << std::endl;
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "probe failed: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+}  // namespace sweep

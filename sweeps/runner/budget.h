@@ -1,0 +1,57 @@
+// The memory budget every point of a run gets, from the config and the device measuring it.
+// A config can name a target card (`gpu: {name, memory_gib, context_gib}`): on a larger GPU
+// each worker's caching allocator is capped at the target's memory less a CUDA context
+// allowance (the cap does not cover the context, cuBLAS/cuDNN code, or other processes), which
+// is measured on the host by a fresh worker unless the config gives it; on a smaller GPU the
+// run is refused; on the CPU the tracking allocator enforces the target's memory.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sweeps/runner/config.h"
+
+namespace sweep {
+
+// What a fresh CUDA process sees on one GPU (from `sweep worker --probe-device`).
+struct HostGpu {
+  std::string index;            // the GPU's CUDA_VISIBLE_DEVICES entry
+  std::string name;
+  int64_t total_bytes = 0;      // cudaMemGetInfo total
+  // This process's device memory outside the caching allocator after a representative
+  // training step (context, loaded kernels, library handles), other processes excluded.
+  int64_t context_bytes = 0;
+  int64_t other_bytes = 0;      // used by other processes when the probe started
+};
+
+struct Budget {
+  int64_t bytes = 0;  // 0 = the whole device
+  bool emulated = false;
+  int64_t context_bytes = 0;  // the allowance subtracted (measured or configured)
+  std::string note;           // one line for the run's log
+};
+
+// A card counts as the target when its memory is within this fraction of the target's (cards
+// sold as "80 GB" report 79.1 GiB).
+inline constexpr double kSameCardTolerance = 0.05;
+
+// Pure: the budget for `device` ("cpu" | "cuda"); `gpus` are the probed GPUs (cuda only).
+// Throws UserError at the config's line when a GPU is smaller than the target card, or than
+// an explicit budget_gib: a cap cannot add memory.
+Budget resolve_budget(const Config& cfg, const std::string& device, const std::vector<HostGpu>& gpus);
+
+// Starts `exe worker --probe-device` once per GPU, each with CUDA_VISIBLE_DEVICES set to the
+// GPU's entry (as its workers get), and reads what it reports.
+std::vector<HostGpu> probe_gpus(const std::string& exe, const std::vector<std::string>& devices);
+
+// The worker side (`worker --probe-device`), on the one visible GPU: creates the CUDA context,
+// has a second fresh process (`worker --probe-context`) report the device's use with one more
+// bare context, runs a tiny training burst of each family in each precision with each
+// optimizer, and prints a HostGpu as JSON on stdout. Returns the exit code.
+int probe_device_main();
+// `worker --probe-context`: creates a bare CUDA context and prints the device's used bytes.
+int probe_context_main();
+
+}  // namespace sweep

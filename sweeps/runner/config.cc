@@ -1,0 +1,431 @@
+// YAML config loading with yaml-cpp. Unknown keys are errors (a typo must not silently
+// change a sweep); each error points at the line of the offending node.
+#include "sweeps/runner/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <functional>
+#include <set>
+#include <stdexcept>
+
+#include "models/zoo.h"
+
+namespace sweep {
+
+const std::vector<std::string> kAxes = {"mode",          "seq",       "target_seq",
+                                        "audio_s",       "precision", "checkpointing",
+                                        "optimizer",     "accumulation", "alloc_conf",
+                                        "adapter",       "offload",   "batch",
+                                        "use_cache"};
+
+namespace {
+
+const std::map<std::string, std::vector<std::string>> kChoices = {
+    {"mode", {"train", "eval"}},
+    {"precision", {"fp32", "fp16-amp", "bf16-amp", "bf16"}},
+    {"checkpointing", {"none", "block"}},
+    {"optimizer", {"adamw", "adamw-fused", "sgd", "adafactor", "adamw8bit"}},
+    {"use_cache", {"true", "false"}},
+    {"adapter", {"none", "lora"}},
+    {"offload", {"none", "optimizer"}},
+};
+
+// Ranges of the numeric axes. The upper ends keep every product the burst forms (batch x
+// seq x accumulation x steps) far inside int64 and stop a typo from asking for a petabyte.
+const std::map<std::string, Range> kAxisRanges = {
+    {"batch", {1, 1 << 30, true}},       {"seq", {1, 1 << 20, true}},
+    {"target_seq", {1, 1 << 20, true}},  {"accumulation", {1, 1 << 20, true}},
+    {"audio_s", {0, 30, false}},
+};
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+struct Ctx {
+  std::string file;
+  // Every config error says what to do: the hint is not optional.
+  [[noreturn]] void fail(const YAML::Node& n, const std::string& key, const std::string& msg,
+                         const std::string& hint) const {
+    throw UserError(file, n.Mark().line + 1, key, msg, hint);
+  }
+  std::string scalar(const YAML::Node& n, const std::string& key) const {
+    if (!n.IsScalar()) fail(n, key, "expected a single value", "write it as `" + key + ": VALUE`");
+    return n.Scalar();
+  }
+  double number(const YAML::Node& n, const std::string& key, Range r) const {
+    try {
+      return parse_number(scalar(n, key), r);
+    } catch (const std::invalid_argument& e) {
+      fail(n, key, e.what(), r.hint());
+    }
+  }
+  int64_t integer(const YAML::Node& n, const std::string& key, Range r) const {
+    try {
+      return parse_integer(scalar(n, key), r);
+    } catch (const std::invalid_argument& e) {
+      fail(n, key, e.what(), r.hint());
+    }
+  }
+  bool boolean(const YAML::Node& n, const std::string& key) const {
+    std::string s = scalar(n, key);
+    if (s == "true" || s == "yes" || s == "on") return true;
+    if (s == "false" || s == "no" || s == "off") return false;
+    fail(n, key, "'" + s + "' is not true or false", "write true or false");
+  }
+  // Also refuses a key given twice (yaml-cpp keeps both; the second would silently win).
+  void only_keys(const YAML::Node& map, const std::string& where,
+                 const std::set<std::string>& allowed) const {
+    if (!map.IsMap())
+      fail(map, where, "expected a mapping of keys to values", "write it as `key: value` lines");
+    std::map<std::string, int> seen;
+    for (const auto& kv : map) {
+      if (!kv.first.IsScalar()) fail(kv.first, where, "a key must be a plain name", "write keys as `name: value`");
+      auto k = kv.first.Scalar();
+      // `steps:` with nothing after it: a null, never a meaningful value.
+      if (kv.second.IsNull())
+        fail(kv.first, where.empty() ? k : where + "." + k, "has no value",
+             "write it as `" + k + ": VALUE`, or delete the line");
+      if (auto [it, fresh] = seen.emplace(k, kv.first.Mark().line + 1); !fresh)
+        fail(kv.first, where.empty() ? k : where + "." + k, "duplicate key",
+             "it is already set on line " + std::to_string(it->second) + "; keep one");
+      if (!allowed.count(k)) {
+        std::vector<std::string> names(allowed.begin(), allowed.end());
+        fail(kv.first, where.empty() ? k : where + "." + k, "unknown key",
+             "known keys here: " + join(names));
+      }
+    }
+  }
+};
+
+AxisValues parse_axis(const Ctx& c, const YAML::Node& n, const std::string& axis,
+                      const std::string& key) {
+  AxisValues a;
+  a.line = n.Mark().line + 1;
+  auto one = [&](const YAML::Node& v) {
+    std::string s = v.IsScalar() ? v.Scalar() : "";
+    if (!v.IsScalar()) c.fail(v, key, "expected a value or a list of values", "e.g. `" + axis + ": [1, 2]`");
+    a.values.push_back(canonical_axis_value(axis, s, c.file, v.Mark().line + 1, key));
+  };
+  if (n.IsSequence()) {
+    if (n.size() == 0) c.fail(n, key, "empty list", "give at least one value");
+    for (const auto& v : n) one(v);
+  } else {
+    one(n);
+  }
+  return a;
+}
+
+GridSpec parse_grid(const Ctx& c, const YAML::Node& n, const std::string& where) {
+  c.only_keys(n, where, std::set<std::string>(kAxes.begin(), kAxes.end()));
+  GridSpec g;
+  for (const auto& kv : n) {
+    auto axis = kv.first.as<std::string>();
+    g[axis] = parse_axis(c, kv.second, axis, where + "." + axis);
+  }
+  return g;
+}
+
+std::vector<ExcludeRule> parse_excludes(const Ctx& c, const YAML::Node& n,
+                                        const std::string& where) {
+  if (!n.IsSequence())
+    c.fail(n, where, "expected a list of rules", "e.g. exclude: [{precision: bf16, batch: 64}]");
+  std::vector<ExcludeRule> rules;
+  std::set<std::string> allowed(kAxes.begin(), kAxes.end());
+  allowed.insert("model");
+  for (const auto& r : n) {
+    c.only_keys(r, where, allowed);
+    ExcludeRule rule;
+    rule.line = r.Mark().line + 1;
+    for (const auto& kv : r) {
+      auto axis = kv.first.as<std::string>();
+      std::string v = c.scalar(kv.second, where + "." + axis);
+      if (axis == "model") {
+        if (!models::find_model(v)) c.fail(kv.second, where + ".model", "unknown model '" + v + "'",
+                                           "run `sweep models` for the list");
+        rule.match[axis] = v;
+      } else {
+        rule.match[axis] =
+            canonical_axis_value(axis, v, c.file, kv.second.Mark().line + 1, where + "." + axis);
+      }
+    }
+    rules.push_back(rule);
+  }
+  return rules;
+}
+
+// A name or a list of names, each checked by `check` (which fails on a bad one).
+std::vector<std::string> parse_names(
+    const Ctx& c, const YAML::Node& n, const std::string& key, const std::string& empty_hint,
+    const std::function<void(const YAML::Node&, const std::string&)>& check) {
+  std::vector<std::string> out;
+  auto one = [&](const YAML::Node& v) {
+    std::string name = c.scalar(v, key);
+    check(v, name);
+    out.push_back(name);
+  };
+  if (n.IsSequence()) {
+    if (n.size() == 0) c.fail(n, key, "empty list", empty_hint);
+    for (const auto& v : n) one(v);
+  } else {
+    one(n);
+  }
+  return out;
+}
+
+std::vector<std::string> parse_models(const Ctx& c, const YAML::Node& n, const std::string& key) {
+  return parse_names(c, n, key, "name at least one model",
+                     [&](const YAML::Node& v, const std::string& name) {
+                       if (!models::find_model(name))
+                         c.fail(v, key, "unknown model '" + name + "'",
+                                "run `sweep models` for the list");
+                     });
+}
+
+// LoRA target modules: plain names; which layers they match is checked per model (grid.cc).
+std::vector<std::string> parse_targets(const Ctx& c, const YAML::Node& n, const std::string& key) {
+  return parse_names(c, n, key, "name at least one module, or drop the key",
+                     [&](const YAML::Node& v, const std::string& name) {
+                       if (name.empty() || name.find_first_of(";, ") != std::string::npos)
+                         c.fail(v, key, "'" + name + "' is not a module name",
+                                "write module names as a list, e.g. `" + key + ": [q, v]`");
+                     });
+}
+
+}  // namespace
+
+
+std::string Range::hint() const {
+  return std::string("expected ") + (whole ? "a whole number" : "a number") + " from " +
+         number_text(min) + " to " + number_text(max);
+}
+
+double parse_number(const std::string& text, const Range& r) {
+  double v = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || (ec != std::errc() && ec != std::errc::result_out_of_range) ||
+      p != text.data() + text.size() || std::isnan(v))
+    throw std::invalid_argument("'" + text + "' is not a number");
+  if (ec == std::errc() && !std::isfinite(v))
+    throw std::invalid_argument("'" + text + "' is not a finite number");
+  if (ec == std::errc::result_out_of_range || v > r.max)
+    throw std::invalid_argument("must be at most " + number_text(r.max) + ", got " + text);
+  if (v < r.min)
+    throw std::invalid_argument("must be at least " + number_text(r.min) + ", got " + text);
+  return v;
+}
+
+int64_t parse_integer(const std::string& text, const Range& r) {
+  int64_t i = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), i);
+  if (!text.empty() && ec == std::errc() && p == text.data() + text.size()) {
+    if (static_cast<double>(i) > r.max)
+      throw std::invalid_argument("must be at most " + number_text(r.max) + ", got " + text);
+    if (static_cast<double>(i) < r.min)
+      throw std::invalid_argument("must be at least " + number_text(r.min) + ", got " + text);
+    return i;
+  }
+  // "1e3", "4.0", or a number too long for int64: read as a double, then it must be whole.
+  const double v = parse_number(text, r);
+  if (v != std::floor(v)) throw std::invalid_argument("'" + text + "' is not a whole number");
+  return static_cast<int64_t>(v);
+}
+
+std::string spelled_as(const std::string& value, const std::vector<std::string>& choices) {
+  auto folded = [](std::string s) {
+    std::replace(s.begin(), s.end(), '_', '-');
+    return s;
+  };
+  for (const auto& c : choices)
+    if (folded(c) == folded(value)) return c;
+  return "";
+}
+
+std::string canonical_axis_value(const std::string& axis, const std::string& value,
+                                 const std::string& file, int line, const std::string& key) {
+  auto fail = [&](const std::string& msg, const std::string& hint) {
+    throw UserError(file, line, key, msg, hint);
+  };
+  if (auto it = kChoices.find(axis); it != kChoices.end()) {
+    const std::string c = spelled_as(value, it->second);
+    if (c.empty()) fail("unknown value '" + value + "'", "expected one of: " + join(it->second));
+    return c;
+  }
+  if (axis == "alloc_conf") return value;
+  const auto range = kAxisRanges.find(axis);
+  SWEEP_CHECK(range != kAxisRanges.end(), "axis " + axis + " has no range");
+  try {
+    if (axis == "audio_s") {
+      const double v = parse_number(value, range->second);
+      if (v <= 0) throw std::invalid_argument("must be more than 0, got " + value);
+      return number_text(v);
+    }
+    return std::to_string(parse_integer(value, range->second));
+  } catch (const std::invalid_argument& e) {
+    fail(e.what(), axis == "audio_s" ? "Whisper's encoder takes at most 30 s of audio"
+                                     : range->second.hint());
+  }
+}
+
+Config load_config(const std::string& path) {
+  Ctx c{path};
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    throw UserError(path, 0, "", "cannot read the file", "check the path");
+  } catch (const YAML::ParserException& e) {
+    throw UserError(path, e.mark.line + 1, "", "YAML syntax error: " + e.msg,
+                    "check the indentation and the brackets and quotes on this line and the "
+                    "one before; lists are [a, b] or one `- a` per line");
+  } catch (const YAML::Exception& e) {
+    throw UserError(path, e.mark.line + 1, "", "not a YAML config: " + e.msg,
+                    "start from configs/quickstart.yaml");
+  }
+  if (!root.IsMap())
+    throw UserError(path, 1, "", "a config is a mapping of keys to values",
+                    "start from configs/quickstart.yaml");
+  c.only_keys(root, "", {"name", "device", "out", "gpu", "budget_gib", "timeout_s", "steps",
+                         "warmup_steps", "repetitions", "prune_oom", "search", "search_max_batch",
+                         "lr", "weight_decay", "seed", "lora_r", "lora_alpha", "lora_dropout",
+                         "lora_targets", "models", "grid", "exclude", "sweeps"});
+  Config cfg;
+  cfg.path = path;
+  for (const auto& kv : root) {
+    const auto key = kv.first.as<std::string>();
+    const YAML::Node& v = kv.second;
+    if (key == "name") cfg.name = c.scalar(v, key);
+    else if (key == "device") {
+      cfg.device = c.scalar(v, key);
+      if (cfg.device != "auto" && cfg.device != "cuda" && cfg.device != "cpu")
+        c.fail(v, key, "unknown device '" + cfg.device + "'", "expected auto, cuda or cpu");
+    } else if (key == "out") cfg.out = c.scalar(v, key);
+    else if (key == "gpu") {
+      c.only_keys(v, "gpu", {"name", "memory_gib", "context_gib"});
+      GpuTarget g;
+      g.line = v.Mark().line + 1;
+      if (!v["memory_gib"]) c.fail(v, "gpu.memory_gib", "missing", "e.g. gpu: {name: \"RTX 3060\", memory_gib: 12}");
+      g.memory_gib = c.number(v["memory_gib"], "gpu.memory_gib", {0.25, 1 << 20});
+      if (v["name"]) g.name = c.scalar(v["name"], "gpu.name");
+      if (v["context_gib"])
+        g.context_gib = c.number(v["context_gib"], "gpu.context_gib", {0, g.memory_gib});
+      cfg.gpu = g;
+    } else if (key == "budget_gib") {
+      cfg.budget_gib = c.number(v, key, {0, 1 << 20});
+      cfg.budget_line = v.Mark().line + 1;
+    }
+    // A day at most: a deadline is a guard against hangs, and std::chrono overflows past
+    // ~1e11 s (timeout_s: 1e300 used to kill every point at once).
+    else if (key == "timeout_s") cfg.timeout_s = c.number(v, key, {0.1, 86400});
+    else if (key == "steps") cfg.steps = static_cast<int>(c.integer(v, key, {1, 1e6, true}));
+    else if (key == "warmup_steps")
+      cfg.warmup_steps = static_cast<int>(c.integer(v, key, {0, 1e6, true}));
+    else if (key == "repetitions")
+      cfg.repetitions = static_cast<int>(c.integer(v, key, {1, 1e4, true}));
+    else if (key == "prune_oom") cfg.prune_oom = c.boolean(v, key);
+    else if (key == "search") {
+      cfg.search = spelled_as(c.scalar(v, key), {"max_batch", "none"});
+      if (cfg.search.empty())
+        c.fail(v, key, "unknown search '" + c.scalar(v, key) + "'", "expected max_batch (or max-batch) or none");
+      if (cfg.search == "none") cfg.search.clear();
+    } else if (key == "search_max_batch") cfg.search_max_batch = c.integer(v, key, {1, 1 << 30, true});
+    else if (key == "lr") cfg.lr = c.number(v, key, {0, 1e3});
+    else if (key == "weight_decay") cfg.weight_decay = c.number(v, key, {0, 1e3});
+    else if (key == "seed") cfg.seed = static_cast<uint64_t>(c.integer(v, key, {0, 9e15, true}));
+    else if (key == "lora_r") cfg.lora_r = c.integer(v, key, {1, 1 << 16, true});
+    else if (key == "lora_alpha") {
+      cfg.lora_alpha = c.number(v, key, {0, 1e6});
+      if (cfg.lora_alpha <= 0)
+        c.fail(v, key, "must be more than 0, got " + c.scalar(v, key),
+               "LoRA scales its update by lora_alpha / lora_r; PEFT's default is 8");
+    } else if (key == "lora_dropout") {
+      cfg.lora_dropout = c.number(v, key, {0, 1});
+      if (cfg.lora_dropout >= 1)
+        c.fail(v, key, "must be less than 1, got " + c.scalar(v, key),
+               "a dropout probability from 0 (PEFT's default: none) up to, not including, 1");
+    } else if (key == "lora_targets") {
+      cfg.lora_targets = parse_targets(c, v, key);
+      cfg.lora_targets_line = v.Mark().line + 1;
+    } else if (key == "grid") cfg.grid = parse_grid(c, v, "grid");
+    else if (key == "exclude") cfg.exclude = parse_excludes(c, v, "exclude");
+  }
+  if (root["models"] && root["sweeps"])
+    c.fail(root["sweeps"], "sweeps", "give either top-level `models` or `sweeps`, not both",
+           "move the top-level models into a `sweeps:` entry, or drop `sweeps:`");
+  if (root["models"]) {
+    SweepGroup g;
+    g.line = root["models"].Mark().line + 1;
+    g.models = parse_models(c, root["models"], "models");
+    cfg.sweeps.push_back(g);
+  } else if (root["sweeps"]) {
+    const auto& s = root["sweeps"];
+    if (!s.IsSequence() || s.size() == 0) c.fail(s, "sweeps", "expected a non-empty list", "e.g. sweeps: [{models: [gpt2]}]");
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      const std::string where = "sweeps[" + std::to_string(i) + "]";
+      c.only_keys(s[i], where, {"models", "grid", "exclude"});
+      SweepGroup g;
+      g.line = s[i].Mark().line + 1;
+      if (!s[i]["models"]) c.fail(s[i], where + ".models", "missing", "each sweeps entry names its models, e.g. models: [gpt2]");
+      g.models = parse_models(c, s[i]["models"], where + ".models");
+      if (s[i]["grid"]) g.grid = parse_grid(c, s[i]["grid"], where + ".grid");
+      if (s[i]["exclude"]) g.exclude = parse_excludes(c, s[i]["exclude"], where + ".exclude");
+      cfg.sweeps.push_back(g);
+    }
+  } else {
+    throw UserError(path, 1, "models", "missing: a config names the models to sweep",
+                      "add e.g. `models: [gpt2]` (run `sweep models` for the list)");
+  }
+  if (cfg.name.empty()) {
+    auto slash = path.find_last_of('/');
+    auto base = path.substr(slash == std::string::npos ? 0 : slash + 1);
+    cfg.name = base.substr(0, base.find_last_of('.'));
+  }
+  if (cfg.out.empty()) cfg.out = "results/" + cfg.name;
+  return cfg;
+}
+
+std::string apply_overrides(const std::string& path, const std::vector<std::string>& overrides) {
+  YAML::Node root = YAML::LoadFile(path);
+  std::string given;
+  for (const auto& o : overrides) {
+    given += " " + o;
+    const auto eq = o.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw UserError("command line", 0, o, "an override is key=value",
+                      "e.g. grid.batch=[1,2] models=[gpt2] steps=5");
+    const std::string key = o.substr(0, eq);
+    YAML::Node value;
+    try {
+      value = YAML::Load(o.substr(eq + 1));
+    } catch (const YAML::Exception& e) {
+      throw UserError("command line", 0, key, "the value is not YAML: " + e.msg,
+                      "quote it for the shell, e.g. 'grid.precision=[fp32, bf16-amp]'");
+    }
+    std::vector<std::string> parts;
+    std::stringstream in(key);
+    for (std::string part; std::getline(in, part, '.');) {
+      if (part.empty())
+        throw UserError("command line", 0, key, "empty part in the key", "e.g. grid.batch=[1,2]");
+      parts.push_back(part);
+    }
+    std::vector<YAML::Node> nodes{root};
+    for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+      YAML::Node next = nodes.back()[parts[i]];
+      if (next.IsDefined() && !next.IsMap())
+        throw UserError("command line", 0, key, parts[i] + " is not a mapping in " + path,
+                        "override a key inside a mapping, e.g. grid.batch");
+      nodes.push_back(next);
+    }
+    nodes.back()[parts.back()] = value;
+  }
+  YAML::Emitter text;
+  text << root;
+  return "# " + path + " with" + given + "\n" + text.c_str() + "\n";
+}
+
+}  // namespace sweep

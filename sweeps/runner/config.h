@@ -1,0 +1,108 @@
+// A sweep config (YAML): models, grid axes, exclusions, budgets, run settings.
+// Every error names the file, the line and the key, and carries a hint.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "reports/results/error.h"
+#include "reports/results/rows.h"  // number_text
+
+namespace sweep {
+
+using reports::number_text;  // the text form of config numbers (reports/results/rows.h)
+
+// Config errors are user errors (reports/results/error.h): one type, one printer.
+
+// The values a numeric key accepts. Every numeric key of a config has one.
+struct Range {
+  double min = 0, max = 0;
+  bool whole = false;  // an integer key
+  std::string hint() const;  // "expected a whole number from 1 to 1000000"
+};
+
+// Parses `text` as a number inside `r`, exactly: "1000000" is one million, "1e12" a
+// trillion (and out of range for an integer key, not 1). Throws std::invalid_argument with
+// the reason ("'1.5' is not a whole number", "must be at most 86400, got 1e300").
+double parse_number(const std::string& text, const Range& r);
+int64_t parse_integer(const std::string& text, const Range& r);
+// The one of `choices` that `value` spells, '-' and '_' taken as the same character
+// ("max-batch" and "max_batch"; "bf16_amp" and "bf16-amp"); "" when it spells none. Every
+// named value a user writes (config, override, flag) is read through it.
+std::string spelled_as(const std::string& value, const std::vector<std::string>& choices);
+
+// One axis as written: canonical string values and the line they came from.
+struct AxisValues {
+  std::vector<std::string> values;
+  int line = 0;
+};
+
+// Axis name -> values; only the axes a config set.
+using GridSpec = std::map<std::string, AxisValues>;
+
+struct ExcludeRule {
+  std::map<std::string, std::string> match;  // axis -> canonical value
+  int line = 0;
+};
+
+struct SweepGroup {
+  std::vector<std::string> models;
+  GridSpec grid;  // overrides of the top-level grid
+  std::vector<ExcludeRule> exclude;
+  int line = 0;
+};
+
+struct GpuTarget {
+  std::string name;
+  double memory_gib = 0;
+  std::optional<double> context_gib;  // CUDA context allowance; measured when absent
+  int line = 0;
+};
+
+struct Config {
+  std::string path;
+  std::string name;
+  std::string device = "auto";  // auto | cuda | cpu
+  std::string out;              // output directory ("" = results/<name>)
+  std::optional<GpuTarget> gpu;
+  double budget_gib = 0;  // explicit per-point memory budget (0 = none)
+  int budget_line = 0;    // where budget_gib was set
+  double timeout_s = 600;
+  int steps = 3;
+  int warmup_steps = 1;
+  int repetitions = 3;
+  bool prune_oom = true;
+  std::string search;  // "" | "max_batch"
+  int64_t search_max_batch = 1024;
+  double lr = 1e-3;
+  double weight_decay = 0.01;
+  uint64_t seed = 0;
+  // LoRA settings for the points with adapter lora (PEFT's LoraConfig defaults); no targets =
+  // each family's default target modules.
+  int64_t lora_r = 8;
+  double lora_alpha = 8;
+  double lora_dropout = 0;
+  std::vector<std::string> lora_targets;
+  int lora_targets_line = 0;  // where lora_targets was set
+  GridSpec grid;
+  std::vector<ExcludeRule> exclude;
+  std::vector<SweepGroup> sweeps;  // from `sweeps:`, or one group from top-level `models:`
+};
+
+// The axes a grid may set, in expansion order (outermost first; batch innermost so that
+// larger batches follow smaller ones).
+extern const std::vector<std::string> kAxes;
+
+Config load_config(const std::string& path);
+// The YAML text of the config at `path` (already checked with load_config) with `key=value`
+// overrides applied: a dotted key reaches into mappings (`grid.batch`), the value is YAML
+// (`[1, 2]`). Throws UserError for an override that is not key=value or not YAML.
+std::string apply_overrides(const std::string& path, const std::vector<std::string>& overrides);
+// Checks one value of an axis and returns it in canonical form; throws UserError.
+std::string canonical_axis_value(const std::string& axis, const std::string& value,
+                                 const std::string& file, int line, const std::string& key);
+
+}  // namespace sweep

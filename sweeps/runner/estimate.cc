@@ -1,0 +1,215 @@
+// Time estimates from measured rows; see estimate.h.
+#include "sweeps/runner/estimate.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+
+#include "reports/results/stats.h"
+#include "sweeps/runner/sweep.h"
+
+namespace sweep {
+namespace {
+
+using schema::column;
+
+double cell(const reports::Row& r, std::size_t col) { return r.number(col).value_or(0); }
+
+std::string plural(int n, const std::string& what) {
+  const bool es = what.ends_with("h") || what.ends_with("s");  // searches
+  return std::to_string(n) + " " + what + (n == 1 ? "" : es ? "es" : "s");
+}
+
+}  // namespace
+
+void WallHistory::add(const reports::Results& results) {
+  int used = 0;
+  for (const auto& r : results.rows) {
+    const auto wall = r.number(column("wall_s")), step_ms = r.number(column("step_ms"));
+    const auto steps = r.number(column("steps")), reps = r.number(column("repetitions"));
+    if (r.status != reports::Status::kOk || !wall || !step_ms || !steps || !reps) continue;
+    const double step_s = *step_ms / 1000;
+    const double n = cell(r, column("warmup_steps")) + *steps * *reps;
+    Sample s;
+    s.model = r.at(column("model"));
+    s.mode = r.at(column("mode"));
+    s.precision = r.at(column("precision"));
+    s.seq = cell(r, column("seq"));
+    s.target_seq = cell(r, column("target_seq"));
+    s.audio_s = cell(r, column("audio_s"));
+    s.batch = cell(r, column("batch"));
+    s.start_s = std::max(0.0, *wall - step_s * n);
+    s.micro_step_s = step_s / std::max(1.0, cell(r, column("accumulation")));
+    samples_.push_back(std::move(s));
+    ++used;
+  }
+  if (used) sources_.push_back(results.path);
+}
+
+std::optional<PointEstimate> WallHistory::estimate(const Point& p) const {
+  auto same_shape = [&](const Sample& s) {
+    return s.model == p.model && s.mode == p.mode && s.precision == p.precision &&
+           s.seq == static_cast<double>(p.seq) && s.target_seq == static_cast<double>(p.target_seq) &&
+           s.audio_s == p.audio_s;
+  };
+  // Most similar first; the first tier with rows is used. Rows of the point's batch give
+  // their step time as measured; rows of other batches give it per sample, times the batch.
+  const double batch = static_cast<double>(p.batch);
+  struct Tier {
+    const char* basis;
+    std::function<bool(const Sample&)> match;
+    bool per_sample;
+  };
+  const std::array<Tier, 3> tiers = {{
+      {"same model, shape, precision and batch",
+       [&](const Sample& s) { return same_shape(s) && s.batch == batch; }, false},
+      {"same model, shape and precision", same_shape, true},
+      {"same model", [&](const Sample& s) { return s.model == p.model; }, true},
+  }};
+  for (const auto& t : tiers) {
+    std::vector<double> starts, steps;
+    for (const auto& s : samples_)
+      if (t.match(s)) {
+        starts.push_back(s.start_s);
+        steps.push_back(t.per_sample ? s.micro_step_s / std::max(1.0, s.batch) : s.micro_step_s);
+      }
+    if (starts.empty()) continue;
+    PointEstimate e;
+    e.start_s = reports::median(starts);
+    e.step_s = reports::median(steps) * (t.per_sample ? batch : 1.0) *
+               static_cast<double>(std::max<int64_t>(1, p.accumulation));
+    e.seconds = e.start_s + e.step_s * (p.warmup_steps + p.steps * p.repetitions);
+    e.rows = static_cast<int>(starts.size());
+    e.basis = t.basis;
+    return e;
+  }
+  return std::nullopt;
+}
+
+std::optional<double> WallHistory::start_s() const {
+  if (samples_.empty()) return std::nullopt;
+  std::vector<double> starts;
+  for (const auto& s : samples_) starts.push_back(s.start_s);
+  return reports::median(starts);
+}
+
+PlanEstimate estimate_plan(const std::vector<std::vector<Point>>& combinations, bool search,
+                           const WallHistory& history, const std::set<std::string>& recorded) {
+  PlanEstimate plan;
+  plan.start_s = history.start_s();
+  plan.rows = history.rows();
+  plan.sources = history.sources();
+  auto add = [&](const Point& p, int runs) {
+    PlanEstimate::Unit u{&p, runs, !search && recorded.count(p.id()) > 0, std::nullopt};
+    if (u.recorded) {
+      ++plan.recorded;
+    } else if ((u.each = history.estimate(p))) {
+      ++plan.estimated;
+      plan.total_s += u.each->seconds * runs;
+    } else {
+      ++plan.unknown;
+    }
+    plan.units.push_back(u);
+  };
+  for (const auto& c : combinations) {
+    if (search) {
+      add(c.front(), kProbesPerSearch);
+    } else {
+      for (const auto& p : c) add(p, 1);
+    }
+  }
+  return plan;
+}
+
+std::string PlanEstimate::summary(const std::string& unit_name) const {
+  std::string s;
+  if (estimated) {
+    s = "about " + duration_text(total_s) + " for " + plural(estimated, unit_name);
+    if (units.front().runs > 1)
+      s += " (" + std::to_string(units.front().runs) + " probes each, as searches average)";
+    char start[32];
+    std::snprintf(start, sizeof start, "%.1f", start_s.value_or(0));
+    std::string from;
+    for (const auto& src : sources) from += (from.empty() ? "" : ", ") + src;
+    s += ", from " + plural(rows, "row") + " measured in " + from + " (a worker start takes " +
+         start + " s of each)";
+  }
+  if (recorded)
+    s += (s.empty() ? "" : "; ") + plural(recorded, unit_name) + " already measured (kept)";
+  if (unknown)
+    s += (s.empty() ? "" : "; ") + plural(unknown, unit_name) + " with no estimate (never measured here)";
+  return s;
+}
+
+std::string duration_text(double seconds) {
+  const auto s = static_cast<long long>(std::ceil(std::max(0.0, seconds)));
+  char buf[48];
+  if (s < 60)
+    std::snprintf(buf, sizeof buf, "%lld s", s);
+  else if (s < 3600)
+    std::snprintf(buf, sizeof buf, "%lld min %02lld s", s / 60, s % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%lld h %02lld min", s / 3600, (s % 3600) / 60);
+  return buf;
+}
+
+nlohmann::json DryRun::json() const {
+  nlohmann::json j;
+  j["run_json_version"] = kRunJsonVersion;
+  j["dry_run"] = true;
+  j["config"] = config_path;
+  j["device"] = device;
+  j["out"] = out;
+  j["search"] = search ? nlohmann::json("max_batch") : nlohmann::json(nullptr);
+  if (search) j["search_max_batch"] = search_max_batch;
+  j["count"] = estimate.units.size();
+  j["points"] = nlohmann::json::array();
+  for (const auto& u : estimate.units) {
+    nlohmann::json e = {{"point_id", u.point->id()}, {"label", u.point->label()},
+                        {"configuration", *u.point}, {"already_measured", u.recorded}};
+    if (search) e["probes_estimated"] = u.runs;
+    e["estimate_s"] = u.each ? nlohmann::json(u.each->seconds * u.runs) : nlohmann::json(nullptr);
+    e["estimate_basis"] = u.each ? nlohmann::json(u.each->basis) : nlohmann::json(nullptr);
+    j["points"].push_back(e);
+  }
+  j["estimate"] = {{"total_s", estimate.total_s},
+                   {"estimated", estimate.estimated},
+                   {"already_measured", estimate.recorded},
+                   {"no_estimate", estimate.unknown},
+                   {"rows", estimate.rows},
+                   {"sources", estimate.sources},
+                   {"text", estimate.summary(search ? "search" : "point")}};
+  j["estimate"]["worker_start_s"] =
+      estimate.start_s ? nlohmann::json(*estimate.start_s) : nlohmann::json(nullptr);
+  return j;
+}
+
+std::string DryRun::text() const {
+  // Points are marked only where the estimate differs from the rest: already measured, or
+  // never measured here while others were.
+  const bool mark_unknown = estimate.estimated > 0 || estimate.recorded > 0;
+  std::string s;
+  for (const auto& u : estimate.units) {
+    s += search ? "search  " + u.point->label() : u.point->id() + "  " + u.point->label();
+    if (u.recorded) s += "  (already measured)";
+    else if (!u.each && mark_unknown) s += "  (no estimate: never measured here)";
+    s += "\n";
+  }
+  const std::size_t n = estimate.units.size();
+  if (search)
+    s += std::to_string(n) + " combinations to search for their largest batch (up to " +
+         std::to_string(search_max_batch) + "), device " + device + ", output " + out + "\n";
+  else
+    s += std::to_string(n) + " points, device " + device + ", output " + out + "\n";
+  if (estimate.estimated == 0 && estimate.recorded == 0)
+    s += "estimate: none: no row of these models was measured before in " + out +
+         " (no estimate: never measured here); `--estimate-from DIR` reads the rows of another "
+         "run on this machine\n";
+  else
+    s += "estimate: " + estimate.summary(search ? "search" : "point") + "\n";
+  return s;
+}
+
+}  // namespace sweep

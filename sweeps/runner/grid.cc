@@ -1,0 +1,215 @@
+// Grid expansion; see grid.h.
+#include "sweeps/runner/grid.h"
+
+#include <algorithm>
+#include <functional>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include "models/zoo.h"
+
+namespace sweep {
+namespace {
+
+// Values used for an axis the config leaves out.
+const std::map<std::string, std::string> kDefaults = {
+    {"mode", "train"},      {"seq", "128"},       {"target_seq", "128"}, {"audio_s", "30"},
+    {"precision", "fp32"},  {"checkpointing", "none"}, {"optimizer", "adamw"},
+    {"accumulation", "1"},  {"alloc_conf", ""},   {"batch", "1"}, {"use_cache", "true"},
+    {"adapter", "none"},    {"offload", "none"},
+};
+
+// A test model is sized for a 2-core CPU and its positions with it: whisper-test's encoder
+// window is 4 s of audio, so Whisper's 30 s default would always fail there.
+std::string default_value(const models::ModelSpec& spec, const std::string& axis) {
+  if (axis == "audio_s" && spec.test_only) return "2";
+  return kDefaults.at(axis);
+}
+
+void set_axis(Point& p, const std::string& axis, const std::string& v) {
+  SWEEP_CHECK(set_axis_text(p, axis, v), "'" + axis + "' is no axis of a point (schema::kAxes)");
+}
+
+// A sequence the model cannot take is a config error, not a crashed worker.
+void check_fits(const models::ModelSpec& spec, const Point& p, const std::string& axis,
+                const std::string& file, int line) {
+  if (axis == "seq" && spec.max_seq > 0 && p.seq > spec.max_seq)
+    throw UserError(file, line, "seq",
+                    "seq " + std::to_string(p.seq) + " is longer than " + spec.name + "'s " +
+                        std::to_string(spec.max_seq) + " positions",
+                    "use seq up to " + std::to_string(spec.max_seq) + " for " + spec.name +
+                        ", or give it its own group under sweeps: with a shorter seq");
+  if (axis == "audio_s" && spec.max_audio_s > 0 && p.audio_s > spec.max_audio_s + 1e-9)
+    throw UserError(file, line, "audio_s",
+                    "audio_s " + number_text(p.audio_s) + " is longer than " + spec.name +
+                        "'s " + number_text(spec.max_audio_s) + " s window",
+                    "use audio_s up to " + number_text(spec.max_audio_s) + " for " + spec.name);
+}
+
+// LoRA targets as PEFT takes them: a model must have a layer that some target names (PEFT
+// fails otherwise), and a target that names no layer of any model it is used with is a typo.
+bool names_layer(const std::string& family, const std::string& target) {
+  for (const auto& layer : models::lora_layer_names(family))
+    if (models::lora_target_matches(layer, target)) return true;
+  return false;
+}
+
+std::string layer_list(const std::string& family) {
+  std::string s;
+  for (const auto& layer : models::lora_layer_names(family)) s += (s.empty() ? "" : ", ") + layer;
+  return s;
+}
+
+void check_lora_targets(const Config& cfg, const std::set<std::string>& lora_models) {
+  if (cfg.lora_targets.empty()) return;  // each family's defaults
+  std::set<std::string> families;
+  for (const auto& name : lora_models) {
+    const auto* spec = models::find_model(name);
+    families.insert(spec->family);
+    bool any = false;
+    for (const auto& t : cfg.lora_targets) any = any || names_layer(spec->family, t);
+    if (!any)
+      throw UserError(cfg.path, cfg.lora_targets_line, "lora_targets",
+                      "no target names a layer of " + name,
+                      "layers of " + spec->family + " models LoRA can adapt: " +
+                          layer_list(spec->family));
+  }
+  for (const auto& t : cfg.lora_targets) {
+    bool any = false;
+    for (const auto& f : families) any = any || names_layer(f, t);
+    if (!any && !families.empty())
+      throw UserError(cfg.path, cfg.lora_targets_line, "lora_targets",
+                      "'" + t + "' names no layer of the models with adapter lora",
+                      "layers LoRA can adapt: " + layer_list(*families.begin()) +
+                          " (a name matches a layer's name or its end after a dot)");
+  }
+}
+
+// Optimizer offload is ZeRO-Offload's CPU AdamW: other optimizers have no host step here.
+void check_offload(const Point& p, const std::string& file, int line, const std::string& key) {
+  if (p.offload == "none" || p.optimizer == "adamw") return;
+  throw UserError(file, line, key,
+                  "offload optimizer applies to adamw only, not " + p.optimizer + " (" + p.model +
+                      ")",
+                  "the host step is DeepSpeed's CPU Adam (AdamW); leave the combination out with "
+                  "`exclude: [{offload: optimizer, optimizer: " + p.optimizer + "}]`");
+}
+
+}  // namespace
+
+bool matches(const ExcludeRule& rule, const Point& p) {
+  for (const auto& [axis, value] : rule.match)
+    if (axis_text(p, axis) != value) return false;
+  return !rule.match.empty();
+}
+
+std::size_t count_grid(const Config& cfg) {
+  constexpr std::size_t kMax = std::numeric_limits<std::size_t>::max();
+  auto times = [&](std::size_t a, std::size_t b) { return b && a > kMax / b ? kMax : a * b; };
+  std::size_t total = 0;
+  for (const auto& group : cfg.sweeps) {
+    for (const auto& name : group.models) {
+      const auto* spec = models::find_model(name);
+      std::size_t n = 1;
+      for (const auto& axis : kAxes) {
+        const bool sequence = axis == "seq" || axis == "target_seq" || axis == "audio_s";
+        if (sequence && std::find(spec->axes.begin(), spec->axes.end(), axis) == spec->axes.end())
+          continue;
+        const AxisValues* values = nullptr;
+        if (auto it = group.grid.find(axis); it != group.grid.end()) values = &it->second;
+        else if (auto top = cfg.grid.find(axis); top != cfg.grid.end()) values = &top->second;
+        if (values) n = times(n, values->values.size());
+      }
+      total = total > kMax - n ? kMax : total + n;
+    }
+  }
+  return total;
+}
+
+std::vector<Point> expand_grid(const Config& cfg, const RunSettings& run) {
+  // Counted before anything is built: four 100-value axes used to end in std::bad_alloc.
+  if (const std::size_t n = count_grid(cfg); n > run.max_points)
+    throw UserError(cfg.path, 0, "grid",
+                    "the grid has " + std::to_string(n) + " points, more than the limit of " +
+                        std::to_string(run.max_points),
+                    "use fewer values per axis, or raise the limit with --max-points N");
+  std::vector<Point> out;
+  std::set<std::string> seen, lora_models;
+  for (std::size_t g = 0; g < cfg.sweeps.size(); ++g) {
+    const auto& group = cfg.sweeps[g];
+    const std::string offload_key =
+        group.grid.count("offload") ? "sweeps[" + std::to_string(g) + "].grid.offload" : "grid.offload";
+    GridSpec grid = cfg.grid;
+    for (const auto& [axis, values] : group.grid) grid[axis] = values;
+    std::vector<ExcludeRule> rules = cfg.exclude;
+    rules.insert(rules.end(), group.exclude.begin(), group.exclude.end());
+
+    for (const auto& name : group.models) {
+      const auto* spec = models::find_model(name);
+      auto takes = [&](const std::string& axis) {
+        if (axis != "seq" && axis != "target_seq" && axis != "audio_s") return true;
+        return std::find(spec->axes.begin(), spec->axes.end(), axis) != spec->axes.end();
+      };
+      Point base;
+      base.model = name;
+      base.family = spec->family;
+      base.steps = cfg.steps;
+      base.warmup_steps = cfg.warmup_steps;
+      base.repetitions = cfg.repetitions;
+      base.timeout_s = cfg.timeout_s;
+      base.device = run.device;
+      base.budget_bytes = run.budget_bytes;
+      base.budget_emulated = run.budget_emulated;
+      base.lr = cfg.lr;
+      base.weight_decay = cfg.weight_decay;
+      base.seed = cfg.seed;
+      base.lora_r = cfg.lora_r;
+      base.lora_alpha = cfg.lora_alpha;
+      base.lora_dropout = cfg.lora_dropout;
+      base.lora_targets = cfg.lora_targets.empty() ? models::default_lora_targets(spec->family)
+                                                   : cfg.lora_targets;
+
+      std::function<void(std::size_t, Point)> rec = [&](std::size_t i, Point p) {
+        if (i == kAxes.size()) {
+          if (p.mode == "eval") {
+            p.checkpointing = "none";
+            p.accumulation = 1;
+            p.optimizer = "none";
+            p.offload = "none";
+          }
+          for (const auto& r : rules)
+            if (matches(r, p)) return;
+          if (auto o = grid.find("offload"); o != grid.end())
+            check_offload(p, cfg.path, o->second.line, offload_key);
+          if (p.adapter == "lora") lora_models.insert(p.model);
+          if (seen.insert(p.id()).second) out.push_back(p);
+          return;
+        }
+        const auto& axis = kAxes[i];
+        if (!takes(axis)) return rec(i + 1, p);
+        auto it = grid.find(axis);
+        std::vector<std::string> values =
+            it != grid.end() ? it->second.values : std::vector<std::string>{default_value(*spec, axis)};
+        for (const auto& v : values) {
+          Point q = p;
+          set_axis(q, axis, v);
+          check_fits(*spec, q, axis, cfg.path, it != grid.end() ? it->second.line : 0);
+          rec(i + 1, q);
+        }
+      };
+      rec(0, base);
+    }
+  }
+  check_lora_targets(cfg, lora_models);
+  if (out.empty()) {
+    const int line = !cfg.exclude.empty() ? cfg.exclude.front().line
+                     : cfg.sweeps.front().exclude.empty() ? 0
+                                                          : cfg.sweeps.front().exclude.front().line;
+    throw UserError(cfg.path, line, "exclude", "the exclude rules remove every point of the grid",
+                    "loosen or drop a rule (run with --dry-run to list the points)");
+  }
+  return out;
+}
+
+}  // namespace sweep

@@ -1,0 +1,125 @@
+// fork/exec of the worker with a result pipe on fd 3, a deadline, and a process group so
+// that a timeout kills everything the worker started. PR_SET_PDEATHSIG ends the worker if
+// the parent dies (SIGKILL included), so no orphan holds a GPU.
+#include "sweeps/runner/isolate.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+namespace sweep {
+namespace {
+
+std::string log_tail(const std::string& path) {
+  std::ifstream in(path);
+  std::string line, last;
+  while (std::getline(in, line))
+    if (!line.empty()) last = line;
+  return last.size() > 300 ? last.substr(0, 300) : last;
+}
+
+}  // namespace
+
+std::string self_exe() {
+  std::vector<char> buf(4096);
+  ssize_t n = readlink("/proc/self/exe", buf.data(), buf.size() - 1);
+  return n > 0 ? std::string(buf.data(), static_cast<std::size_t>(n)) : "sweep";
+}
+
+WorkerResult run_isolated(const Point& p, const IsolateOptions& opt) {
+  WorkerResult r;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string point_json = nlohmann::json(p).dump();
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + strerror(errno));
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error(std::string("fork: ") + strerror(errno));
+  if (pid == 0) {
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(126);  // the parent died before prctl took effect
+    dup2(fds[1], 3);  // dup2 clears close-on-exec on the copy
+    int log = open(opt.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (log >= 0) {
+      dup2(log, 1);
+      dup2(log, 2);
+    }
+    for (const auto& [k, v] : opt.env) {
+      if (v.empty()) unsetenv(k.c_str());
+      else setenv(k.c_str(), v.c_str(), 1);
+    }
+    const char* argv[] = {opt.exe.c_str(), "worker", "--point", point_json.c_str(),
+                          "--result-fd", "3", nullptr};
+    execv(opt.exe.c_str(), const_cast<char* const*>(argv));
+    _exit(127);
+  }
+  close(fds[1]);
+  std::string out;
+  bool timed_out = false;
+  const auto deadline = t0 + std::chrono::duration<double>(p.timeout_s);
+  char buf[4096];
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd pfd{fds[0], POLLIN, 0};
+    int pr = poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left.count(), 1000)));
+    if (pr < 0 && errno == EINTR) continue;
+    if (pr <= 0) continue;
+    ssize_t n = read(fds[0], buf, sizeof buf);
+    if (n > 0) out.append(buf, static_cast<std::size_t>(n));
+    else if (n == 0 || errno != EINTR) break;  // EOF: the worker closed fd 3 (exited)
+  }
+  if (timed_out) {
+    kill(-pid, SIGKILL);
+    kill(pid, SIGKILL);
+  }
+  close(fds[0]);
+  int st = 0;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (WIFEXITED(st)) r.exit_code = WEXITSTATUS(st);
+  if (WIFSIGNALED(st)) r.signal = WTERMSIG(st);
+  if (!out.empty()) {
+    try {
+      r.record = nlohmann::json::parse(out.substr(0, out.find('\n')));
+    } catch (const nlohmann::json::exception&) {
+      r.record = nlohmann::json();
+    }
+  }
+  if (timed_out) {
+    r.status = "timeout";
+    std::ostringstream s;
+    s << "killed after the point's time limit of " << p.timeout_s << " s";
+    r.message = s.str();
+  } else if (r.exit_code == 0 && r.record.is_object() && r.record.contains("status")) {
+    r.status = r.record["status"].get<std::string>();
+  } else {
+    r.status = "crash";
+    if (r.record.is_object() && r.record.contains("message"))
+      r.message = r.record["message"].get<std::string>();
+    else if (r.signal)
+      r.message = std::string("killed by signal ") + std::to_string(*r.signal) + " (SIG" +
+                  sigabbrev_np(*r.signal) + ")";
+    else
+      r.message = log_tail(opt.log_path);
+    if (r.exit_code == 127) r.message = "could not start the worker: " + opt.exe;
+  }
+  return r;
+}
+
+}  // namespace sweep

@@ -1,0 +1,35 @@
+// Process isolation: run one point in a fresh `sweep worker` subprocess, so an OOM, a
+// crash or a leak can never poison the next point, and classify how it ended. Knows
+// nothing of models: it moves a Point in and a JSON record out.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include "sweeps/worker/point.h"
+
+namespace sweep {
+
+struct IsolateOptions {
+  std::string exe;       // the sweep binary (this one)
+  std::string log_path;  // worker stdout+stderr go here
+  std::map<std::string, std::string> env;  // set in the worker (empty value = unset)
+};
+
+struct WorkerResult {
+  std::string status;         // ok | oom | crash | timeout
+  nlohmann::json record;      // what the worker reported (may be empty)
+  std::optional<int> exit_code, signal;
+  std::string message;        // for crash/timeout: the record's message or the log's tail
+  double wall_s = 0;
+};
+
+WorkerResult run_isolated(const Point& p, const IsolateOptions& opt);
+
+// Path of the running executable (/proc/self/exe).
+std::string self_exe();
+
+}  // namespace sweep

@@ -1,0 +1,151 @@
+// results.csv writer; reading goes through reports::read_results (the one CSV reader).
+#include "sweeps/runner/results_store.h"
+
+#include <fcntl.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <optional>
+
+#include <filesystem>
+#include <fstream>
+
+#include "reports/results/rows.h"
+#include "sweeps/runner/config.h"
+#include "reports/results/schema.h"
+
+namespace sweep {
+namespace {
+
+// The peak a memory cap applies to: reserved on CUDA (the allocator's cap), allocated on the
+// CPU (where the two are equal).
+ProbeOutcome outcome_of(const std::string& status, std::optional<double> allocated,
+                        std::optional<double> reserved) {
+  return {status, std::max(allocated.value_or(0), reserved.value_or(0))};
+}
+
+}  // namespace
+namespace {
+
+std::string cell(const nlohmann::json& v) {
+  if (v.is_null()) return "";
+  return reports::csv_field(v.is_string()    ? v.get<std::string>()
+                            : v.is_boolean() ? (v.get<bool>() ? "1" : "0")
+                                             : v.dump());
+}
+
+}  // namespace
+
+std::string ResultsStore::header() {
+  std::string h;
+  for (auto c : schema::kColumns) h += (h.empty() ? "" : ",") + std::string(c);
+  return h;
+}
+
+std::string ResultsStore::format_row(const nlohmann::json& row) {
+  // A key that is no column would vanish from the file (a misspelt column stays empty
+  // forever): that is a bug in the writer, not bad input.
+  for (const auto& [key, value] : row.items())
+    SWEEP_CHECK(schema::find_column(key) < schema::kColumnCount,
+                "'" + key + "' is not a results column (reports/results/schema.h)");
+  std::string line;
+  bool first = true;
+  for (auto c : schema::kColumns) {
+    if (!first) line += ',';
+    first = false;
+    auto it = row.find(std::string(c));
+    if (it != row.end()) line += cell(*it);
+  }
+  return line;
+}
+
+ResultsStore::ResultsStore(const std::string& dir, const std::string& file) {
+  namespace fs = std::filesystem;
+  fs::create_directories(dir);
+  path_ = (fs::path(dir) / file).string();
+  const bool exists = fs::exists(path_) && fs::file_size(path_) > 0;
+  auto open_for_append = [this] {
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0)
+      throw UserError(path_, 0, "", std::string("cannot open for writing: ") + std::strerror(errno),
+                      "choose an output directory you can write to with --out DIR");
+  };
+  if (exists) {
+    recall(path_);
+    // A crash mid-write can leave a last line without its newline: end it so the next row
+    // starts on a line of its own (the partial line then fails to parse, never silently).
+    std::ifstream tail(path_, std::ios::binary);
+    tail.seekg(-1, std::ios::end);
+    char last = '\n';
+    tail.get(last);
+    open_for_append();
+    if (last != '\n') write_whole("\n");
+  } else {
+    open_for_append();
+    write_whole(header() + "\n");
+  }
+}
+
+ResultsStore::~ResultsStore() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void ResultsStore::write_whole(const std::string& text) {
+  // One write(2) of the whole line (a signal cannot split a write to a regular file), then
+  // fsync: the row is on disk before the next point starts, and a killed run leaves whole rows.
+  // A short or failed write (a full disk, a file-size limit) is cut back off, so the file
+  // stays as it was and every reader still accepts it.
+  const off_t before = ::lseek(fd_, 0, SEEK_END);
+  int error = 0;
+  for (std::size_t done = 0; done < text.size() && !error;) {
+    const ssize_t n = ::write(fd_, text.data() + done, text.size() - done);
+    if (n < 0 && errno != EINTR) error = errno;
+    if (n == 0) error = ENOSPC;
+    if (n > 0) done += static_cast<std::size_t>(n);
+  }
+  if (!error && ::fsync(fd_) != 0) error = errno;
+  if (!error) return;
+  const bool restored = before >= 0 && ::ftruncate(fd_, before) == 0;
+  throw UserError(path_, 0, "", std::string("cannot append a row: ") + std::strerror(error) +
+                                    (restored ? "; the file is left as it was"
+                                              : "; the last line may be cut short"),
+                  "free space on that disk (or write elsewhere with --out), then run the "
+                  "same command again: points already recorded are not re-run");
+}
+
+void ResultsStore::append(const nlohmann::json& row) {
+  write_whole(format_row(row) + "\n");
+  if (auto it = row.find("point_id"); it != row.end()) {
+    auto number = [&](const char* key) -> std::optional<double> {
+      auto v = row.find(key);
+      return v != row.end() && v->is_number() ? std::optional<double>(v->get<double>()) : std::nullopt;
+    };
+    recorded_[it->get<std::string>()] = outcome_of(row.value("status", ""), number("peak_allocated_bytes"),
+                                                   number("peak_reserved_bytes"));
+  }
+}
+
+void ResultsStore::recall(const std::string& csv_path) {
+  std::ifstream in(csv_path);
+  std::string first;
+  std::getline(in, first);
+  if (first != header())
+    throw UserError(csv_path, 1, "header", "results file has another schema than this sweep",
+                      "write to another --out directory, or move this results.csv away");
+  // The reader's errors name the file and line and say how to repair it; nothing is touched.
+  for (const auto& r : reports::read_results(csv_path).rows) {
+    recorded_[r.at(schema::column("point_id"))] = outcome_of(
+        r.at(schema::column("status")), r.number(schema::column("peak_allocated_bytes")),
+        r.number(schema::column("peak_reserved_bytes")));
+  }
+}
+
+const ProbeOutcome* ResultsStore::outcome(const std::string& point_id) const {
+  auto it = recorded_.find(point_id);
+  return it == recorded_.end() ? nullptr : &it->second;
+}
+
+}  // namespace sweep

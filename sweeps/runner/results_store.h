@@ -1,0 +1,49 @@
+// The results file: results.csv, append-only. Each finished point is one line, written,
+// flushed and fsync'ed at once; the file is never rewritten, so a killed run loses at most
+// the point in flight and never corrupts what is there.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <map>
+#include <set>
+#include <string>
+
+#include "sweeps/runner/search.h"
+
+namespace sweep {
+
+class ResultsStore {
+ public:
+  // Opens (creating if needed) DIR/FILE. An existing file must have this schema's header
+  // and parse cleanly; otherwise UserError (file, line) and nothing is touched.
+  explicit ResultsStore(const std::string& dir, const std::string& file = "results.csv");
+  ~ResultsStore();
+  ResultsStore(const ResultsStore&) = delete;
+  ResultsStore& operator=(const ResultsStore&) = delete;
+
+  // Appends one row: keys are schema columns; missing keys are empty cells.
+  void append(const nlohmann::json& row);
+  // How a recorded point ended (the last row of its point_id), or nullptr (for resume).
+  const ProbeOutcome* outcome(const std::string& point_id) const;
+  // Also counts the points another results file holds as recorded (a Slurm task's resume
+  // consults the merged file and the other shards). Same checks as the constructor's.
+  void recall(const std::string& csv_path);
+  const std::string& path() const { return path_; }
+
+  // One CSV line (no newline) in schema column order, quoted where needed. Every key must
+  // be a column of schema.h (SWEEP_CHECK: an unknown key is a bug, never silently dropped).
+  static std::string format_row(const nlohmann::json& row);
+  static std::string header();
+
+ private:
+  // Appends `text` whole or not at all (see append); throws UserError naming the cause.
+  void write_whole(const std::string& text);
+
+  std::string path_;
+  int fd_ = -1;
+  std::map<std::string, ProbeOutcome> recorded_;
+};
+
+}  // namespace sweep

@@ -1,0 +1,53 @@
+// `sweep run CONFIG --slurm`: the sweep as one Slurm job array plus a dependent merge job.
+// Task I of the array runs its share of whole combinations of the other axes (as --gpus
+// does on one host, so OOM pruning and the max-batch search stay inside a task) into
+// OUT/shards/task-I.csv; the merge job (`sweep merge OUT`, after the array, whatever its
+// end) writes results.csv with each point once and renders the report. The scripts are
+// written to OUT/slurm/ before submission; --dry-run writes them only.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sweeps/runner/sweep.h"
+
+namespace sweep {
+
+struct CommandOutput {
+  int exit_code = -1;  // -1: could not start, or killed by a signal
+  std::string output;  // stdout and stderr together
+};
+
+// Runs argv[0] (looked up on the PATH) without a shell.
+CommandOutput run_command(const std::vector<std::string>& argv);
+// The executable `name` on the PATH, or "" when there is none.
+std::string find_on_path(const std::string& name);
+
+// squeue's state of each listed job still in the queue ("123_4" -> "RUNNING", a pending
+// array's rest "123_[5-7%2]" -> "PENDING (JobArrayTaskLimit)"); nullopt when squeue is missing
+// or does not answer.
+std::optional<std::map<std::string, std::string>> queue_states(const std::vector<std::string>& jobs);
+
+// "0-3,5,7-8%2": Slurm's --array value for these task indices (ascending), %N when N > 0.
+std::string array_spec(const std::vector<std::size_t>& tasks, int max_parallel);
+
+// What the generated scripts say; pure, so the text is tested without Slurm.
+struct ScriptSpec {
+  std::string name;  // the config's name: job names sweep-NAME and sweep-NAME-merge
+  std::string exe, config, out;  // absolute paths
+  std::string array;             // array_spec(...)
+  std::vector<std::string> task_args;  // after `run CONFIG --out OUT --slurm-task I`
+  SlurmOptions slurm;
+};
+std::string array_script(const ScriptSpec& s);
+std::string merge_script(const ScriptSpec& s);
+
+// Submits (or with --dry-run writes) the array and the merge job. Returns the exit code;
+// throws UserError for bad input, a missing sbatch, a rejected submission or an unwritable
+// OUT, having submitted nothing (a merge job refused after its array cancels the array).
+RunOutcome submit_slurm(const RunOptions& opt);
+
+}  // namespace sweep

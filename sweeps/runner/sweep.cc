@@ -1,0 +1,461 @@
+// The sweep loop; see sweep.h. Failures are results: every point ends as a row.
+#include "sweeps/runner/sweep.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "reports/results/rows.h"
+#include "sweep_version.h"
+#include "sweeps/runner/budget.h"
+#include "sweeps/runner/config.h"
+#include "sweeps/measure/env.h"
+#include "sweeps/runner/estimate.h"
+#include "sweeps/runner/grid.h"
+#include "sweeps/runner/isolate.h"
+#include "sweeps/runner/results_store.h"
+#include "reports/results/schema.h"
+#include "sweeps/runner/search.h"
+#include "sweeps/runner/shards.h"
+
+namespace sweep {
+namespace {
+
+std::string resolve_device(const std::string& wanted, const std::string& config_path) {
+  const int gpus = cuda_device_count();
+  if (wanted == "auto") return gpus > 0 ? "cuda" : "cpu";
+  if (wanted == "cuda" && gpus == 0)
+    throw UserError(config_path, 0, "device", "device cuda requested but no GPU is visible",
+                      "use --device cpu (or auto) on this machine");
+  return wanted;
+}
+
+nlohmann::json point_columns(const Point& p) {
+  nlohmann::json j;
+  j["schema_version"] = schema::kSchemaVersion;
+  j["suite_version"] = SWEEP_VERSION;
+  j["point_id"] = p.id();
+  j.update(axis_cells(p));
+  j["torch_version"] = torch_version();
+  j["host"] = host_name();
+  j["git_commit"] = SWEEP_GIT_COMMIT;
+  j["timestamp"] = rfc3339_now();
+  // Under Slurm: the job (array task) that measured, and the GPUs the scheduler gave it.
+  auto env = [](const char* name) { const char* v = std::getenv(name); return std::string(v ? v : ""); };
+  if (!env("SLURM_ARRAY_JOB_ID").empty())
+    j["slurm_job"] = env("SLURM_ARRAY_JOB_ID") + "_" + env("SLURM_ARRAY_TASK_ID");
+  else if (!env("SLURM_JOB_ID").empty())
+    j["slurm_job"] = env("SLURM_JOB_ID");
+  if (!env("SLURM_JOB_GPUS").empty()) j["slurm_gpus"] = env("SLURM_JOB_GPUS");
+  return j;
+}
+
+// Live progress on a terminal, one plain line per point elsewhere, nothing with --quiet.
+// Called under the runner's lock when points run concurrently (--gpus).
+class Progress {
+ public:
+  Progress(std::size_t total, bool quiet)
+      : total_(total), quiet_(quiet), tty_(isatty(STDERR_FILENO)), t0_(clock::now()) {}
+  void start(const Point& p) {
+    if (quiet_ || !tty_) return;
+    const std::string count = total_ ? std::to_string(done_) + "/" + std::to_string(total_)
+                                     : std::to_string(done_);
+    std::fprintf(stderr, "\r\033[K[%s] ok %d oom %d skipped %d | %s%s", count.c_str(), ok_, oom_,
+                 skipped_, p.label().c_str(), eta().c_str());
+  }
+  void finish(const Point& p, const std::string& status, const std::string& detail,
+              const std::string& prefix = "") {
+    ++done_;
+    if (status == "ok") ++ok_;
+    else if (status == "oom") ++oom_;
+    else if (status == "skipped") ++skipped_;
+    if (quiet_) return;
+    if (tty_) std::fprintf(stderr, "\r\033[K");
+    // A search does not know its number of probes in advance: it counts without a total.
+    const std::string count = total_ ? std::to_string(done_) + "/" + std::to_string(total_)
+                                     : std::to_string(done_);
+    std::fprintf(stderr, "[%s] %s%-7s %s%s%s\n", count.c_str(), prefix.c_str(), status.c_str(),
+                 p.label().c_str(), detail.empty() ? "" : "  ", detail.c_str());
+  }
+  // One line that counts no point (search summaries).
+  void note(const std::string& line) {
+    if (quiet_) return;
+    if (tty_) std::fprintf(stderr, "\r\033[K");
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+
+ private:
+  using clock = std::chrono::steady_clock;
+  std::string eta() const {
+    if (done_ == 0 || done_ >= total_) return "";
+    const double per = std::chrono::duration<double>(clock::now() - t0_).count() / done_;
+    return " | ETA " + std::to_string(static_cast<int>(per * (total_ - done_))) + " s";
+  }
+  std::size_t total_, done_ = 0;
+  int ok_ = 0, oom_ = 0, skipped_ = 0;
+  bool quiet_, tty_;
+  clock::time_point t0_;
+};
+
+// Key of the "other axes" of a point: OOM pruning and the max-batch search work along batch.
+std::string prune_key(const Point& p) {
+  Point q = p;
+  q.batch = 0;
+  return q.id();
+}
+
+// Runs points in isolated workers and appends their rows. Thread-safe: with --gpus one
+// thread per GPU shares it.
+class Runner {
+ public:
+  Runner(const RunOptions& opt, const std::string& out, ResultsStore& store, Progress& progress)
+      : opt_(opt), out_(out), exe_(self_exe()), store_(store), progress_(progress) {}
+
+  // The point's outcome: recorded earlier (resume) unless --force, else measured now.
+  ProbeOutcome run(const Point& p, const std::string& gpu, const std::string& search = "",
+                   const std::string& prefix = "") {
+    const std::string id = p.id();
+    {
+      std::lock_guard lock(mu_);
+      if (!opt_.force || forced_.count(id)) {
+        if (const auto* o = store_.outcome(id)) {
+          progress_.finish(p, "done", "already in " + store_.path(), prefix);
+          return *o;
+        }
+      }
+      progress_.start(p);
+    }
+    auto row = point_columns(p);
+    if (!search.empty()) row["search"] = search;
+    IsolateOptions iso;
+    iso.exe = exe_;
+    iso.log_path = (std::filesystem::path(out_) / "logs" / (id + ".log")).string();
+    // Both allocator readers get the axis value, "" unsetting both: in torch 2.11 the generic
+    // settings read PYTORCH_ALLOC_CONF first (c10/core/AllocatorConfig.h), the CUDA ones
+    // PYTORCH_CUDA_ALLOC_CONF first (c10/cuda/CUDAAllocatorConfig.h), so a value inherited in
+    // either would otherwise override the axis.
+    iso.env["PYTORCH_ALLOC_CONF"] = p.alloc_conf;
+    iso.env["PYTORCH_CUDA_ALLOC_CONF"] = p.alloc_conf;
+    if (opt_.snapshot && p.device == "cuda")
+      iso.env["SWEEP_SNAPSHOT"] = (std::filesystem::path(out_) / "snapshots" / id).string();
+    // `gpu` is already this process's CUDA_VISIBLE_DEVICES entry for the --gpus index.
+    if (!gpu.empty()) iso.env["CUDA_VISIBLE_DEVICES"] = gpu;
+    if (p.device == "cuda")
+      row["gpu_index"] = gpu.empty() ? visible_device(std::getenv("CUDA_VISIBLE_DEVICES"), 0) : gpu;
+    const WorkerResult r = run_isolated(p, iso);
+    for (const auto& [k, v] : r.record.items())
+      if (k != "status") row[k] = v;
+    row["status"] = r.status;
+    if (!r.message.empty()) row["message"] = r.message;
+    if (r.exit_code) row["exit_code"] = *r.exit_code;
+    if (r.signal) {
+      row["signal"] = *r.signal;
+      row["reason"] = std::string("SIG") + sigabbrev_np(*r.signal);
+    }
+    row["wall_s"] = std::round(r.wall_s * 1000) / 1000;
+    std::string detail;
+    if (r.status == "ok" || r.status == "oom")
+      detail = "peak " + reports::format_bytes(row.value("peak_allocated_bytes", 0.0));
+    if (r.status == "ok" && row.contains("tokens_per_s"))
+      detail += ", " + std::to_string(static_cast<int64_t>(row["tokens_per_s"].get<double>())) + " tokens/s";
+    const std::string message = row.value("message", std::string());
+    if (r.status != "ok" && !message.empty()) detail += (detail.empty() ? "" : ", ") + message;
+    if (!gpu.empty()) detail += " [gpu " + gpu + "]";
+    std::lock_guard lock(mu_);
+    store_.append(row);
+    forced_.insert(id);
+    progress_.finish(p, r.status, detail, prefix);
+    return *store_.outcome(id);
+  }
+
+  void skip(const Point& p, const std::string& message) {
+    std::lock_guard lock(mu_);
+    if ((!opt_.force || forced_.count(p.id())) && store_.outcome(p.id())) {
+      progress_.finish(p, "done", "already in " + store_.path());
+      return;
+    }
+    auto row = point_columns(p);
+    row["status"] = schema::kSkipped;
+    row["reason"] = "implied-oom";
+    row["message"] = message;
+    store_.append(row);
+    forced_.insert(p.id());
+    progress_.finish(p, "skipped", "implied-oom");
+  }
+
+  void note(const std::string& line) {
+    std::lock_guard lock(mu_);
+    progress_.note(line);
+  }
+
+ private:
+  const RunOptions& opt_;
+  std::string out_, exe_;
+  ResultsStore& store_;
+  Progress& progress_;
+  std::mutex mu_;
+  std::set<std::string> forced_;  // with --force: points already re-run by this run
+};
+
+// The grid, one combination: batches in order; past an OOM, larger batches are implied.
+void run_combination(Runner& runner, const std::vector<Point>& points, bool prune,
+                     const std::string& gpu) {
+  std::optional<int64_t> oom_at;
+  for (const auto& p : points) {
+    if (prune && oom_at && p.batch > *oom_at) {
+      runner.skip(p, "batch " + std::to_string(*oom_at) + " already ran out of memory");
+      continue;
+    }
+    if (runner.run(p, gpu).status == "oom" && !oom_at) oom_at = p.batch;
+  }
+}
+
+// Max-batch search over one combination, from its smallest grid batch to search_max_batch.
+void search_combination(Runner& runner, const std::vector<Point>& points, int64_t max_batch,
+                        const std::string& gpu, const std::string& prefix) {
+  const Point base = points.front();
+  const int64_t lo = base.batch, hi = std::max(lo, max_batch);
+  const SearchResult r = search_max_batch(
+      lo, hi, static_cast<double>(base.budget_bytes), [&](int64_t batch) {
+        Point p = base;
+        p.batch = batch;
+        return runner.run(p, gpu, "max_batch", prefix);
+      });
+  Point shown = base;
+  shown.batch = r.largest_fit.value_or(0);
+  std::string line = prefix + "max batch " +
+                     (r.largest_fit ? std::to_string(*r.largest_fit) : std::string("none")) +
+                     " for " + shown.label() + " (" + std::to_string(r.probed.size()) +
+                     " probes in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  if (!r.stopped.empty()) line += "; stopped at " + r.stopped;
+  runner.note(line + ")");
+}
+
+// --gpus "0,1" -> {"0", "1"}
+std::vector<std::string> split_gpus(const std::string& list) {
+  std::vector<std::string> out;
+  std::stringstream in(list);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::vector<Point>> combinations(const std::vector<Point>& points) {
+  std::vector<std::vector<Point>> out;
+  std::map<std::string, std::size_t> index;
+  for (const auto& p : points) {
+    auto [it, added] = index.emplace(prune_key(p), out.size());
+    if (added) out.emplace_back();
+    out[it->second].push_back(p);
+  }
+  for (auto& c : out)
+    std::stable_sort(c.begin(), c.end(), [](const Point& a, const Point& b) { return a.batch < b.batch; });
+  return out;
+}
+
+void hold_lock(const std::string& lock_path, const std::string& out) {
+  static std::mutex mu;
+  static std::set<std::string> held;  // the locks this process holds, as named
+  std::lock_guard guard(mu);
+  if (held.count(lock_path)) return;
+  std::filesystem::create_directories(std::filesystem::path(lock_path).parent_path());
+  const int lock_fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd < 0)
+    throw UserError(lock_path, 0, "out", std::string("cannot open the lock file: ") + std::strerror(errno),
+                    "choose an output directory you can write to with --out DIR");
+  if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0)
+    throw UserError(lock_path, 0, "out", "another sweep is writing to " + out,
+                    "wait for it to finish, or choose another --out");
+  held.insert(lock_path);
+}
+
+namespace {
+
+// The config file with the command line's key=value overrides applied, written to a file
+// named by its content and loaded from there, so every check and error of a config file
+// applies. A run keeps that file as OUT/configs/<hash>.yaml: named by content, it never
+// replaces the config of an earlier run.
+Config load_with_overrides(const RunOptions& opt) {
+  load_config(opt.config);  // the file itself first, with its own lines
+  const std::string text = apply_overrides(opt.config, opt.overrides);
+  const std::string name = "sweep-config-" + fnv1a_hex(text) + ".yaml";
+  const auto tmp = std::filesystem::temp_directory_path() / name;
+  {
+    std::ofstream f(tmp);
+    f << text;
+    if (!f.flush())
+      throw UserError(tmp.string(), 0, "", "cannot write the config with the overrides",
+                      "make the temporary directory writable, or set TMPDIR");
+  }
+  Config cfg = load_config(tmp.string());
+  if (!opt.dry_run) {
+    const auto kept = std::filesystem::path(opt.out.empty() ? cfg.out : opt.out) / "configs" / name;
+    std::filesystem::create_directories(kept.parent_path());
+    std::filesystem::copy_file(tmp, kept, std::filesystem::copy_options::overwrite_existing);
+    cfg.path = kept.string();
+  }
+  if (!opt.quiet) std::fprintf(stderr, "config with the overrides: %s\n", cfg.path.c_str());
+  return cfg;
+}
+
+}  // namespace
+
+Config load_run_config(const RunOptions& opt, std::string& out) {
+  Config cfg = opt.overrides.empty() ? load_config(opt.config) : load_with_overrides(opt);
+  if (!opt.search.empty()) cfg.search = opt.search == "none" ? "" : "max_batch";
+  out = opt.out.empty() ? cfg.out : opt.out;
+  return cfg;
+}
+
+namespace {
+
+// --dry-run: the points and what they will take, estimated from the rows of the output
+// directory (its resume skips the points recorded there) and of --estimate-from.
+int dry_run(const RunOptions& opt, const Config& cfg, const std::string& device,
+            const std::string& out, const std::vector<std::vector<Point>>& combos, bool search) {
+  WallHistory history;
+  std::set<std::string> recorded;
+  const auto own = std::filesystem::path(out) / "results.csv";
+  if (std::filesystem::exists(own)) {
+    const auto results = reports::read_results(own.string());
+    history.add(results);
+    if (!opt.force)
+      for (const auto* r : reports::latest_per_point(results).rows) recorded.insert(r->at(schema::column("point_id")));
+  }
+  for (const auto& from : opt.estimate_from) history.add(reports::read_results(from));
+  DryRun d{cfg.path, device, out, search, cfg.search_max_batch, estimate_plan(combos, search, history, recorded)};
+  std::cout << (opt.json ? d.json().dump(2) + "\n" : d.text());
+  return 0;
+}
+
+}  // namespace
+
+RunOutcome run_sweep(const RunOptions& opt) {
+  std::string out;
+  Config cfg = load_run_config(opt, out);
+  RunSettings run;
+  run.device = resolve_device(opt.device_given ? opt.device : cfg.device, cfg.path);
+  std::vector<std::string> gpus = split_gpus(opt.gpus);
+  if (!gpus.empty() && run.device != "cuda")
+    throw UserError(opt.config, 0, "--gpus", "--gpus needs device cuda (this run is on the CPU)",
+                      "drop --gpus, or run with --device cuda on a GPU host");
+  // --gpus indices count the GPUs this process sees: each becomes the CUDA_VISIBLE_DEVICES
+  // entry that names it (index i of an inherited CUDA_VISIBLE_DEVICES=2,3 is GPU "2" or "3").
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  for (auto& g : gpus) {
+    if (g.find_first_not_of("0123456789") != std::string::npos || g.size() > 4 ||
+        std::stoi(g) >= cuda_device_count())
+      throw UserError(opt.config, 0, "--gpus", "no GPU " + g + " on this host (" +
+                        std::to_string(cuda_device_count()) + " visible)",
+                        "list local GPU indices, e.g. --gpus 0,1");
+    g = visible_device(visible, static_cast<std::size_t>(std::stoi(g)));
+  }
+  // The budget: measured GPUs only where it matters (a target card or a budget on CUDA), each
+  // the GPU its workers get: the --gpus ones, else the first visible one.
+  std::vector<HostGpu> probed;
+  if (run.device == "cuda" && (cfg.gpu || cfg.budget_gib > 0) && !opt.dry_run)
+    probed = probe_gpus(self_exe(), gpus.empty() ? std::vector<std::string>{visible_device(visible, 0)}
+                                                 : gpus);
+  const Budget budget = resolve_budget(cfg, run.device, probed);
+  run.budget_bytes = budget.bytes;
+  run.budget_emulated = budget.emulated;
+  run.max_points = opt.max_points;
+  auto points = expand_grid(cfg, run);
+  auto combos = combinations(points);
+  const bool search = cfg.search == "max_batch";
+  // A Slurm array task runs its own share of the combinations into its own shard file.
+  std::optional<ShardTask> task;
+  if (opt.slurm.task >= 0) {
+    task.emplace(out, opt.slurm.task, combos, !cfg.search.empty());
+    combos = task->owned(combos);
+    points.clear();
+    for (const auto& c : combos) points.insert(points.end(), c.begin(), c.end());
+  }
+  if (opt.dry_run) return {dry_run(opt, cfg, run.device, out, combos, search), out};
+  std::filesystem::create_directories(out);
+  // One run per output directory (per shard for a Slurm task): the lock is held until this
+  // process exits (or dies).
+  const std::string lock_path = task ? task->lock_path() : (std::filesystem::path(out) / ".lock").string();
+  hold_lock(lock_path, out);
+  ResultsStore store(task ? task->shard_dir() : out, task ? task->shard_file() : "results.csv");
+  if (task) task->begin(store, combos);
+  // A local run into the output of a Slurm sweep first takes in what its shards hold.
+  int bad_shards = 0;
+  if (const int n = task ? 0 : merge_shard_rows(store, out, bad_shards); n > 0 && !opt.quiet)
+    std::fprintf(stderr, "merged %d rows from %s\n", n, shard_dir(out).c_str());
+  if (bad_shards)
+    throw UserError(shard_dir(out), 0, "shards", "a shard does not parse (named above)",
+                      "repair or move it, then run again");
+  std::filesystem::create_directories(std::filesystem::path(out) / "logs");
+  Progress progress(search ? 0 : points.size(), opt.quiet);
+  if (!budget.note.empty() && !opt.quiet) std::fprintf(stderr, "%s\n", budget.note.c_str());
+  if (opt.snapshot) {
+    if (run.device == "cuda")
+      std::filesystem::create_directories(std::filesystem::path(out) / "snapshots");
+    else
+      std::fprintf(stderr, "note: --snapshot records the CUDA allocator's history; on the CPU "
+                           "there is none, so no snapshots are written\n");
+  }
+  Runner runner(opt, out, store, progress);
+
+  // One thread per GPU (one in all without --gpus), each taking the next combination. A
+  // thread that throws (a full disk) stops the others taking more; the first failure is
+  // rethrown here, after every row in flight is written, for the CLI to print.
+  std::atomic<std::size_t> next{0};
+  std::exception_ptr failure;
+  std::mutex failure_mu;
+  auto work_on = [&](const std::string& gpu) {
+    for (std::size_t i; (i = next++) < combos.size();) {
+      if (search) {
+        const std::string prefix = "search " + std::to_string(i + 1) + "/" +
+                                   std::to_string(combos.size()) + ": ";
+        search_combination(runner, combos[i], cfg.search_max_batch, gpu, prefix);
+      } else {
+        run_combination(runner, combos[i], cfg.prune_oom, gpu);
+      }
+      if (task) task->finished(combos[i]);
+    }
+  };
+  auto work = [&](const std::string& gpu) noexcept {
+    try {
+      work_on(gpu);
+    } catch (...) {
+      std::lock_guard lock(failure_mu);
+      if (!failure) failure = std::current_exception();
+      next = combos.size();
+    }
+  };
+  if (gpus.size() <= 1) {
+    work(gpus.empty() ? "" : gpus.front());
+  } else {
+    std::vector<std::thread> threads;
+    for (const auto& g : gpus) threads.emplace_back(work, g);
+    for (auto& t : threads) t.join();
+  }
+  if (failure) std::rethrow_exception(failure);
+  if (!opt.quiet) std::fprintf(stderr, "results: %s\n", store.path().c_str());
+  // A Slurm task leaves the report to the merge job, which writes results.csv.
+  return {0, out, !task, !task};
+}
+
+}  // namespace sweep

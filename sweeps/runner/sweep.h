@@ -1,0 +1,77 @@
+// `sweep run`: config -> points -> isolated workers -> rows appended to results.csv.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "sweeps/runner/budget.h"
+#include "sweeps/runner/config.h"
+#include "sweeps/runner/grid.h"
+#include "sweeps/worker/point.h"
+
+namespace sweep {
+
+// The version of `sweep run --json`'s object (the closing summary and the dry run's), bumped
+// when a key changes meaning or goes away (new keys do not bump it; keys: README).
+inline constexpr int kRunJsonVersion = 1;
+
+// `sweep run --slurm ...`: submit the sweep as a Slurm job array (sweeps/runner/slurm.h).
+struct SlurmOptions {
+  bool submit = false;
+  std::string partition, gres, time, account;
+  int max_parallel = 0;  // the array's %N; 0 = no limit
+  std::vector<std::string> sbatch_args;
+  int task = -1;  // >= 0: run array task `task` of OUT/slurm/plan.json (internal)
+};
+
+struct RunOptions {
+  std::string config;
+  // `key=value` arguments after the config: any config key, dotted into mappings
+  // (`grid.batch=[1,2]`, `models=[gpt2]`, `steps=5`), the value in YAML. The config with them
+  // applied is checked as a config file is (an error names that file's line) and a run keeps
+  // it as OUT/configs/<hash>.yaml.
+  std::vector<std::string> overrides;
+  std::string out;              // overrides the config's `out`
+  std::string device = "auto";  // overrides the config's device unless "auto"... see run.cc
+  bool device_given = false;
+  bool dry_run = false;
+  bool quiet = false;
+  bool json = false;  // the summary (or the dry run) as one JSON object on stdout
+  // Results whose rows the dry run's estimate also reads (beside those of the output).
+  std::vector<std::string> estimate_from;
+  bool force = false;  // re-run points already recorded
+  std::string search;  // "max-batch" | "none" overrides the config's `search`; "" keeps it
+  std::string gpus;    // "0,1": one worker per GPU at a time, points spread over them
+  std::size_t max_points = 10000;  // a larger grid is refused before it is expanded
+  bool snapshot = false;  // CUDA allocator history per point: OUT/snapshots/<point_id>.pickle
+  SlurmOptions slurm;
+};
+
+// What a run (or a merge of a Slurm run's shards) leaves for the CLI: the runner never
+// renders reports; the CLI writes OUT/report.md and the closing summary from the file.
+struct RunOutcome {
+  int exit_code = 0;
+  std::string out;       // the output directory
+  bool report = false;   // OUT/results.csv was written here and holds rows: report on it
+  bool summary = false;  // a local run's closing summary is due too
+};
+
+// Runs the sweep (a Slurm array task: its share). Throws UserError for bad input (the
+// caller prints it, exit 2).
+RunOutcome run_sweep(const RunOptions& opt);
+
+// Points grouped by their other axes (everything but batch), batches ascending, in the order
+// the grid first names each combination. One combination is one unit of work: OOM pruning and
+// the max-batch search stay within it, so combinations can run on different GPUs or nodes.
+std::vector<std::vector<Point>> combinations(const std::vector<Point>& points);
+
+// Takes the lock a writer of OUT holds until it exits (flock on `lock_path`, created with its
+// folder); UserError naming it when another process holds it. Taking a lock this process
+// already holds is a no-op (`fit` runs its search, then its pick, into one directory).
+void hold_lock(const std::string& lock_path, const std::string& out);
+
+// The config with the run's overrides applied (--search), and its output directory.
+Config load_run_config(const RunOptions& opt, std::string& out);
+
+}  // namespace sweep

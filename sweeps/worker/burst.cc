@@ -1,0 +1,372 @@
+// The training burst; see burst.h. A step is k micro-batches (forward under autocast, loss/k,
+// backward) then one optimizer step and zero_grad(set_to_none=True): the loop of
+// scripts/hf_reference.py, which is the loop a PyTorch + Hugging Face user writes. The parts:
+// build (model, optimizer, batches), step, measure (PeakMeter, the ledger), time (Google
+// Benchmark over the same step).
+#include "sweeps/worker/burst.h"
+
+#include <benchmark/benchmark.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <map>
+
+#include "models/zoo.h"
+#include "sweeps/worker/checkpoint.h"
+#include "sweeps/worker/offload.h"
+#include "sweeps/worker/optim.h"
+#include "sweeps/worker/precision.h"
+
+namespace sweep {
+namespace {
+
+// Follows the phase the burst is in: each phase's peak (over every step) and the burst's
+// peak with the ledger as it stood then. Reads only allocator counters (no device sync).
+class PeakMeter {
+ public:
+  PeakMeter(MemoryTracker& mem, const BurstHooks& hooks) : mem_(mem), hooks_(hooks) {
+    mem_.reset_peaks();  // forget what came before the burst (an earlier one in this process)
+  }
+  // Closes the current phase and returns its peak allocated bytes.
+  int64_t enter(const std::string& phase) {
+    const int64_t closed = close();
+    phase_ = phase;
+    mem_.reset_peaks();
+    mem_.note_reset();
+    if (hooks_.on_phase) hooks_.on_phase(phase, mem_);
+    return closed;
+  }
+  int64_t close() {
+    const int64_t a = mem_.peak_allocated();
+    if (a > peak_allocated_) {
+      peak_allocated_ = a;
+      peak_phase_ = phase_;
+      at_peak_ = mem_.peak_breakdown();
+    }
+    auto& phase_peak = phase_peaks_[phase_];
+    phase_peak = std::max(phase_peak, a);
+    peak_reserved_ = std::max(peak_reserved_, mem_.peak_reserved());
+    return a;
+  }
+  const std::string& phase() const { return phase_; }
+  void fill(Measurement& m) const {
+    m.peak_allocated_bytes = peak_allocated_;
+    m.peak_reserved_bytes = peak_reserved_;
+    m.peak_phase = peak_phase_;
+    m.at_peak_weights_bytes = at_peak_.weights;
+    m.at_peak_grads_bytes = at_peak_.grads;
+    m.at_peak_optimizer_bytes = at_peak_.optimizer;
+    m.at_peak_activations_bytes =
+        peak_allocated_ - at_peak_.weights - at_peak_.grads - at_peak_.optimizer;
+    auto get = [&](const char* phase) -> std::optional<int64_t> {
+      auto it = phase_peaks_.find(phase);
+      return it == phase_peaks_.end() ? std::nullopt : std::optional<int64_t>(it->second);
+    };
+    m.forward_peak_bytes = get("forward");
+    m.backward_peak_bytes = get("backward");
+    m.optimizer_peak_bytes = get("optimizer");
+    // Whole-device use had the reserved peak been held: what the device uses besides the
+    // allocator (context, workspaces) is (used now - reserved now), read once, after the steps.
+    m.device_used_bytes = mem_.device_used() - mem_.reserved() + peak_reserved_;
+  }
+
+ private:
+  MemoryTracker& mem_;
+  const BurstHooks& hooks_;
+  std::string phase_ = "build";
+  std::string peak_phase_;
+  std::map<std::string, int64_t> phase_peaks_;
+  int64_t peak_allocated_ = 0, peak_reserved_ = 0;
+  Breakdown at_peak_;
+};
+
+// Keeps the ledger's gradient bytes current: runs after each AccumulateGrad (every leaf's
+// gradient, also those a checkpointed block's recompute produces) and adds the change in its
+// own parameter's gradient, so the cost per accumulation does not grow with the model.
+struct GradCounts {
+  Ledger& ledger;
+  std::vector<int64_t> counted;  // per parameter: the gradient bytes in the ledger
+  void reset() {  // after zero_grad(set_to_none=True)
+    ledger.grads = 0;
+    std::fill(counted.begin(), counted.end(), 0);
+  }
+};
+
+class GradLedgerHook final : public torch::autograd::FunctionPostHook {
+ public:
+  GradLedgerHook(GradCounts& counts, std::size_t index, torch::Tensor param)
+      : counts_(counts), index_(index), param_(std::move(param)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    const auto& g = param_.grad();
+    const int64_t now = g.defined() ? static_cast<int64_t>(g.nbytes()) : 0;
+    counts_.ledger.grads += now - counts_.counted[index_];
+    counts_.counted[index_] = now;
+    return outputs;
+  }
+
+ private:
+  GradCounts& counts_;
+  std::size_t index_;
+  torch::Tensor param_;
+};
+
+// Everything a step uses, built once.
+struct Workload {
+  std::shared_ptr<models::ModelImpl> model;
+  std::vector<torch::Tensor> params;  // those the optimizer updates
+  std::unique_ptr<GradCounts> grad_counts;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // hold the ledger hooks
+  std::unique_ptr<Optimizer> opt;
+  OffloadOptimizer* offload = nullptr;  // opt, when the optimizer state lives on the host
+  std::unique_ptr<GradScaler> scaler;
+  std::vector<models::Batch> batches;  // one per micro-batch
+  bool train = true, autocast = false;
+  at::ScalarType autocast_dtype = at::kBFloat16;
+  torch::Device device = torch::kCPU;
+  int64_t k = 1;  // micro-batches per step
+  int64_t weights_bytes = 0;  // what the model holds once built
+};
+
+Workload build(const Point& p, Ledger& ledger, MemoryTracker& mem) {
+  Workload w;
+  const int64_t base = mem.allocated();
+  w.device = p.device == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::kCPU;
+  w.train = p.mode == "train";
+  w.k = w.train ? p.accumulation : 1;
+  const auto* spec = models::find_model(p.model);
+  TORCH_CHECK(spec, "unknown model ", p.model);
+  w.model = spec->make();
+  w.model->to(w.device);
+  if (p.precision == "bf16") w.model->to(torch::kBFloat16);
+  w.model->train(w.train);  // train mode: dropout on, as in a training loop
+  if (w.train && p.checkpointing == "block") w.model->set_block_runner(&checkpoint_block);
+  w.model->set_use_cache(p.use_cache);
+  if (p.adapter == "lora") {
+    // peft.get_peft_model after gradient_checkpointing_enable(), as in scripts/hf_reference.py:
+    // the base frozen, adapters on the target layers. With checkpointing on, transformers
+    // (token models) and PEFT (every model: peft_model.py _prepare_model_for_gradient_
+    // checkpointing) make the input embeddings' output require grad; with a trained
+    // embedding that changes nothing, so only LoRA turns it on here.
+    models::add_lora(*w.model, {p.lora_r, p.lora_alpha, p.lora_dropout,
+                                p.lora_targets.empty() ? models::default_lora_targets(p.family)
+                                                       : p.lora_targets});
+    w.model->set_inputs_require_grad(w.train && p.checkpointing == "block");
+  }
+  // The parameters a training loop updates: all but those the model freezes (Whisper's
+  // sinusoidal positions, the base under LoRA), as with transformers and PEFT. Eval needs no gradients at all.
+  for (auto& t : w.model->parameters()) {
+    if (!w.train) t.set_requires_grad(false);
+    if (t.requires_grad()) w.params.push_back(t);
+  }
+  w.weights_bytes = mem.allocated() - base;
+  ledger.weights = w.weights_bytes;
+  w.grad_counts.reset(new GradCounts{ledger, std::vector<int64_t>(w.params.size(), 0)});
+  for (std::size_t i = 0; i < w.params.size(); ++i) {
+    w.accumulators.push_back(torch::autograd::impl::grad_accumulator(w.params[i]));
+    w.accumulators.back()->add_post_hook(
+        std::make_unique<GradLedgerHook>(*w.grad_counts, i, w.params[i]));
+  }
+  if (w.train && p.offload == "optimizer") {
+    // ZeRO-Offload's AdamW (the config refuses other optimizers): its host copies are made
+    // here, in the build, as DeepSpeed makes them when the engine is initialised.
+    TORCH_CHECK(p.optimizer == "adamw", "offload optimizer with ", p.optimizer);
+    auto offload = std::make_unique<OffloadOptimizer>(w.params, p.lr, p.weight_decay);
+    w.offload = offload.get();
+    w.opt = std::move(offload);
+  } else if (w.train) {
+    w.opt = make_optimizer({p.optimizer, p.lr, p.weight_decay}, w.params);
+  }
+  if (w.train && p.precision == "fp16-amp") w.scaler = std::make_unique<GradScaler>(w.device);
+  w.autocast = p.precision == "fp16-amp" || p.precision == "bf16-amp";
+  w.autocast_dtype = p.precision == "fp16-amp" ? torch::kHalf : torch::kBFloat16;
+  const models::BatchShape shape{p.batch, p.seq, p.target_seq, p.audio_s};
+  auto gen = at::detail::createCPUGenerator(p.seed + 1);
+  for (int64_t i = 0; i < w.k; ++i) {
+    w.batches.push_back(w.model->synthetic_batch(shape, w.device, gen));
+    if (p.precision == "bf16")
+      for (auto& t : w.batches.back().tensors)
+        if (t.is_floating_point()) t = t.to(torch::kBFloat16);
+  }
+  return w;
+}
+
+// A run that ended in an error: Google Benchmark 1.7 (Debian 12) says so in `error_occurred`,
+// 1.8 and later (the GPU image's) in `skipped`.
+template <class R>
+bool failed_run(const R& r) {
+  if constexpr (requires { r.error_occurred; }) return r.error_occurred;
+  else return static_cast<int>(r.skipped) != 0;
+}
+
+// Google Benchmark reporter that keeps the per-repetition times and the aggregates.
+class Collector : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const auto& r : runs) {
+      if (failed_run(r)) continue;
+      if (r.run_type == Run::RT_Iteration) samples.push_back(r.GetAdjustedRealTime());
+      else if (r.aggregate_name == "mean") mean = r.GetAdjustedRealTime();
+      else if (r.aggregate_name == "median") median = r.GetAdjustedRealTime();
+      else if (r.aggregate_name == "stddev") stddev = r.GetAdjustedRealTime();
+      else if (r.aggregate_name == "cv") cv = r.real_accumulated_time;  // a fraction
+    }
+  }
+  std::vector<double> samples;
+  std::optional<double> mean, median, stddev, cv;
+};
+
+// Google Benchmark runs `steps` iterations, `repetitions` times, with the step time we
+// measure (CUDA events on a GPU) as manual time.
+void time_steps(const Point& p, StepTimer& timer, const std::function<void()>& step,
+                Measurement& m) {
+  std::exception_ptr failure;
+  auto* bm = benchmark::RegisterBenchmark("burst", [&](benchmark::State& st) {
+    for (auto _ : st) {
+      try {
+        timer.start();
+        step();
+        st.SetIterationTime(timer.stop_seconds());
+      } catch (...) {
+        failure = std::current_exception();
+        st.SkipWithError("step failed");
+        break;
+      }
+    }
+  });
+  bm->UseManualTime()->Iterations(p.steps)->Repetitions(p.repetitions)->Unit(benchmark::kMillisecond);
+  Collector collector;
+  benchmark::RunSpecifiedBenchmarks(&collector);
+  benchmark::ClearRegisteredBenchmarks();
+  if (failure) std::rethrow_exception(failure);
+  m.step_ms_samples = collector.samples;
+  if (collector.samples.size() == 1) {
+    m.step_ms = m.step_ms_mean = collector.samples[0];
+  } else {
+    m.step_ms = collector.median;
+    m.step_ms_mean = collector.mean;
+    m.step_ms_stddev = collector.stddev;
+    m.step_ms_cv = collector.cv;
+  }
+}
+
+void throughput(const Point& p, const Workload& w, Measurement& m) {
+  if (!m.step_ms || *m.step_ms <= 0) return;
+  const double step_s = *m.step_ms / 1000.0;
+  const double tokens = static_cast<double>(w.batches[0].tokens * w.k);
+  const double samples = static_cast<double>(w.batches[0].samples * w.k);
+  m.tokens_per_s = tokens / step_s;
+  m.samples_per_s = samples / step_s;
+  const auto f = w.model->forward_flops({p.batch, p.seq, p.target_seq, p.audio_s});
+  const double per_sample =
+      w.train ? 3 * f.forward + (p.checkpointing == "block" ? f.blocks_forward : 0) : f.forward;
+  m.tflops = per_sample * samples / step_s / 1e12;
+}
+
+}  // namespace
+
+Measurement run_burst(const Point& p, MemoryTracker& mem, StepTimer& timer,
+                      const BurstHooks& hooks) {
+  Measurement m;
+  Ledger ledger;
+  mem.set_ledger(&ledger);
+  PeakMeter meter(mem, hooks);
+  mem.set_budget(p.budget_bytes);  // 0 clears a cap left by an earlier burst in this process
+  try {
+    torch::manual_seed(p.seed);
+    meter.enter("build");
+    Workload w = build(p, ledger, mem);
+    m.weights_bytes = w.weights_bytes;
+
+    bool first_step = true;
+    std::vector<int64_t> allocated_after;
+    torch::Tensor last_loss;
+    auto step = [&] {
+      // `loss` is a local of the reference's step function: the last micro-batch's loss (and
+      // with it the graph's nodes, and any non-parameter leaf they hold, such as T5's
+      // checkpointed cross-attention bias and its gradient) lives until the step returns.
+      torch::Tensor loss;
+      for (int64_t i = 0; i < w.k; ++i) {
+        const int64_t start = mem.allocated();
+        const int64_t grads_before = ledger.grads;
+        meter.enter("forward");
+        {
+          std::optional<torch::NoGradGuard> no_grad;
+          if (!w.train) no_grad.emplace();
+          AutocastScope amp(w.device.type(), w.autocast, w.autocast_dtype);
+          loss = w.model->loss(w.batches[i]);
+        }
+        if (!w.train) {
+          m.activations_bytes = std::max(m.activations_bytes, meter.enter("idle") - start);
+          continue;
+        }
+        loss = loss / static_cast<double>(w.k);  // the reference divides even by 1
+        const int64_t fwd_peak = meter.enter("backward");
+        (w.scaler ? w.scaler->scale(loss) : loss).backward();
+        const int64_t bwd_peak = meter.enter("idle");
+        // Activations: what the micro-batch held above its start, less the gradients it
+        // created (those are counted as gradients).
+        m.activations_bytes = std::max({m.activations_bytes, fwd_peak - start,
+                                        bwd_peak - start - (ledger.grads - grads_before)});
+        if (first_step) m.grads_bytes = ledger.grads;
+      }
+      if (w.train) {
+        meter.enter("optimizer");
+        if (w.scaler) {
+          w.scaler->step(*w.opt);
+          w.scaler->update();
+        } else {
+          w.opt->step();
+        }
+        ledger.optimizer = w.opt->state_bytes();
+        w.opt->zero_grad();
+        w.grad_counts->reset();
+        meter.enter("idle");
+        if (first_step) m.optimizer_bytes = ledger.optimizer;
+      }
+      last_loss = loss.detach();
+      first_step = false;
+      allocated_after.push_back(mem.allocated());
+    };
+
+    for (int i = 0; i < p.warmup_steps; ++i) step();
+    if (hooks.after_warmup) hooks.after_warmup();
+    if (w.offload) w.offload->reset_transfer();
+    time_steps(p, timer, step, m);
+    if (w.offload) {
+      m.host_peak_bytes = w.offload->host_peak_bytes();
+      if (w.offload->transfer_steps() > 0)
+        m.offload_transfer_ms = w.offload->transfer_ms() / static_cast<double>(w.offload->transfer_steps());
+    }
+    meter.close();
+    // The loss is read once, after the timed steps: a read per micro-batch would add a device
+    // sync to every step that the reference loop does not have.
+    if (last_loss.defined()) m.loss = last_loss.item<double>() * static_cast<double>(w.k);
+    if (w.scaler) m.skipped_steps = w.scaler->skipped_steps();  // after the timed steps: may sync
+    throughput(p, w, m);
+    // Leak: allocated memory after each step still growing after the second step.
+    const auto& a = allocated_after;
+    if (a.size() >= 4) {
+      bool growing = true;
+      for (std::size_t i = 2; i < a.size(); ++i) growing = growing && a[i] > a[i - 1];
+      if (growing) m.leak_bytes_per_step = (a.back() - a[1]) / static_cast<int64_t>(a.size() - 2);
+    }
+  } catch (const c10::OutOfMemoryError& e) {
+    m.status = "oom";
+    m.phase = meter.phase();
+    std::string msg = e.what_without_backtrace();
+    m.message = msg.substr(0, msg.find('\n'));
+    m.oom_retries = mem.alloc_retries();
+    m.oom_gap_bytes = mem.gap_at_oom();
+    meter.close();
+  }
+  meter.fill(m);
+  mem.set_ledger(nullptr);
+  return m;
+}
+
+}  // namespace sweep

@@ -1,0 +1,42 @@
+// Test-only fault injection; see fault.h.
+#include "sweeps/worker/fault.h"
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <thread>
+
+namespace sweep {
+
+Fault Fault::parse(const std::string& spec, const Point& p) {
+  Fault f;
+  if (spec.empty()) return f;
+  std::string s = spec;
+  if (auto at = s.find('@'); at != std::string::npos) {
+    if (std::stoll(s.substr(at + 1)) != p.batch) return f;
+    s = s.substr(0, at);
+  }
+  if (auto colon = s.find(':'); colon != std::string::npos) {
+    f.phase = s.substr(colon + 1);
+    s = s.substr(0, colon);
+  }
+  f.kind = s;
+  return f;
+}
+
+BurstHooks fault_hooks(const Fault& fault) {
+  BurstHooks hooks;
+  if (fault.kind.empty()) return hooks;
+  hooks.on_phase = [fault](const std::string& phase, MemoryTracker& mem) {
+    if (fault.kind == "oom" && fault.phase == phase) {
+      // The next allocation past what is held now fails, as on a full device.
+      mem.set_budget(std::max<int64_t>(1, mem.allocated()));
+    }
+    if (phase != "forward") return;
+    if (fault.kind == "crash") std::raise(SIGSEGV);
+    if (fault.kind == "hang") std::this_thread::sleep_for(std::chrono::hours(24));
+  };
+  return hooks;
+}
+
+}  // namespace sweep

@@ -1,0 +1,59 @@
+// AdamW8bit as bitsandbytes' bnb.optim.AdamW8bit (Optimizer2State "adam", optim_bits 8): both
+// moments quantised block-wise (256 elements a block) to 8-bit codes of bnb's dynamic maps,
+// a signed one for the first moment and an unsigned one for the second, with one float absmax
+// per block; parameters under min_8bit_size (4096) elements keep bnb's 32-bit state instead.
+// The update is the arithmetic of bnb's CUDA kernels, on CUDA by a kernel of ours
+// (sweeps/worker/adamw8bit.cu), on the CPU with ATen ops (bnb's own CPU backend differs: see the .cc).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <vector>
+
+#include "sweeps/worker/optim.h"
+
+namespace sweep {
+
+constexpr int64_t k8bitBlock = 256;      // Optimizer2State.init_state: blocksize = 256
+constexpr int64_t kMin8bitSize = 4096;   // AdamW8bit(min_8bit_size=4096)
+
+// functional.py create_dynamic_map(signed, max_exponent_bits=7, total_bits=8): 256 sorted
+// floats in [-1, 1] (signed) or [0, 1].
+torch::Tensor dynamic_map(bool is_signed);
+
+// The codes bnb's CUDA kernel gives x (already divided by its block's absmax): the nearest
+// code as its binary search and midpoint rule (quantize_2D) pick it, ties included. Long,
+// x's shape.
+torch::Tensor quantize_codes(const torch::Tensor& x, const torch::Tensor& code);
+
+// Optimizer-state bytes bnb allocates for one parameter of `numel` elements on the first step
+// (state1/state2 and, when 8-bit, absmax1/absmax2; the step count is a Python int).
+int64_t adamw8bit_param_state_bytes(int64_t numel);
+
+// The state of one parameter: 8-bit (state1/state2 uint8 of the parameter's shape, absmax1/2
+// float per block) or 32-bit (state1/state2 float, absmax undefined).
+struct AdamW8bitState {
+  torch::Tensor state1, state2, absmax1, absmax2;
+  int64_t step = 0;
+};
+
+// The 256-entry maps, shared by every 8-bit parameter as bnb's name2qmap.
+struct QMaps {
+  torch::Tensor qmap1, qmap2;  // signed (first moment), unsigned (second moment)
+};
+
+struct AdamW8bitHyper {
+  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 1e-2f;
+};
+
+// One update of one parameter in place (the step count already advanced), on the parameter's
+// device: the kernel on CUDA, ATen on the CPU. `force_cpu_arithmetic` runs the ATen path on a
+// CUDA tensor (the *_CUDA tests compare the two).
+void adamw8bit_update(const torch::Tensor& p, const torch::Tensor& g, AdamW8bitState& s,
+                      const QMaps& maps, const AdamW8bitHyper& h, bool force_cpu_arithmetic = false);
+
+std::unique_ptr<Optimizer> make_adamw8bit(double lr, double weight_decay,
+                                          std::vector<torch::Tensor> params);
+
+}  // namespace sweep

@@ -1,0 +1,216 @@
+// Point identity and (de)serialisation.
+#include "sweeps/worker/point.h"
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <type_traits>
+#include <sstream>
+#include <stdexcept>
+
+#include "models/zoo.h"
+#include "reports/results/rows.h"  // number_text
+#include "sweep_version.h"
+
+namespace sweep {
+
+Point tiny_point(const std::string& model, const std::string& device, const std::string& precision,
+                 const std::string& optimizer) {
+  const auto* spec = models::find_model(model);
+  if (!spec) throw std::invalid_argument("unknown model " + model);
+  Point p;
+  p.model = model;
+  p.family = spec->family;
+  p.device = device;
+  p.batch = 2;
+  if (p.family != "whisper") p.seq = 32;
+  if (p.family == "t5") p.target_seq = 16;
+  if (p.family == "whisper") p.audio_s = 2;
+  p.precision = precision;
+  p.optimizer = optimizer;
+  p.steps = p.warmup_steps = p.repetitions = 1;
+  return p;
+}
+
+namespace {
+
+template <class T>
+const T& axis_value(const Point&, const T& v) { return v; }
+// (without LoRA there are none to name: the family's defaults need not exist).
+std::string axis_value(const Point& p, const std::vector<std::string>& targets) {
+  return p.adapter == "lora" || !targets.empty() ? p.lora_targets_text() : std::string();
+}
+
+// The point's members, by axis: f(axis, value) for each, in schema::kAxes order. LoRA's
+// targets are given as the row writes them (the family's defaults named, ';'-separated).
+template <class F>
+void for_each_axis(const Point& p, F&& f) {
+  std::size_t i = 0;
+#define X(m) f(schema::kAxes[i++], axis_value(p, p.m));
+  SWEEP_POINT_AXES(X)
+#undef X
+}
+
+constexpr auto kMemberNames = std::to_array<std::string_view>({
+#define X(m) #m,
+    SWEEP_POINT_AXES(X)
+#undef X
+});
+consteval bool members_match_axes() {
+  if (kMemberNames.size() != schema::kAxes.size()) return false;
+  for (std::size_t i = 0; i < kMemberNames.size(); ++i)
+    if (kMemberNames[i] != schema::kAxes[i].column) return false;
+  return true;
+}
+static_assert(members_match_axes(), "SWEEP_POINT_AXES must name the columns of schema::kAxes, in its order");
+
+// The three spellings of a value: in the point id (frozen: ids must not change), in a row's
+// cell (as JSON, which the writer prints), and in a config.
+std::string id_text(const std::string& v) { return v; }
+std::string id_text(bool v) { return v ? "true" : "false"; }
+template <class T>
+  requires std::is_arithmetic_v<T>
+std::string id_text(T v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+nlohmann::json cell_of(const std::string& v) { return v; }
+nlohmann::json cell_of(bool v) { return v ? 1 : 0; }
+template <class T>
+  requires std::is_arithmetic_v<T>
+nlohmann::json cell_of(T v) { return v; }
+std::string cell_text(const nlohmann::json& j) { return j.is_string() ? j.get<std::string>() : j.dump(); }
+std::string config_text(const std::string& v) { return v; }
+std::string config_text(bool v) { return v ? "true" : "false"; }
+std::string config_text(double v) { return reports::number_text(v); }
+template <class T>
+  requires std::is_integral_v<T>
+std::string config_text(T v) { return std::to_string(v); }
+
+bool unset(const std::string& v) { return v.empty(); }
+template <class T>
+  requires std::is_arithmetic_v<T>
+bool unset(T v) { return v == T{}; }
+
+void parse_into(const std::string& text, std::string& v) { v = text; }
+void parse_into(const std::string& text, bool& v) { v = text == "true" || text == "1"; }
+void parse_into(const std::string& text, double& v) { v = std::stod(text); }
+void parse_into(const std::string& text, int& v) { v = std::stoi(text); }
+void parse_into(const std::string& text, int64_t& v) { v = std::stoll(text); }
+void parse_into(const std::string& text, std::vector<std::string>& v) {
+  v.clear();
+  for (std::size_t b = 0, e; b <= text.size(); b = e + 1) {
+    e = std::min(text.find(';', b), text.size());
+    if (e > b) v.push_back(text.substr(b, e - b));
+  }
+}
+
+}  // namespace
+
+std::string Point::id() const {
+  // The first release's axes as key=value pairs, the suite version, then the axes added
+  // since, each only where the schema says (so that older points keep their ids).
+  const bool lora = adapter == "lora";
+  std::string first, later;
+  for_each_axis(*this, [&](const schema::Axis& a, const auto& v) {
+    const std::string part = std::string(a.column) + "=" + id_text(v);
+    switch (a.id) {
+      case schema::Named::kAlways: first += (first.empty() ? "" : ";") + part; break;
+      case schema::Named::kUnlessDefault:
+        if (cell_text(cell_of(v)) != a.fallback) later += ";" + part;
+        break;
+      case schema::Named::kWithLora:
+        if (lora) later += ";" + part;
+        break;
+      case schema::Named::kNever: break;
+    }
+  });
+  return fnv1a_hex(first + ";suite_version=" + SWEEP_VERSION + later);
+}
+
+nlohmann::json axis_cells(const Point& p) {
+  nlohmann::json j = nlohmann::json::object();
+  const bool lora = p.adapter == "lora";
+  for_each_axis(p, [&](const schema::Axis& a, const auto& v) {
+    if ((a.cell == schema::Cell::kIfSet && unset(v)) || (a.cell == schema::Cell::kWithLora && !lora))
+      return;
+    j[std::string(a.column)] = cell_of(v);
+  });
+  return j;
+}
+
+std::string axis_text(const Point& p, std::string_view column) {
+  std::string text;
+  for_each_axis(p, [&](const schema::Axis& a, const auto& v) {
+    if (a.column == column) text = config_text(v);
+  });
+  return text;
+}
+
+Point point_of(const reports::Row& row) {
+  Point p;
+  for (const auto& a : schema::kAxes)
+    if (const auto cell = row.axis(schema::find_column(a.column)); !cell.empty())
+      set_axis_text(p, a.column, std::string(cell));
+  return p;
+}
+
+bool set_axis_text(Point& p, std::string_view column, const std::string& text) {
+#define X(m) \
+  if (column == #m) return parse_into(text, p.m), true;
+  SWEEP_POINT_AXES(X)
+#undef X
+  return false;
+}
+
+std::string Point::lora_targets_text() const {
+  const auto& targets =
+      lora_targets.empty() ? models::default_lora_targets(family) : lora_targets;
+  std::string s;
+  for (const auto& t : targets) s += (s.empty() ? "" : ";") + t;
+  return s;
+}
+
+std::string fnv1a_hex(const std::string& text) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a 64
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+std::string Point::label() const {
+  std::ostringstream s;
+  s << model << " b=" << batch;
+  if (seq) s << " seq=" << seq;
+  if (target_seq) s << " tgt=" << target_seq;
+  if (audio_s) s << " audio=" << audio_s << "s";
+  s << " " << precision << " ckpt=" << checkpointing << " acc=" << accumulation << " "
+    << optimizer;
+  if (!use_cache) s << " no-cache";
+  if (adapter == "lora") s << " lora r=" << lora_r;
+  if (offload != "none") s << " offload=" << offload;
+  if (mode != "train") s << " " << mode;
+  if (!alloc_conf.empty()) s << " [" << alloc_conf << "]";
+  return s.str();
+}
+
+void to_json(nlohmann::json& j, const Point& p) {
+#define X(f) j[#f] = p.f;
+  SWEEP_POINT_AXES(X)
+  SWEEP_POINT_SETTINGS(X)
+#undef X
+}
+
+void from_json(const nlohmann::json& j, Point& p) {
+#define X(f) if (j.contains(#f)) j.at(#f).get_to(p.f);
+  SWEEP_POINT_AXES(X)
+  SWEEP_POINT_SETTINGS(X)
+#undef X
+}
+
+}  // namespace sweep

@@ -1,0 +1,96 @@
+// One grid point: everything a worker needs to run a training burst, and its identity.
+// Serialised as JSON to hand it to the worker process.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "reports/results/rows.h"
+#include "reports/results/schema.h"
+
+namespace sweep {
+
+struct Point {
+  // axes
+  std::string model;
+  std::string family;
+  std::string mode = "train";  // train | eval
+  int64_t batch = 1;
+  int64_t seq = 0;         // 0 = not applicable to this model
+  int64_t target_seq = 0;  // 0 = not applicable
+  double audio_s = 0;      // 0 = not applicable
+  std::string precision = "fp32";
+  std::string checkpointing = "none";
+  int64_t accumulation = 1;
+  std::string optimizer = "adamw";
+  bool use_cache = true;  // transformers' use_cache (its default); off under checkpointing
+  std::string adapter = "none";  // none (full fine-tuning) | lora (PEFT's LoRA, base frozen)
+  // LoRA settings (part of the identity when adapter is lora): PEFT's LoraConfig defaults;
+  // targets empty = the family's default target modules (models::default_lora_targets).
+  int64_t lora_r = 8;
+  double lora_alpha = 8;
+  double lora_dropout = 0;
+  std::vector<std::string> lora_targets;
+  // none | optimizer (ZeRO-Offload: AdamW's state and fp32 master weights in host memory,
+  // stepped on the CPU; sweeps/worker/offload.h)
+  std::string offload = "none";
+  std::string alloc_conf;
+  // how it runs
+  int steps = 3;
+  int warmup_steps = 1;
+  int repetitions = 3;
+  int64_t budget_bytes = 0;  // 0 = no cap beyond the device
+  bool budget_emulated = false;
+  double timeout_s = 600;
+  std::string device = "cpu";  // cpu | cuda
+  double lr = 1e-3;            // optimizer settings (not part of the identity's axes list)
+  double weight_decay = 0.01;
+  uint64_t seed = 0;
+
+  // 16 hex digits: FNV-1a over the identity axes and the suite version. Stable across runs.
+  std::string id() const;
+  // "gpt2 b=4 seq=128 fp32 ckpt=none acc=1 adamw" for progress lines and messages.
+  std::string label() const;
+  // The LoRA target modules as the results file writes them: "q;v".
+  std::string lora_targets_text() const;
+};
+
+// A small training point of a zoo model (the test models: gpt2-test, t5-test, whisper-test)
+// with its family's sequence axes set (batch 2, 32 tokens, 16 decoder tokens, 2 s of audio)
+// and one step of each kind: what the GPU probe and the precision/optimizer tests train.
+Point tiny_point(const std::string& model, const std::string& device, const std::string& precision,
+                 const std::string& optimizer);
+// FNV-1a 64 of `text` as 16 hex digits: the one stable hash of the suite (point identity,
+// the Slurm plan's fingerprint).
+std::string fnv1a_hex(const std::string& text);
+
+// The Point member behind each axis of schema::kAxes, in its order (checked at compile time in
+// point.cc): X(member). The point's cells, its id, its JSON and the grid's axis values are
+// generated from it; what is not an axis (the worker's settings) is SWEEP_POINT_SETTINGS.
+#define SWEEP_POINT_AXES(X)                                                                      \
+  X(model) X(family) X(mode) X(batch) X(seq) X(target_seq) X(audio_s) X(precision)               \
+  X(checkpointing) X(accumulation) X(optimizer) X(use_cache) X(adapter) X(lora_r) X(lora_alpha)  \
+  X(lora_dropout) X(lora_targets) X(offload) X(alloc_conf) X(steps) X(warmup_steps)              \
+  X(repetitions) X(budget_bytes) X(budget_emulated) X(device)
+#define SWEEP_POINT_SETTINGS(X) X(timeout_s) X(lr) X(weight_decay) X(seed)
+
+// The point's cells of a results row, as `sweep run` writes them before the measurement:
+// every axis whose schema::Cell rule says the row has it.
+nlohmann::json axis_cells(const Point& p);
+// The point a row measured, read back from its axis cells (the typed reader's side of
+// axis_cells): point_of(row).id() is the row's point_id for the suite version that wrote it.
+Point point_of(const reports::Row& row);
+// An axis as a config spells its value ("true", "1.5", "bf16-amp"); "" for no axis.
+std::string axis_text(const Point& p, std::string_view column);
+// Sets an axis from its config spelling (as axis_text writes it). False for no axis.
+bool set_axis_text(Point& p, std::string_view column, const std::string& text);
+
+void to_json(nlohmann::json& j, const Point& p);
+void from_json(const nlohmann::json& j, Point& p);
+
+}  // namespace sweep
