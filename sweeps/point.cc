@@ -45,6 +45,7 @@ std::string Point::id() const {
       << ";lora_dropout=" << lora_dropout << ";lora_targets=" << lora_targets_text();
   }
   if (offload != "none") s << ";offload=" << offload;
+  if (weights != "full") s << ";weights=" << weights;
   return fnv1a_hex(s.str());
 }
 
@@ -78,6 +79,7 @@ std::string Point::label() const {
   if (!use_cache) s << " no-cache";
   if (adapter == "lora") s << " lora r=" << lora_r;
   if (offload != "none") s << " offload=" << offload;
+  if (weights != "full") s << " weights=" << weights;
   if (mode != "train") s << " " << mode;
   if (!alloc_conf.empty()) s << " [" << alloc_conf << "]";
   return s.str();
@@ -85,7 +87,7 @@ std::string Point::label() const {
 
 #define SWEEP_POINT_FIELDS(X)                                                              \
   X(model) X(family) X(mode) X(batch) X(seq) X(target_seq) X(audio_s) X(precision)         \
-  X(checkpointing) X(accumulation) X(optimizer) X(use_cache) X(adapter) X(lora_r) X(lora_alpha) X(lora_dropout) X(lora_targets) X(offload) X(alloc_conf) X(steps) X(warmup_steps)     \
+  X(checkpointing) X(accumulation) X(optimizer) X(use_cache) X(adapter) X(lora_r) X(lora_alpha) X(lora_dropout) X(lora_targets) X(offload) X(weights) X(alloc_conf) X(steps) X(warmup_steps)     \
   X(repetitions) X(budget_bytes) X(budget_emulated) X(timeout_s) X(device) X(lr)           \
   X(weight_decay) X(seed)
 

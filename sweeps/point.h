@@ -34,6 +34,9 @@ struct Point {
   // none | optimizer (ZeRO-Offload: AdamW's state and fp32 master weights in host memory,
   // stepped on the CPU; sweeps/offload.h)
   std::string offload = "none";
+  // full | int8 (the frozen base's linear weights in 8 bit, as bitsandbytes' Linear8bitLt;
+  // models/int8.h)
+  std::string weights = "full";
   std::string alloc_conf;
   // how it runs
   int steps = 3;

@@ -37,6 +37,9 @@ inline constexpr std::array kColumns = std::to_array<std::string_view>({
     "lora_targets",       // adapted modules, ';'-separated: "c_attn", "q;v"
     "offload",            // "none" | "optimizer" (ZeRO-Offload: AdamW's state and fp32 master
                           // weights in host memory, stepped on the CPU); empty in older files
+    "weights",            // "full" | "int8" (frozen base weights as bitsandbytes' Linear8bitLt
+                          // keeps them: int8 with per-row scales; models/int8.h); empty in
+                          // older files = full
     "alloc_conf",         // PYTORCH_ALLOC_CONF and PYTORCH_CUDA_ALLOC_CONF of the worker, "" = unset
     "allocator_settings", // what the CUDA caching allocator parsed (as a snapshot's
                           // allocator_settings); empty on the CPU

@@ -75,6 +75,7 @@ nlohmann::json point_columns(const Point& p) {
     j["lora_targets"] = p.lora_targets_text();
   }
   j["offload"] = p.offload;
+  j["weights"] = p.weights;
   j["alloc_conf"] = p.alloc_conf;
   j["steps"] = p.steps;
   j["warmup_steps"] = p.warmup_steps;
