@@ -51,6 +51,9 @@ std::string configuration(const Row& row) {
       key += std::string(name) + "=" + row.at(schema::find_column(name)) + ";";
   const std::string& offload = row.at(column("offload"));
   key += "offload=" + (offload.empty() ? std::string("none") : offload) + ";";
+  // Added later: named only when not full, so that keys of full-weight rows stay as they were.
+  if (const std::string& w = row.at(column("weights")); !w.empty() && w != "full")
+    key += "weights=" + w + ";";
   return key;
 }
 
