@@ -4,7 +4,10 @@
 #include <cmath>
 #include <map>
 
+#include <ATen/autocast_mode.h>
+
 #include "models/gpt2.h"
+#include "models/int8.h"
 
 namespace sweep::models {
 
@@ -71,6 +74,23 @@ torch::Tensor LoraImpl::forward(const torch::Tensor& x, torch::Tensor result) {
   return result.to(torch_result_dtype);
 }
 
+torch::Tensor LoraImpl::forward_bnb8(const torch::Tensor& x, torch::Tensor result) {
+  // requires_conversion = not torch.is_autocast_enabled(): the CUDA autocast state only.
+  const bool requires_conversion = !at::autocast::is_autocast_enabled(at::kCUDA);
+  const auto expected_dtype = result.scalar_type();
+  const torch::Tensor xc = requires_conversion && x.scalar_type() != lora_A->weight.scalar_type()
+                               ? x.to(lora_A->weight.scalar_type())
+                               : x;
+  // output = lora_B(lora_A(dropout(x))) * scaling
+  torch::Tensor output =
+      at::linear(dropout_ > 0 ? torch::dropout(xc, dropout_, is_training()) : xc, lora_A->weight);
+  output = at::linear(output, lora_B->weight);
+  output = output * scaling_;
+  if (requires_conversion) output = output.to(expected_dtype);
+  result = result + output;
+  return result;
+}
+
 int add_lora(torch::nn::Module& model, const LoraSettings& s) {
   TORCH_CHECK(s.r >= 1 && s.alpha > 0 && s.dropout >= 0 && s.dropout < 1, "bad LoRA settings");
   // _mark_only_adapters_as_trainable: every parameter not of an adapter is frozen.
@@ -86,12 +106,17 @@ int add_lora(torch::nn::Module& model, const LoraSettings& s) {
     for (const auto& t : s.targets) match = match || lora_target_matches(item.key(), t);
     if (!match) continue;
     const auto& m = item.value();
+    torch::Tensor w;
     if (auto* lin = m->as<torch::nn::Linear>())
-      found.push_back({m, lin->weight.size(1), lin->weight.size(0), lin->weight});
-    else if (auto* conv = m->as<Conv1D>())  // weight (in, out); PEFT sets fan_in_fan_out
-      found.push_back({m, conv->weight.size(0), conv->weight.size(1), conv->weight});
+      w = lin->weight;
+    else if (auto* conv = m->as<Conv1D>())
+      w = conv->weight;
     else
       TORCH_CHECK(false, "LoRA target ", item.key(), " is not a Linear or Conv1D layer");
+    // A Conv1D's weight is (in, out) (PEFT sets fan_in_fan_out); a Linear's, and an int8
+    // layer's (bnb's Linear8bitLt, which replaced the Conv1D), is (out, in).
+    const bool in_out = m->as<Conv1D>() && !is_int8(w);
+    found.push_back({m, w.size(in_out ? 0 : 1), w.size(in_out ? 1 : 0), w});
   }
   TORCH_CHECK(!found.empty(), "no layer matches the LoRA targets");
   for (auto& t : found) {

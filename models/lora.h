@@ -38,6 +38,10 @@ class LoraImpl : public torch::nn::Module {
   LoraImpl(int64_t in_features, int64_t out_features, const LoraSettings& s);
   // x: the base layer's input (..., in); result: its output (..., out).
   torch::Tensor forward(const torch::Tensor& x, torch::Tensor result);
+  // The same on an 8-bit base layer (peft/tuners/lora/bnb.py Linear8bitLt.forward): the
+  // adapter's output is cast to the base's dtype before the sum, not the sum after it, and
+  // neither cast happens under CUDA autocast.
+  torch::Tensor forward_bnb8(const torch::Tensor& x, torch::Tensor result);
 
   torch::nn::Linear lora_A{nullptr}, lora_B{nullptr};
 
@@ -47,7 +51,7 @@ class LoraImpl : public torch::nn::Module {
 TORCH_MODULE(Lora);
 
 // get_peft_model on a built model: freezes every parameter, then gives each Linear (or GPT-2
-// Conv1D) whose name matches a target a Lora child named "lora", on the layer's device, in
+// Conv1D, or either holding an int8 weight: (out, in) then, see int8.h) whose name matches a target a Lora child named "lora", on the layer's device, in
 // fp32, in the model's train/eval mode. Returns how many layers it adapted (at least one;
 // PEFT fails when no module matches, and so does this).
 int add_lora(torch::nn::Module& model, const LoraSettings& s);

@@ -306,6 +306,7 @@ std::string bench_name(const Row& row) {
   if (const auto& a = cell(column("adapter")); !a.empty() && a != "none") n += "/" + a + "-r" + cell(column("lora_r"));
   if (cell(column("use_cache")) == "0") n += "/no-cache";
   if (const auto& o = cell(column("offload")); !o.empty() && o != "none") n += "/offload-" + o;
+  if (const auto& w = cell(column("weights")); !w.empty() && w != "full") n += "/weights-" + w;
   if (!cell(column("alloc_conf")).empty()) n += "/alloc=" + cell(column("alloc_conf"));
   if (auto b = row.number(column("budget_bytes")); b && *b > 0) n += "/budget" + bytes(*b);
   return n;

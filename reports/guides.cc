@@ -26,7 +26,7 @@ struct Rule {
 
 std::string axes(const Point& p, bool precision, bool checkpointing, bool optimizer, bool batch) {
   std::string k = p.mode + "|" + std::to_string(p.accumulation) + "|" + p.adapter + p.lora_r + "|" +
-                  (p.use_cache ? "1" : "0") + "|" + p.alloc_conf + "|" + p.offload;
+                  (p.use_cache ? "1" : "0") + "|" + p.alloc_conf + "|" + p.offload + "|" + p.weights_axis;
   if (precision) k += "|" + p.precision;
   if (checkpointing) k += "|" + p.checkpointing;
   if (optimizer) k += "|" + p.optimizer;

@@ -61,6 +61,10 @@ Measured measure(const Row& r) {
   c.alloc_conf = r.at(column("alloc_conf"));
   if (const auto& a = r.at(column("adapter")); !a.empty() && a != "none")
     c.adapter = a + (r.at(column("lora_r")).empty() ? "" : " r" + r.at(column("lora_r")));
+  // 8-bit base weights go with the adapter (the config trains them only under LoRA): "lora r8
+  // on int8 weights" is a technique and a configuration of its own.
+  if (const auto& w = r.at(column("weights")); !w.empty() && w != "full")
+    c.adapter += (c.adapter.empty() ? "" : " on ") + w + " weights";
   c.use_cache = r.at(column("use_cache")) != "0";
   if (const auto& o = r.at(column("offload")); !o.empty() && o != "none") c.offload = o;
   c.batch = as_int(r, column("batch"), 0);

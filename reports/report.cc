@@ -95,6 +95,7 @@ Point parse_point(const Row& r) {
   if (!r.at(column("adapter")).empty()) p.adapter = r.at(column("adapter"));
   p.use_cache = r.at(column("use_cache")) != "0";
   if (!r.at(column("offload")).empty()) p.offload = r.at(column("offload"));
+  if (!r.at(column("weights")).empty()) p.weights_axis = r.at(column("weights"));
   p.host_peak_bytes = r.number(column("host_peak_bytes"));
   if (p.adapter == "lora") {
     r.number(column("lora_r"));  // numeric when present
@@ -242,7 +243,8 @@ bool Group::fits(const Point& p) const {
 std::string Point::technique() const {
   return precision + " / " + checkpointing + " / acc " + std::to_string(accumulation) + " / " +
          optimizer + (adapter == "lora" ? " / lora r" + lora_r : "") +
-         (use_cache ? "" : " / use_cache=False") + (offload == "none" ? "" : " / offload " + offload);
+         (use_cache ? "" : " / use_cache=False") + (offload == "none" ? "" : " / offload " + offload) +
+         (weights_axis == "full" ? "" : " / weights " + weights_axis);
 }
 
 std::vector<Point> parse_points(const Results& results) {

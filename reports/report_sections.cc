@@ -21,7 +21,7 @@ auto technique_key(const Point& p) {
   return std::make_tuple(precision_rank(p.precision), p.precision,
                          checkpointing_rank(p.checkpointing), p.checkpointing, p.accumulation,
                          optimizer_rank(p.optimizer), p.optimizer, p.adapter != "none",
-                         p.adapter, p.lora_r, !p.use_cache, p.offload);
+                         p.adapter, p.lora_r, !p.use_cache, p.offload, p.weights_axis);
 }
 bool by_technique(const Point& a, const Point& b) {
   return std::tuple_cat(technique_key(a), std::make_tuple(a.batch)) <
@@ -143,6 +143,7 @@ std::vector<Field<Point>> technique_fields() {
        .cell = [](const Point& p) { return p.adapter == "lora" ? "lora r" + p.lora_r : p.adapter; }},
       {.header = "use_cache", .cell = [](const Point& p) { return std::string(p.use_cache ? "True" : "False"); }},
       {.header = "offload", .cell = [](const Point& p) { return p.offload; }},
+      {.header = "weights", .cell = [](const Point& p) { return p.weights_axis; }},
       {.header = "status", .cell = [](const Point& p) { return status_text(p); }},
   };
 }
@@ -237,7 +238,7 @@ void technique_section(Document& doc, Plotter& plotter, const Group& g) {
     const Point* base = nullptr;
     for (const Point& p : pts)
       if (p.ok() && p.precision == "fp32" && p.checkpointing == "none" && p.accumulation == 1 &&
-          p.optimizer == base_optimizer && p.adapter == "none" && p.use_cache && p.offload == "none" && p.peak_allocated &&
+          p.optimizer == base_optimizer && p.adapter == "none" && p.use_cache && p.offload == "none" && p.weights_axis == "full" && p.peak_allocated &&
           p.tokens_per_s)
         base = &p;
     auto saving = [&](const Point& p) -> std::optional<double> {

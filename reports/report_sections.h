@@ -25,6 +25,7 @@ struct Point {
   std::string lora_r;            // the LoRA rank as written, when adapter is lora
   bool use_cache = true;         // false: called with use_cache=False (GPT-2, T5)
   std::string offload = "none";  // "optimizer": AdamW's state on the host (ZeRO-Offload)
+  std::string weights_axis = "full";  // the weights column: "int8" (frozen base in 8 bit); older files: full
   int batch = 0;
   int accumulation = 1;
   double budget_bytes = 0;

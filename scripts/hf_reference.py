@@ -11,6 +11,8 @@ PyTorch + Hugging Face user writes it, measured the way sweep measures.
 What the reference does, per point (fresh process, CUDA):
   * transformers model built from the checkpoint's configuration (no download), SDPA attention,
     .to(cuda), .train(); gradient_checkpointing_enable() for checkpointing "block";
+  * weights full | int8 (from_pretrained with BitsAndBytesConfig(load_in_8bit=True): the
+    linear layers become bitsandbytes' Linear8bitLt; use with --adapter lora);
   * precision fp32 | fp16-amp (torch.autocast + torch.amp.GradScaler) | bf16-amp (autocast) |
     bf16 (model.to(bfloat16));
   * optimizer torch.optim.AdamW (PyTorch's default implementation choice), fused AdamW, SGD
@@ -118,6 +120,36 @@ def lora(model, family, a):
     return peft.get_peft_model(model, cfg)
 
 
+def load_int8(model, a, device):
+    """The model as users load it in 8 bit: from_pretrained(quantization_config=
+    BitsAndBytesConfig(load_in_8bit=True)) from a checkpoint (the freshly built model saved to a
+    temporary directory), in the point's dtype. transformers then converts every Linear and
+    GPT-2 Conv1D but the output embedding and _keep_in_fp32_modules to bitsandbytes'
+    Linear8bitLt (threshold 6.0, has_fp16_weights=False). prepare_model_for_kbit_training is
+    not called (see the README)."""
+    import tempfile
+    import torch
+    import transformers as tf
+    with tempfile.TemporaryDirectory() as d:
+        model.save_pretrained(d)
+        cls = type(model)
+        del model
+        model = cls.from_pretrained(
+            d, quantization_config=tf.BitsAndBytesConfig(load_in_8bit=True), device_map={"": device},
+            dtype=torch.bfloat16 if a.precision == "bf16" else torch.float32)
+    if device.type == "cpu":
+        # On the CPU the loader reads the checkpoint file into one buffer and leaves every
+        # tensor it need not convert (same dtype, not quantised) as a view into it, so the
+        # whole fp32 checkpoint stays allocated (730 KB for gpt2-test). Loaded onto a GPU each
+        # tensor is copied on its own and the buffer is host memory. A copy of each, as the
+        # move to a GPU makes, so that the CPU fixture holds what a GPU holds.
+        with torch.no_grad():
+            for t in list(model.parameters()) + list(model.buffers()):
+                if t.dtype != torch.int8:
+                    t.data = t.data.clone()
+    return model
+
+
 def burst(a, device, phase=None):
     """The training (or eval) loop as a user writes it. `phase(name)` returns a context manager
     around each phase (build, forward, backward, optimizer): the CPU fixtures mark phases with
@@ -130,9 +162,12 @@ def burst(a, device, phase=None):
     torch.manual_seed(a.seed)
     with phase("build"):
         family, model = build(a.model)
-        model.to(device)
-        if a.precision == "bf16":
-            model.to(torch.bfloat16)
+        if getattr(a, "weights", "full") == "int8":
+            model = load_int8(model, a, device)
+        else:
+            model.to(device)
+            if a.precision == "bf16":
+                model.to(torch.bfloat16)
         model.train(train)
         if train and a.checkpointing == "block":
             model.gradient_checkpointing_enable()
@@ -188,7 +223,7 @@ def point(a):
     return dict(model=a.model, batch=a.batch, precision=a.precision, checkpointing=a.checkpointing,
                 accumulation=a.accumulation, optimizer=a.optimizer, use_cache=a.use_cache,
                 adapter=a.adapter, lora_r=a.lora_r, lora_alpha=a.lora_alpha,
-                lora_dropout=a.lora_dropout, lora_targets=a.lora_targets,
+                lora_dropout=a.lora_dropout, lora_targets=a.lora_targets, weights=a.weights,
                 peak_allocated_bytes=torch.cuda.max_memory_allocated(),
                 peak_reserved_bytes=torch.cuda.max_memory_reserved(), step_ms=step_ms,
                 tokens_per_s=tokens / (step_ms / 1000), device_name=torch.cuda.get_device_name(),
@@ -210,7 +245,8 @@ def compare(results_dir, extra):
                 "--repetitions", r["repetitions"], "--mode", r.get("mode") or "train",
                 "--use_cache", {"1": "true", "0": "false"}.get(r.get("use_cache") or "1",
                                                                 r.get("use_cache")),
-                "--adapter", r.get("adapter") or "none"] + extra
+                "--adapter", r.get("adapter") or "none",
+                "--weights", r.get("weights") or "full"] + extra
         if r.get("adapter") == "lora":
             args += ["--lora_r", r["lora_r"], "--lora_alpha", r["lora_alpha"],
                      "--lora_dropout", r["lora_dropout"], "--lora_targets", r["lora_targets"]]
@@ -232,6 +268,8 @@ def compare(results_dir, extra):
         tech = f"{r['precision']} / {r['checkpointing']} / acc {r['accumulation']} / {r['optimizer']}"
         if r.get("adapter") == "lora":
             tech += f" / lora r{r['lora_r']}"
+        if (r.get("weights") or "full") != "full":
+            tech += f" / weights {r['weights']}"
         print(f"| {r['model']} | {r['batch']} | {shape} | {tech} | {ours / 2**30:.3f} | "
               f"{ref['peak_allocated_bytes'] / 2**30:.3f} | {ours / ref['peak_allocated_bytes']:.3f} | "
               f"{mine_tps:.0f} | {ref['tokens_per_s']:.0f} | {mine_tps / ref['tokens_per_s']:.3f} |",
@@ -265,6 +303,8 @@ def main():
     p.add_argument("--lora_targets", default="",
                    help="';'-separated module names (as the results file writes them); "
                         "empty: PEFT's default for the family")
+    p.add_argument("--weights", default="full", choices=["full", "int8"],
+                   help="int8: from_pretrained with BitsAndBytesConfig(load_in_8bit=True)")
     c = sub.add_parser("compare", help="reference for every ok CUDA row of a results directory")
     c.add_argument("results")
     a = ap.parse_args()

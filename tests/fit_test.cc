@@ -150,23 +150,27 @@ TEST(Fit, LoraIsATechniqueOfItsOwnWithALowerPeak) {
   // With the base frozen there are no gradients or AdamW moments for it: under the same
   // card LoRA reaches at least full fine-tuning's batch, with a lower peak at the same batch
   // (on the tiny GPT-2 activations dominate: both stop at batch 5 under 30 MiB, LoRA ~4 MiB
-  // lower), and the answer says it is LoRA.
+  // lower), and the answer says it is LoRA. With --weights full,int8, LoRA on 8-bit weights
+  // is a technique of its own, searched too (never int8 without LoRA).
   const auto dir = testing::temp_dir("fit_lora");
   const auto j = fit_json(
       "gpt2-test --memory-gib 0.03 --device cpu --precision fp32 --optimizer adamw --checkpointing none "
-      "--adapter none,lora",
+      "--adapter none,lora --weights full,int8",
       dir / "out");
-  std::map<std::string, int64_t> largest;  // adapter -> largest batch (use_cache on)
-  std::map<std::string, double> peak;      // adapter -> its peak there
+  std::map<std::string, int64_t> largest;  // adapter/weights -> largest batch (use_cache on)
+  std::map<std::string, double> peak;      // adapter/weights -> its peak there
   for (const auto& t : j["techniques"])
     if (t["use_cache"].get<bool>() && !t["largest_batch"].is_null()) {
-      largest[t["adapter"].get<std::string>()] = t["largest_batch"].get<int64_t>();
-      peak[t["adapter"].get<std::string>()] = t["peak_reserved_bytes"].get<double>();
+      const auto key = t["adapter"].get<std::string>() + "/" + t["weights"].get<std::string>();
+      largest[key] = t["largest_batch"].get<int64_t>();
+      peak[key] = t["peak_reserved_bytes"].get<double>();
     }
-  ASSERT_EQ(largest.size(), 2u) << j.dump(2);
-  EXPECT_GE(largest["lora"], largest["none"]) << j.dump(2);
-  if (largest["lora"] == largest["none"]) EXPECT_LT(peak["lora"], peak["none"]) << j.dump(2);
-  EXPECT_EQ(j["techniques"].size(), 4u);  // x use_cache
+  ASSERT_EQ(largest.size(), 3u) << j.dump(2);
+  EXPECT_GE(largest["lora/full"], largest["none/full"]) << j.dump(2);
+  if (largest["lora/full"] == largest["none/full"])
+    EXPECT_LT(peak["lora/full"], peak["none/full"]) << j.dump(2);
+  EXPECT_GE(largest["lora/int8"], 1) << j.dump(2);
+  EXPECT_EQ(j["techniques"].size(), 6u);  // {none, lora, lora on int8} x use_cache
 }
 
 TEST(Fit, BadInputExitsTwoWithAHint) {
@@ -175,7 +179,9 @@ TEST(Fit, BadInputExitsTwoWithAHint) {
        {"gpt2-test --device cpu", "gpt2-test --memory-gib 1 --gpu rtx3060 --device cpu",
         "nosuch --memory-gib 1 --device cpu", "gpt2-test --gpu nosuchcard --device cpu",
         "gpt2-test --memory-gib -1 --device cpu", "gpt2-test --memory-gib nan --device cpu",
-        "gpt2-test --memory-gib 1 --precision fp8 --device cpu"}) {
+        "gpt2-test --memory-gib 1 --precision fp8 --device cpu",
+        "gpt2-test --memory-gib 1 --weights int8 --device cpu",
+        "gpt2-test --memory-gib 1 --adapter lora --weights int4 --device cpu"}) {
     const auto r = testing::run_sweep_cli("fit " + args + " --out " + (dir / "out").string());
     EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
     EXPECT_NE(r.output.find("hint:"), std::string::npos) << args << "\n" << r.output;

@@ -48,6 +48,8 @@ Point point_of(const nlohmann::json& c) {
     p.lora_dropout = c.at("lora_dropout");
     p.lora_targets = c.at("lora_targets").get<std::vector<std::string>>();
   }
+  // 8-bit base weights (from_pretrained with BitsAndBytesConfig(load_in_8bit=True)).
+  p.weights = c.value("weights", "full");
   const auto& steps = fixture().at("steps");
   p.steps = steps.at("steps");
   p.warmup_steps = steps.at("warmup");

@@ -378,6 +378,30 @@ TEST(Compare, OffloadIsPartOfTheConfigurationAndAbsentMeansNone) {
   EXPECT_EQ(other.count(Verdict::kNotComparable), other.points.size());
 }
 
+TEST(Compare, Int8WeightsArePartOfTheConfigurationAndAbsentMeansFull) {
+  const std::string text = slurp(data("base"));
+  auto with_weights = [&](const std::string& value) {
+    std::istringstream lines(text);
+    std::string out, line;
+    for (bool header = true; std::getline(lines, line); header = false)
+      out += line + "," + (header ? "weights" : value) + "\n";
+    return out;
+  };
+  TempDir dir;
+  const auto full_dir = dir.path() / "full", int8_dir = dir.path() / "int8";
+  fs::create_directories(full_dir);
+  fs::create_directories(int8_dir);
+  std::ofstream(full_dir / "results.csv") << with_weights("full");
+  std::ofstream(int8_dir / "results.csv") << with_weights("int8");
+  const auto base = read_results(data("base"));  // written before the column: full
+  const auto same = compare_results(base, read_results(full_dir.string()));
+  EXPECT_EQ(same.count(Verdict::kNotComparable), 0u);
+  EXPECT_EQ(same.unchanged_points(), same.points.size());
+  const auto other = compare_results(base, read_results(int8_dir.string()));
+  EXPECT_EQ(other.unchanged_points(), 0u);
+  EXPECT_EQ(other.points.size(), 2 * same.points.size());
+}
+
 TEST(Compare, JsonAndCsvCarryEveryComparedMetric) {
   const auto r = compare_files("base", "mixed");
   std::size_t metrics = 0;

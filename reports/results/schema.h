@@ -39,6 +39,9 @@ inline constexpr std::array kColumns = std::to_array<std::string_view>({
     "lora_targets",       // adapted modules, ';'-separated: "c_attn", "q;v"
     "offload",            // "none" | "optimizer" (ZeRO-Offload: AdamW's state and fp32 master
                           // weights in host memory, stepped on the CPU); empty in older files
+    "weights",            // "full" | "int8" (frozen base weights as bitsandbytes' Linear8bitLt
+                          // keeps them: int8 with per-row scales; models/int8.h); empty in
+                          // older files = full
     "alloc_conf",         // PYTORCH_ALLOC_CONF and PYTORCH_CUDA_ALLOC_CONF of the worker, "" = unset
     "allocator_settings", // what the CUDA caching allocator parsed (as a snapshot's
                           // allocator_settings); empty on the CPU
@@ -189,6 +192,7 @@ inline constexpr std::array kAxes = std::to_array<Axis>({
     {"lora_dropout", Cell::kWithLora, Named::kWithLora, ""},
     {"lora_targets", Cell::kWithLora, Named::kWithLora, ""},
     {"offload", Cell::kAlways, Named::kUnlessDefault, "none"},
+    {"weights", Cell::kAlways, Named::kUnlessDefault, "full"},
     {"alloc_conf", Cell::kAlways, Named::kAlways, ""},
     {"steps", Cell::kAlways, Named::kAlways, ""},
     {"warmup_steps", Cell::kAlways, Named::kAlways, ""},

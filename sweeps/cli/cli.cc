@@ -170,6 +170,9 @@ void register_commands(CLI::App& app, int& exit_code) {
   fit->add_option("--adapter", fo->adapters,
                   "Adapters to try: none (full fine-tuning, the default), lora (PEFT's defaults)")
       ->delimiter(',');
+  fit->add_option("--weights", fo->weights,
+                  "Base weights to try: full (the default), int8 (bitsandbytes' 8-bit, with lora only)")
+      ->delimiter(',');
   fit->add_option("--device", fo->device, "Where to measure (cpu: the tracking allocator enforces "
                                           "the card's memory)")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}));

@@ -83,7 +83,7 @@ Card resolve_card(const FitOptions& o) {
 
 std::string technique_key(const FitTechnique& t) {
   return t.precision + "|" + t.checkpointing + "|" + t.optimizer + "|" + (t.use_cache ? "1" : "0") +
-         "|" + t.adapter + "|" + t.offload;
+         "|" + t.adapter + "|" + t.offload + "|" + t.weights;
 }
 
 // The technique a probe row measured.
@@ -95,6 +95,7 @@ FitTechnique technique_of(const reports::Row& r) {
   t.use_cache = r.axis(column("use_cache")) != "0";
   t.adapter = r.axis(column("adapter"));
   t.offload = r.axis(column("offload"));
+  t.weights = r.axis(column("weights"));
   return t;
 }
 
@@ -209,7 +210,8 @@ void write_text(const std::filesystem::path& path, const std::string& text) {
 std::string FitTechnique::label() const {
   return precision + ", " + (checkpointing == "none" ? "no checkpointing" : checkpointing + " checkpointing") +
          ", " + optimizer + (use_cache ? "" : ", use_cache=False") + (adapter == "none" ? "" : ", " + adapter) +
-         (offload == "none" ? "" : ", offload " + offload);
+         (offload == "none" ? "" : ", offload " + offload) +
+         (weights == "full" ? "" : ", " + weights + " weights");
 }
 
 int run_fit(const FitOptions& o) {
@@ -263,6 +265,13 @@ int run_fit(const FitOptions& o) {
                                 device == "cuda" ? std::vector<std::string>{"none", "optimizer"}
                                                  : std::vector<std::string>{"none"},
                                 "offload", "--offload");
+  // 8-bit base weights only when asked (--weights full,int8), and then with LoRA only: the
+  // 8-bit base is frozen.
+  const auto weights = checked(o.weights, {"full"}, "weights", "--weights");
+  if (std::find(weights.begin(), weights.end(), "int8") != weights.end() &&
+      std::find(adapters.begin(), adapters.end(), "lora") == adapters.end())
+    throw UserError("", 0, "--weights", "int8 weights train only with LoRA: the 8-bit base is frozen",
+                    "add --adapter lora (or --adapter none,lora)");
   // Offload is ZeRO-Offload's AdamW with fp32 master weights: AdamW only, not pure bf16.
   auto offloadable = [](const std::string& precision, const std::string& optimizer) {
     return optimizer == "adamw" && precision != "bf16";
@@ -273,9 +282,11 @@ int run_fit(const FitOptions& o) {
       for (const auto& opt : optimizers)
         for (const auto& ad : adapters)
           for (const auto& off : offloads)
-            for (bool cache : {true, false})
-              if ((cache || (has_cache(*spec) && c == "none")) && (off == "none" || offloadable(p, opt)))
-                wanted.push_back({p, c, opt, cache, ad, off});
+            for (const auto& w : weights)
+              for (bool cache : {true, false})
+                if ((cache || (has_cache(*spec) && c == "none")) && (off == "none" || offloadable(p, opt)) &&
+                    (w == "full" || ad == "lora"))
+                  wanted.push_back({p, c, opt, cache, ad, off, w});
 
   const std::string out = o.out.empty() ? "results/fit-" + o.model + "-" + card.key : o.out;
   std::filesystem::create_directories(out);
@@ -288,7 +299,8 @@ int run_fit(const FitOptions& o) {
     << config_head(o, name, device, out, usable) << "search: max_batch\nsearch_max_batch: "
     << o.max_batch << "\ngrid:\n  batch: 1\n" << input_axes(o) << "  precision: " << yaml_list(precisions)
     << "\n  checkpointing: " << yaml_list(ckpts) << "\n  optimizer: " << yaml_list(optimizers)
-    << "\n  adapter: " << yaml_list(adapters) << "\n  offload: " << yaml_list(offloads) << "\n";
+    << "\n  adapter: " << yaml_list(adapters) << "\n  offload: " << yaml_list(offloads)
+    << "\n  weights: " << yaml_list(weights) << "\n";
   std::vector<std::string> excludes;
   if (has_cache(*spec)) {
     y << "  use_cache: [true, false]\n";
@@ -300,6 +312,9 @@ int run_fit(const FitOptions& o) {
     if (std::find(precisions.begin(), precisions.end(), "bf16") != precisions.end())
       excludes.push_back("{offload: optimizer, precision: bf16}");
   }
+  if (std::find(weights.begin(), weights.end(), "int8") != weights.end() &&
+      std::find(adapters.begin(), adapters.end(), "none") != adapters.end())
+    excludes.push_back("{weights: int8, adapter: none}");
   if (!excludes.empty()) {
     y << "exclude:\n";
     for (const auto& e : excludes) y << "  - " << e << "\n";
@@ -361,7 +376,7 @@ int run_fit(const FitOptions& o) {
       << config_head(o, name + "-pick", device, out, budget) << "grid:\n  batch: " << choice->batch << "\n"
       << input_axes(o) << "  precision: " << t.precision << "\n  checkpointing: " << t.checkpointing
       << "\n  optimizer: " << t.optimizer << "\n  adapter: " << t.adapter << "\n  offload: " << t.offload
-      << "\n  accumulation: " << choice->accumulation << "\n";
+      << "\n  weights: " << t.weights << "\n  accumulation: " << choice->accumulation << "\n";
     if (has_cache(*spec)) v << "  use_cache: " << (t.use_cache ? "true" : "false") << "\n";
     const auto pick_path = std::filesystem::path(out) / "fit-pick.yaml";
     write_text(pick_path, v.str());
@@ -423,7 +438,7 @@ int run_fit(const FitOptions& o) {
     for (const auto& t : a.techniques) {
       probes += t.probes;
       nlohmann::json e = {{"precision", t.precision}, {"checkpointing", t.checkpointing},
-                          {"optimizer", t.optimizer}, {"use_cache", t.use_cache}, {"adapter", t.adapter}, {"offload", t.offload}, {"probes", t.probes},
+                          {"optimizer", t.optimizer}, {"use_cache", t.use_cache}, {"adapter", t.adapter}, {"offload", t.offload}, {"weights", t.weights}, {"probes", t.probes},
                           {"limit_reached", t.first_oom.has_value()}};
       e["largest_batch"] = t.largest ? nlohmann::json(*t.largest) : nlohmann::json(nullptr);
       e["first_oom"] = t.first_oom ? nlohmann::json(*t.first_oom) : nlohmann::json(nullptr);
@@ -442,7 +457,7 @@ int run_fit(const FitOptions& o) {
       const auto& t = *choice->technique;
       j["recommendation"] = {{"precision", t.precision}, {"checkpointing", t.checkpointing},
                              {"optimizer", t.optimizer}, {"use_cache", t.use_cache}, {"adapter", t.adapter}, {"offload", t.offload},
-                             {"batch", choice->batch}, {"accumulation", choice->accumulation},
+                             {"weights", t.weights}, {"batch", choice->batch}, {"accumulation", choice->accumulation},
                              {"tokens_per_s", choice->tokens_per_s}, {"step_ms_cv", choice->step_ms_cv},
                              {"noisy", choice->step_ms_cv > reports::kNoisyStepCv}, {"reason", reason}};
     } else {

@@ -23,6 +23,7 @@ struct FitOptions {
   std::optional<double> audio_s;
   std::optional<int64_t> effective_batch;  // micro-batch x accumulation to reach
   std::vector<std::string> precisions, checkpointing, optimizers, adapters, offloads;  // empty: the defaults
+  std::vector<std::string> weights;  // empty: full; int8 is tried with lora only
   std::string device = "auto";
   double margin = 0.1;                 // fraction of the card kept free, as `recommend`
   std::optional<double> context_gib;   // CUDA context allowance; measured when absent
@@ -37,6 +38,7 @@ struct FitTechnique {
   bool use_cache = true;
   std::string adapter = "none";      // "lora": PEFT's LoRA, the base frozen
   std::string offload = "none";      // "optimizer": AdamW's state on the host (ZeRO-Offload)
+  std::string weights = "full";      // "int8": the frozen base in 8 bit (with lora)
   std::optional<int64_t> largest;    // largest batch that fits; none: not even batch 1
   std::optional<int64_t> first_oom;  // smallest batch measured out of memory
   int probes = 0;

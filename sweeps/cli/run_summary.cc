@@ -45,7 +45,7 @@ json cells(const reports::Row& r, const std::array<std::string_view, N>& names) 
 }
 
 // "gpt2 batch 4, fp32, checkpointing none, adamw" (+ ", accumulation 4", ", lora r8",
-// ", use_cache=False", ", offload optimizer" where they apply: a LoRA row is not full
+// ", use_cache=False", ", offload optimizer", ", int8 weights" where they apply: a LoRA row is not full
 // fine-tuning)
 std::string row_label(const reports::Row& r) {
   std::string s = r.at(column("model")) + " batch " + r.at(column("batch")) + ", " +
@@ -55,6 +55,7 @@ std::string row_label(const reports::Row& r) {
   if (const auto& a = r.at(column("adapter")); !a.empty() && a != "none") s += ", " + a + " r" + r.at(column("lora_r"));
   if (r.at(column("use_cache")) == "0") s += ", use_cache=False";
   if (const auto& o = r.at(column("offload")); !o.empty() && o != "none") s += ", offload " + o;
+  if (const auto& w = r.at(column("weights")); !w.empty() && w != "full") s += ", " + w + " weights";
   return s;
 }
 

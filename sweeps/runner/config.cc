@@ -19,7 +19,7 @@ const std::vector<std::string> kAxes = {"mode",          "seq",       "target_se
                                         "audio_s",       "precision", "checkpointing",
                                         "optimizer",     "accumulation", "alloc_conf",
                                         "adapter",       "offload",   "batch",
-                                        "use_cache"};
+                                        "use_cache",     "weights"};
 
 namespace {
 
@@ -31,6 +31,7 @@ const std::map<std::string, std::vector<std::string>> kChoices = {
     {"use_cache", {"true", "false"}},
     {"adapter", {"none", "lora"}},
     {"offload", {"none", "optimizer"}},
+    {"weights", {"full", "int8"}},
 };
 
 // Ranges of the numeric axes. The upper ends keep every product the burst forms (batch x

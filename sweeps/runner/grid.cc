@@ -17,7 +17,7 @@ const std::map<std::string, std::string> kDefaults = {
     {"mode", "train"},      {"seq", "128"},       {"target_seq", "128"}, {"audio_s", "30"},
     {"precision", "fp32"},  {"checkpointing", "none"}, {"optimizer", "adamw"},
     {"accumulation", "1"},  {"alloc_conf", ""},   {"batch", "1"}, {"use_cache", "true"},
-    {"adapter", "none"},    {"offload", "none"},
+    {"adapter", "none"},    {"offload", "none"},     {"weights", "full"},
 };
 
 // A test model is sized for a 2-core CPU and its positions with it: whisper-test's encoder
@@ -96,6 +96,17 @@ void check_offload(const Point& p, const std::string& file, int line, const std:
                   "`exclude: [{offload: optimizer, optimizer: " + p.optimizer + "}]`");
 }
 
+// 8-bit base weights are frozen: training them needs an adapter (bitsandbytes' Linear8bitLt
+// with has_fp16_weights=False has no gradient for its weight). Eval runs them as they are.
+void check_weights(const Point& p, const std::string& file, int line, const std::string& key) {
+  if (p.weights != "int8" || p.mode != "train" || p.adapter == "lora") return;
+  throw UserError(file, line, key,
+                  "weights int8 trains only with adapter lora (" + p.model +
+                      "): the 8-bit base weights are frozen",
+                  "add `adapter: [lora]` to the grid, or leave the combination out with "
+                  "`exclude: [{weights: int8, adapter: none}]`");
+}
+
 }  // namespace
 
 bool matches(const ExcludeRule& rule, const Point& p) {
@@ -140,6 +151,8 @@ std::vector<Point> expand_grid(const Config& cfg, const RunSettings& run) {
     const auto& group = cfg.sweeps[g];
     const std::string offload_key =
         group.grid.count("offload") ? "sweeps[" + std::to_string(g) + "].grid.offload" : "grid.offload";
+    const std::string weights_key =
+        group.grid.count("weights") ? "sweeps[" + std::to_string(g) + "].grid.weights" : "grid.weights";
     GridSpec grid = cfg.grid;
     for (const auto& [axis, values] : group.grid) grid[axis] = values;
     std::vector<ExcludeRule> rules = cfg.exclude;
@@ -182,6 +195,8 @@ std::vector<Point> expand_grid(const Config& cfg, const RunSettings& run) {
             if (matches(r, p)) return;
           if (auto o = grid.find("offload"); o != grid.end())
             check_offload(p, cfg.path, o->second.line, offload_key);
+          if (auto w = grid.find("weights"); w != grid.end())
+            check_weights(p, cfg.path, w->second.line, weights_key);
           if (p.adapter == "lora") lora_models.insert(p.model);
           if (seen.insert(p.id()).second) out.push_back(p);
           return;

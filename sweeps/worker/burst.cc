@@ -142,6 +142,9 @@ Workload build(const Point& p, Ledger& ledger, MemoryTracker& mem) {
   w.model = spec->make();
   w.model->to(w.device);
   if (p.precision == "bf16") w.model->to(torch::kBFloat16);
+  // from_pretrained(quantization_config=BitsAndBytesConfig(load_in_8bit=True)): the frozen
+  // base's linear weights in 8 bit (models/int8.h), before PEFT adds its adapters.
+  if (p.weights == "int8") models::quantize_int8(*w.model, p.family);
   w.model->train(w.train);  // train mode: dropout on, as in a training loop
   if (w.train && p.checkpointing == "block") w.model->set_block_runner(&checkpoint_block);
   w.model->set_use_cache(p.use_cache);
@@ -154,7 +157,11 @@ Workload build(const Point& p, Ledger& ledger, MemoryTracker& mem) {
     models::add_lora(*w.model, {p.lora_r, p.lora_alpha, p.lora_dropout,
                                 p.lora_targets.empty() ? models::default_lora_targets(p.family)
                                                        : p.lora_targets});
-    w.model->set_inputs_require_grad(w.train && p.checkpointing == "block");
+    // PEFT skips it for a model loaded in 8 bit (is_loaded_in_8bit), leaving it to
+    // transformers, which turns it on for token models only (main_input_name "input_ids").
+    const bool token_model = p.family != "whisper";
+    w.model->set_inputs_require_grad(w.train && p.checkpointing == "block" &&
+                                     (p.weights != "int8" || token_model));
   }
   // The parameters a training loop updates: all but those the model freezes (Whisper's
   // sinusoidal positions, the base under LoRA), as with transformers and PEFT. Eval needs no gradients at all.

@@ -194,6 +194,7 @@ std::string Point::label() const {
   if (!use_cache) s << " no-cache";
   if (adapter == "lora") s << " lora r=" << lora_r;
   if (offload != "none") s << " offload=" << offload;
+  if (weights != "full") s << " weights=" << weights;
   if (mode != "train") s << " " << mode;
   if (!alloc_conf.empty()) s << " [" << alloc_conf << "]";
   return s.str();

@@ -39,6 +39,9 @@ struct Point {
   // none | optimizer (ZeRO-Offload: AdamW's state and fp32 master weights in host memory,
   // stepped on the CPU; sweeps/worker/offload.h)
   std::string offload = "none";
+  // full | int8 (the frozen base's linear weights in 8 bit, as bitsandbytes' Linear8bitLt;
+  // models/int8.h)
+  std::string weights = "full";
   std::string alloc_conf;
   // how it runs
   int steps = 3;
@@ -75,7 +78,7 @@ std::string fnv1a_hex(const std::string& text);
 #define SWEEP_POINT_AXES(X)                                                                      \
   X(model) X(family) X(mode) X(batch) X(seq) X(target_seq) X(audio_s) X(precision)               \
   X(checkpointing) X(accumulation) X(optimizer) X(use_cache) X(adapter) X(lora_r) X(lora_alpha)  \
-  X(lora_dropout) X(lora_targets) X(offload) X(alloc_conf) X(steps) X(warmup_steps)              \
+  X(lora_dropout) X(lora_targets) X(offload) X(weights) X(alloc_conf) X(steps) X(warmup_steps)              \
   X(repetitions) X(budget_bytes) X(budget_emulated) X(device)
 #define SWEEP_POINT_SETTINGS(X) X(timeout_s) X(lr) X(weight_decay) X(seed)
 
