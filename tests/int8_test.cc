@@ -15,8 +15,8 @@
 #include "models/zoo.h"
 #include "pickle_fixture.h"
 #include "sweep_version.h"
-#include "sweeps/config.h"
-#include "sweeps/grid.h"
+#include "sweeps/runner/config.h"
+#include "sweeps/runner/grid.h"
 #include "test_util.h"
 
 namespace sweep {
