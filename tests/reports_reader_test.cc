@@ -118,9 +118,9 @@ TEST(TypedReader, ParsesSamplesAndStatusOnce) {
   ASSERT_FALSE(r.rows.empty());
   EXPECT_EQ(r.rows[0].status, Status::kOk);
   EXPECT_EQ(r.rows[0].step_ms_samples, (std::vector<double>{289.646, 292.571, 295.497}));
-  EXPECT_EQ(status_name(Status::kTimeout), "timeout");
-  EXPECT_EQ(parse_status("oom"), Status::kOom);
-  EXPECT_FALSE(parse_status("OOM"));
+  EXPECT_EQ(name_of(Status::kTimeout), "timeout");
+  EXPECT_EQ(parse_as<Status>("oom"), Status::kOom);
+  EXPECT_FALSE(parse_as<Status>("OOM"));
 }
 
 TEST(TypedReader, TornLastLineSaysSoAndHowToDropIt) {

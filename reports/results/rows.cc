@@ -33,24 +33,6 @@ bool read_row(Reader& in, Row& row, std::index_sequence<I...>) {
 }  // namespace
 
 
-constexpr std::array kStatusNames = {
-    std::pair{Status::kOk, schema::kOk},           std::pair{Status::kOom, schema::kOom},
-    std::pair{Status::kCrash, schema::kCrash},     std::pair{Status::kTimeout, schema::kTimeout},
-    std::pair{Status::kSkipped, schema::kSkipped},
-};
-
-std::string_view status_name(Status s) {
-  for (auto [status, name] : kStatusNames)
-    if (status == s) return name;
-  SWEEP_CHECK(false, "status without a name");
-}
-
-std::optional<Status> parse_status(std::string_view name) {
-  for (auto [status, n] : kStatusNames)
-    if (n == name) return status;
-  return std::nullopt;
-}
-
 std::optional<double> Row::number(std::size_t col) const {
   const std::string& s = cells[col];
   if (s.empty()) return std::nullopt;
@@ -155,13 +137,26 @@ double checked_number(const Row& row, std::string_view column, std::string_view 
   return v;
 }
 
+// Every enumerated axis cell names a value of its vocabulary (or is empty: an older file).
+template <Vocabulary E>
+void check_name(const Row& row) {
+  const std::string& cell = row.at(schema::find_column(VocabTable<E>::key));
+  if (!cell.empty() && !parse_as<E>(cell))
+    bad_cell(row, VocabTable<E>::key, "'" + cell + "' is not one of " + choices<E>());
+}
+template <Vocabulary... E>
+void check_names(const Row& row) {
+  (check_name<E>(row), ...);
+}
+
 // The one gate every row passes before any command sees it.
 void check_row(Row& row) {
   using schema::column;
   const std::string& status = row.at(column("status"));
-  auto s = parse_status(status);
-  if (!s) bad_cell(row, "status", "'" + status + "' is not one of ok, oom, crash, timeout, skipped");
+  auto s = parse_as<Status>(status);
+  if (!s) bad_cell(row, "status", "'" + status + "' is not one of " + choices<Status>());
   row.status = *s;
+  check_names<Mode, Precision, Checkpointing, Optimizer, Adapter, Offload, Weights, Device>(row);
   if (row.at(column("point_id")).empty()) bad_cell(row, "point_id", "is empty");
   for (auto name : schema::kNumberColumns) {
     const std::string& cell = row.at(schema::find_column(name));

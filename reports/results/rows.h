@@ -12,6 +12,7 @@
 
 #include "reports/results/error.h"
 #include "reports/results/schema.h"
+#include "reports/results/vocab.h"
 
 namespace sweep::reports {
 
@@ -24,10 +25,15 @@ inline constexpr const char* kResultsHint =
 inline constexpr const char* kNoResultsHint =
     "pass the directory `sweep run` wrote (it holds results.csv), or the file itself";
 
-// A row's `status`, one table for its names (schema.h spells them).
-enum class Status { kOk, kOom, kCrash, kTimeout, kSkipped };
-std::string_view status_name(Status s);
-std::optional<Status> parse_status(std::string_view name);
+// A row's `status` and the enumerated axes are the vocabulary's (vocab.h).
+using ::sweep::Status;
+template <Vocabulary... E>
+consteval bool keys_are_columns() {
+  return ((schema::find_column(VocabTable<E>::key) < schema::kColumnCount) && ...);
+}
+static_assert(keys_are_columns<Mode, Precision, Checkpointing, Optimizer, Adapter, Offload, Weights,
+                               Device, Status>(),
+              "a vocabulary's key names no column of schema::kColumns");
 
 // One measurement row, checked when read: every numeric cell is a finite number (not
 // negative but for a leak rate), the status is known, the schema version is one this
@@ -45,6 +51,16 @@ struct Row {
     if (!cells[col].empty()) return cells[col];
     const schema::Axis* a = schema::find_axis(schema::kColumns[col]);
     return a ? a->fallback : std::string_view();
+  }
+  // An enumerated axis as its value (row.value<Precision>() == Precision::kBf16); nullopt when
+  // the cell is empty and has no fallback. read_results has checked that the name is known.
+  template <Vocabulary E>
+  std::optional<E> value() const {
+    const std::string_view name = axis(schema::find_column(VocabTable<E>::key));
+    if (name.empty()) return std::nullopt;
+    const auto v = parse_as<E>(name);
+    SWEEP_CHECK(v.has_value(), "a row whose " + std::string(VocabTable<E>::key) + " was not checked");
+    return v;
   }
   // The cell as a number; nullopt when empty (read_results has checked it is one).
   std::optional<double> number(std::size_t col) const;

@@ -123,13 +123,6 @@ constexpr std::size_t find_column(std::string_view name) {
   return kColumns.size();
 }
 
-// Statuses, as written in the `status` column.
-inline constexpr std::string_view kOk = "ok";
-inline constexpr std::string_view kOom = "oom";
-inline constexpr std::string_view kCrash = "crash";
-inline constexpr std::string_view kTimeout = "timeout";
-inline constexpr std::string_view kSkipped = "skipped";
-
 // Numeric columns: the reader checks every non-empty cell is a finite number, and not
 // negative unless listed in kSignedColumns. step_ms_samples is a ';'-separated list of them.
 inline constexpr std::array kNumberColumns = std::to_array<std::string_view>({
