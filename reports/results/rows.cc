@@ -156,7 +156,7 @@ void check_row(Row& row) {
   auto s = parse_as<Status>(status);
   if (!s) bad_cell(row, "status", "'" + status + "' is not one of " + choices<Status>());
   row.status = *s;
-  check_names<Mode, Precision, Checkpointing, Optimizer, Adapter, Offload, Weights, Device>(row);
+  check_names<Mode, Precision, Checkpointing, OptimizerKind, Adapter, Offload, Weights, Device>(row);
   if (row.at(column("point_id")).empty()) bad_cell(row, "point_id", "is empty");
   for (auto name : schema::kNumberColumns) {
     const std::string& cell = row.at(schema::find_column(name));

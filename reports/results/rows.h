@@ -31,7 +31,7 @@ template <Vocabulary... E>
 consteval bool keys_are_columns() {
   return ((schema::find_column(VocabTable<E>::key) < schema::kColumnCount) && ...);
 }
-static_assert(keys_are_columns<Mode, Precision, Checkpointing, Optimizer, Adapter, Offload, Weights,
+static_assert(keys_are_columns<Mode, Precision, Checkpointing, OptimizerKind, Adapter, Offload, Weights,
                                Device, Status>(),
               "a vocabulary's key names no column of schema::kColumns");
 

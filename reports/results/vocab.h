@@ -17,7 +17,8 @@ namespace sweep {
 enum class Mode { kTrain, kEval };
 enum class Precision { kFp32, kFp16Amp, kBf16Amp, kBf16 };
 enum class Checkpointing { kNone, kBlock };
-enum class Optimizer { kAdamW, kAdamWFused, kSgd, kAdafactor, kAdamW8bit };
+// kNone: an eval point trains nothing (its row says optimizer "none"); configs cannot ask for it.
+enum class OptimizerKind { kAdamW, kAdamWFused, kSgd, kAdafactor, kAdamW8bit, kNone };
 enum class Adapter { kNone, kLora };
 enum class Offload { kNone, kOptimizer };
 enum class Weights { kFull, kInt8 };
@@ -44,10 +45,10 @@ struct VocabTable<Checkpointing> {
   static constexpr std::array<std::string_view, 2> names = {"none", "block"};
 };
 template <>
-struct VocabTable<Optimizer> {
+struct VocabTable<OptimizerKind> {
   static constexpr std::string_view key = "optimizer";
-  static constexpr std::array<std::string_view, 5> names = {"adamw", "adamw-fused", "sgd",
-                                                            "adafactor", "adamw8bit"};
+  static constexpr std::array<std::string_view, 6> names = {"adamw", "adamw-fused", "sgd",
+                                                            "adafactor", "adamw8bit", "none"};
 };
 template <>
 struct VocabTable<Adapter> {
