@@ -13,7 +13,7 @@ void BM_TinyGpt2Step(benchmark::State& state) {
   auto model = sweep::models::find_model("gpt2-test")->make();
   model->train();
   if (state.range(1)) model->set_block_runner(&sweep::checkpoint_block);
-  auto opt = sweep::make_optimizer({"adamw", 1e-3, 0.01}, model->parameters());
+  auto opt = sweep::make_optimizer({sweep::OptimizerKind::kAdamW, 1e-3, 0.01}, model->parameters());
   auto gen = at::detail::createCPUGenerator(1);
   auto batch = model->synthetic_batch({state.range(0), 64, 0, 0}, torch::kCPU, gen);
   for (auto _ : state) {

@@ -28,7 +28,7 @@ Measurement burst(const Point& p) {
   static auto mem = make_cpu_tracker();
   static auto timer = make_cpu_timer();
   auto m = run_burst(p, *mem, *timer);
-  EXPECT_EQ(m.status, "ok") << m.message;
+  EXPECT_EQ(m.status, Status::kOk) << m.message;
   return m;
 }
 
@@ -71,7 +71,7 @@ TEST(Burst, BreakdownAtThePeakAddsUpToThePeak) {
 TEST(Burst, CheckpointingLowersActivations) {
   auto p = tiny(8);
   auto none = burst(p);
-  p.checkpointing = "block";
+  p.checkpointing = Checkpointing::kBlock;
   auto block = burst(p);
   EXPECT_LT(block.activations_bytes, none.activations_bytes);
   EXPECT_LT(block.peak_allocated_bytes, none.peak_allocated_bytes);
@@ -80,7 +80,7 @@ TEST(Burst, CheckpointingLowersActivations) {
 TEST(Burst, PureBf16HalvesWeights) {
   auto p = tiny();
   auto fp32 = burst(p);
-  p.precision = "bf16";
+  p.precision = Precision::kBf16;
   auto bf16 = burst(p);
   EXPECT_EQ(bf16.weights_bytes * 2, fp32.weights_bytes);
   EXPECT_EQ(bf16.optimizer_bytes * 2, fp32.optimizer_bytes);
@@ -101,8 +101,8 @@ TEST(Burst, AccumulationPeaksCloseToOneMicroBatch) {
 
 TEST(Burst, EvalModeHoldsNoGradientsOrOptimizerState) {
   auto p = tiny();
-  p.mode = "eval";
-  p.optimizer = "none";
+  p.mode = Mode::kEval;
+  p.optimizer = OptimizerKind::kNone;
   auto m = burst(p);
   EXPECT_EQ(m.grads_bytes, 0);
   EXPECT_EQ(m.optimizer_bytes, 0);
@@ -112,11 +112,11 @@ TEST(Burst, EvalModeHoldsNoGradientsOrOptimizerState) {
 TEST(Burst, OptimizersStateSizes) {
   const auto n = models::find_model("gpt2-test")->parameters;
   auto p = tiny();
-  p.optimizer = "sgd";
+  p.optimizer = OptimizerKind::kSgd;
   EXPECT_EQ(burst(p).optimizer_bytes, n * 4);  // one momentum buffer
-  p.optimizer = "adamw-fused";
+  p.optimizer = OptimizerKind::kAdamWFused;
   EXPECT_EQ(burst(p).optimizer_bytes, 2 * n * 4);
-  p.optimizer = "adafactor";
+  p.optimizer = OptimizerKind::kAdafactor;
   EXPECT_LT(burst(p).optimizer_bytes, n * 4 / 4);  // factored: rows + columns only
 }
 
@@ -128,7 +128,7 @@ TEST(Burst, OomInEachPhaseIsRecordedWithThatPhase) {
     f.kind = "oom";
     f.phase = phase;
     auto m = run_burst(tiny(), *mem, *timer, fault_hooks(f));
-    EXPECT_EQ(m.status, "oom") << phase;
+    EXPECT_EQ(m.status, Status::kOom) << phase;
     EXPECT_EQ(m.phase, phase);
   }
 }
@@ -176,7 +176,7 @@ INSTANTIATE_TEST_SUITE_P(Families, Checkpointing,
 
 TEST(Burst, Fp16AmpRunsWithDynamicScaling) {
   auto p = tiny();
-  p.precision = "fp16-amp";
+  p.precision = Precision::kFp16Amp;
   auto m = burst(p);
   EXPECT_TRUE(std::isfinite(m.loss));
 }

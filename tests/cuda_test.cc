@@ -46,13 +46,13 @@ class CudaBurst : public ::testing::TestWithParam<BurstCase> {};
 
 TEST_P(CudaBurst, RunsOkWithAFiniteLoss) {
   const auto& [model, precision, optimizer] = GetParam();
-  Point p = tiny_point(model, "cuda", precision, optimizer);
+  Point p = tiny_point(model, Device::kCuda, *parse_as<Precision>(precision), *parse_as<OptimizerKind>(optimizer));
   p.steps = 2;
   p.repetitions = 2;
   static auto mem = make_cuda_tracker();
   static auto timer = make_cuda_timer();
   const auto m = run_burst(p, *mem, *timer);
-  ASSERT_EQ(m.status, "ok") << m.message;
+  ASSERT_EQ(m.status, Status::kOk) << m.message;
   std::printf("%s: loss %.5f, peak %lld bytes, %lld skipped steps, %.3f ms/step\n",
               p.label().c_str(), m.loss, static_cast<long long>(m.peak_allocated_bytes),
               static_cast<long long>(m.skipped_steps), m.step_ms.value_or(0));

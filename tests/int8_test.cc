@@ -155,8 +155,11 @@ TEST(Int8, TrainingInt8WithoutLoraIsAConfigErrorWithTheLineAndAHint) {
                                            "exclude: [{weights: int8, adapter: none, mode: train}]\n"),
                          RunSettings{});
   ASSERT_EQ(pts.size(), 7u);
-  EXPECT_EQ(pts[2].adapter + "/" + pts[2].weights, "lora/int8");
-  EXPECT_EQ(pts[4].mode + "/" + pts[4].adapter + "/" + pts[4].weights, "eval/none/int8");
+  EXPECT_EQ(pts[2].adapter, Adapter::kLora);
+  EXPECT_EQ(pts[2].weights, Weights::kInt8);
+  EXPECT_EQ(pts[4].mode, Mode::kEval);
+  EXPECT_EQ(pts[4].adapter, Adapter::kNone);
+  EXPECT_EQ(pts[4].weights, Weights::kInt8);
   try {
     load("int8-val", "models: [gpt2-test]\ngrid: {weights: int4}\n");
     ADD_FAILURE() << "no error";

@@ -85,9 +85,9 @@ lora_r: 16
 )"),
                          RunSettings{});
   ASSERT_EQ(pts.size(), 4u);  // adapter outside batch: batch stays innermost
-  EXPECT_EQ(pts[0].adapter, "none");
+  EXPECT_EQ(pts[0].adapter, Adapter::kNone);
   EXPECT_EQ(pts[1].batch, 2);
-  EXPECT_EQ(pts[2].adapter, "lora");
+  EXPECT_EQ(pts[2].adapter, Adapter::kLora);
   EXPECT_EQ(pts[2].lora_r, 16);
   EXPECT_EQ(pts[2].lora_targets_text(), "q;v");  // PEFT's default for T5
   EXPECT_EQ(pts[2].label(), "t5-test b=1 seq=128 tgt=128 fp32 ckpt=none acc=1 adamw lora r=16");
@@ -165,12 +165,12 @@ TEST(Lora, AdaptersArePeftsAndStartAsAZeroUpdate) {
 }
 
 TEST(Lora, TheBaseHasNoGradientsAndNoOptimizerState) {
-  Point p = tiny_point("gpt2-test", "cpu", "fp32", "adamw");
-  p.adapter = "lora";
+  Point p = tiny_point("gpt2-test", Device::kCpu, Precision::kFp32, OptimizerKind::kAdamW);
+  p.adapter = Adapter::kLora;
   static auto mem = make_cpu_tracker();
   static auto timer = make_cpu_timer();
   const auto m = run_burst(p, *mem, *timer);
-  ASSERT_EQ(m.status, "ok") << m.message;
+  ASSERT_EQ(m.status, Status::kOk) << m.message;
   const auto* spec = models::find_model("gpt2-test");
   // Rank 8 on c_attn (64 -> 192) in each of the two blocks, fp32.
   const int64_t adapters = 2 * (8 * 64 + 192 * 8) * 4;

@@ -26,30 +26,39 @@ const nlohmann::json& fixture() {
   return j;
 }
 
+// A case's enumerated axis, by its name; `fallback` where the case leaves it out.
+template <Vocabulary E>
+E named(const nlohmann::json& c, const char* key, const char* fallback = "") {
+  const std::string name = c.value(key, std::string(fallback));
+  const auto e = parse_as<E>(name);
+  if (!e) ADD_FAILURE() << "case " << c.dump() << ": " << key << " '" << name << "' is no value";
+  return e.value_or(E{});
+}
+
 Point point_of(const nlohmann::json& c) {
   Point p;
   p.model = c.at("model");
   p.family = models::find_model(p.model)->family;
-  p.mode = c.at("mode");
+  p.mode = named<Mode>(c, "mode");
   p.batch = c.at("batch");
   p.seq = c.value("seq", 0);
   p.target_seq = c.value("target_seq", 0);
   p.audio_s = c.value("audio_s", 0.0);
-  p.precision = c.at("precision");
-  p.checkpointing = c.at("checkpointing");
+  p.precision = named<Precision>(c, "precision");
+  p.checkpointing = named<Checkpointing>(c, "checkpointing");
   p.accumulation = c.at("accumulation");
-  p.optimizer = c.at("optimizer");
+  p.optimizer = named<OptimizerKind>(c, "optimizer");
   p.use_cache = c.at("use_cache");
   // LoRA cases (peft.get_peft_model) carry the adapter's settings; the others train every weight.
-  p.adapter = c.value("adapter", "none");
-  if (p.adapter == "lora") {
+  p.adapter = named<Adapter>(c, "adapter", "none");
+  if (p.adapter == Adapter::kLora) {
     p.lora_r = c.at("lora_r");
     p.lora_alpha = c.at("lora_alpha");
     p.lora_dropout = c.at("lora_dropout");
     p.lora_targets = c.at("lora_targets").get<std::vector<std::string>>();
   }
   // 8-bit base weights (from_pretrained with BitsAndBytesConfig(load_in_8bit=True)).
-  p.weights = c.value("weights", "full");
+  p.weights = named<Weights>(c, "weights", "full");
   const auto& steps = fixture().at("steps");
   p.steps = steps.at("steps");
   p.warmup_steps = steps.at("warmup");
@@ -79,7 +88,7 @@ TEST_P(MemoryFidelity, PeaksWithinOnePercentOfTransformers) {
     BurstHooks hooks;
     hooks.on_phase = [](const std::string& phase, MemoryTracker&) { trace_alloc_note(phase); };
     const Measurement m = run_burst(p, *mem, *timer, hooks);
-    ASSERT_EQ(m.status, "ok") << p.label() << ": " << m.message;
+    ASSERT_EQ(m.status, Status::kOk) << p.label() << ": " << m.message;
     auto error = [](int64_t ours, int64_t ref) {
       return ref ? static_cast<double>(ours - ref) / static_cast<double>(ref) : 0.0;
     };

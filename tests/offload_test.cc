@@ -23,7 +23,7 @@ namespace {
 
 Measurement burst(const Point& p, MemoryTracker& mem, StepTimer& timer) {
   auto m = run_burst(p, mem, timer);
-  EXPECT_EQ(m.status, "ok") << m.message;
+  EXPECT_EQ(m.status, Status::kOk) << m.message;
   return m;
 }
 
@@ -45,7 +45,7 @@ struct Trained {
 };
 Trained trained(const Point& p) {
   auto model = models::find_model(p.model)->make();
-  if (p.adapter == "lora")
+  if (p.adapter == Adapter::kLora)
     models::add_lora(*model, {p.lora_r, p.lora_alpha, p.lora_dropout,
                               models::default_lora_targets(p.family)});
   Trained t;
@@ -68,9 +68,9 @@ class OffloadAccounting : public ::testing::TestWithParam<std::string> {};
 // scalars) leaves the device and with it the step's temporaries; the host holds the fp32
 // master weights, the fp32 gradient buffer, the moments, the counters and those temporaries.
 TEST_P(OffloadAccounting, DevicePeakDropsByTheStateAndTheHostHoldsIt) {
-  Point none = tiny_point(GetParam(), "cpu", "fp32", "adamw");
+  Point none = tiny_point(GetParam(), Device::kCpu, Precision::kFp32, OptimizerKind::kAdamW);
   Point off = none;
-  off.offload = "optimizer";
+  off.offload = Offload::kOptimizer;
   const Trained t = trained(none);
   const auto a = cpu_burst(none), b = cpu_burst(off);
   const int64_t state = 2 * t.bytes + 4 * t.count;
@@ -101,9 +101,9 @@ INSTANTIATE_TEST_SUITE_P(Families, OffloadAccounting,
 
 // Under LoRA only the adapters train: only they have host copies and state.
 TEST(Offload, LoraOffloadsTheAdaptersOnly) {
-  Point p = tiny_point("gpt2-test", "cpu", "fp32", "adamw");
-  p.adapter = "lora";
-  p.offload = "optimizer";
+  Point p = tiny_point("gpt2-test", Device::kCpu, Precision::kFp32, OptimizerKind::kAdamW);
+  p.adapter = Adapter::kLora;
+  p.offload = Offload::kOptimizer;
   const Trained t = trained(p);
   EXPECT_EQ(t.bytes, 2 * (8 * 64 + 192 * 8) * 4);  // rank 8 on c_attn (64 -> 192), two blocks
   const auto m = cpu_burst(p);
@@ -136,7 +136,7 @@ std::vector<torch::Tensor> train(at::ScalarType dtype, int steps,
 TEST(Offload, ParametersFollowAdamW) {
   constexpr int kSteps = 3;
   auto adamw = [](std::vector<torch::Tensor> ps) {
-    return make_optimizer({"adamw", 1e-3, 0.01}, std::move(ps));
+    return make_optimizer({OptimizerKind::kAdamW, 1e-3, 0.01}, std::move(ps));
   };
   auto offload = [](std::vector<torch::Tensor> ps) -> std::unique_ptr<Optimizer> {
     return std::make_unique<OffloadOptimizer>(std::move(ps), 1e-3, 0.01);
@@ -191,9 +191,10 @@ TEST(Offload, OtherOptimizersAreAConfigErrorWithTheLineAndAnExcludeHint) {
                                               "exclude: [{offload: optimizer, optimizer: adafactor}]\n"),
                          RunSettings{});
   ASSERT_EQ(pts.size(), 3u);
-  EXPECT_EQ(pts[0].optimizer + "/" + pts[0].offload, "adamw/none");
-  EXPECT_EQ(pts[1].optimizer + "/" + pts[1].offload, "adamw/optimizer");
-  EXPECT_EQ(pts[2].optimizer + "/" + pts[2].offload, "adafactor/none");
+  auto named = [](const Point& p) { return to_string(p.optimizer) + "/" + to_string(p.offload); };
+  EXPECT_EQ(named(pts[0]), "adamw/none");
+  EXPECT_EQ(named(pts[1]), "adamw/optimizer");
+  EXPECT_EQ(named(pts[2]), "adafactor/none");
   try {
     load("offload-val", "models: [gpt2-test]\ngrid: {offload: cpu}\n");
     ADD_FAILURE() << "no error";
@@ -210,12 +211,12 @@ TEST(Offload, TheAxisKeepsOldIdsAndEvalHasNoOffload) {
                                               "  batch: [1, 2]\n"),
                          RunSettings{});
   ASSERT_EQ(pts.size(), 6u);  // eval: one offload value
-  EXPECT_EQ(pts[0].offload, "none");
-  EXPECT_EQ(pts[1].offload, "none");
+  EXPECT_EQ(pts[0].offload, Offload::kNone);
+  EXPECT_EQ(pts[1].offload, Offload::kNone);
   EXPECT_EQ(pts[1].batch, 2);  // batch innermost
-  EXPECT_EQ(pts[2].offload, "optimizer");
-  EXPECT_EQ(pts[4].mode, "eval");
-  EXPECT_EQ(pts[4].offload, "none");
+  EXPECT_EQ(pts[2].offload, Offload::kOptimizer);
+  EXPECT_EQ(pts[4].mode, Mode::kEval);
+  EXPECT_EQ(pts[4].offload, Offload::kNone);
   EXPECT_EQ(pts[2].label(), "gpt2-test b=1 seq=128 fp32 ckpt=none acc=1 adamw offload=optimizer");
   // A point without offload hashes exactly the text it hashed before the axis existed.
   EXPECT_EQ(pts[0].id(),
@@ -264,9 +265,9 @@ TEST(Offload, RowsCarryTheAxisHostPeakAndTransferTime) {
 TEST(Offload, PinnedHostStateAndAdamWsParameters_CUDA) {
   static auto mem = make_cuda_tracker();
   static auto timer = make_cuda_timer();
-  Point none = tiny_point("gpt2-test", "cuda", "fp32", "adamw");
+  Point none = tiny_point("gpt2-test", Device::kCuda, Precision::kFp32, OptimizerKind::kAdamW);
   Point off = none;
-  off.offload = "optimizer";
+  off.offload = Offload::kOptimizer;
   const Trained t = trained(none);
   const auto a = burst(none, *mem, *timer), b = burst(off, *mem, *timer);
   EXPECT_EQ(b.optimizer_bytes, 0);
@@ -284,7 +285,7 @@ TEST(Offload, PinnedHostStateAndAdamWsParameters_CUDA) {
   torch::manual_seed(0);
   auto m2 = models::find_model("gpt2-test")->make();
   m2->to(torch::kCUDA);
-  auto o1 = make_optimizer({"adamw", 1e-3, 0.01, "for-loop"}, m1->parameters());
+  auto o1 = make_optimizer({OptimizerKind::kAdamW, 1e-3, 0.01, Impl::kForLoop}, m1->parameters());
   OffloadOptimizer o2(m2->parameters(), 1e-3, 0.01);
   auto gen = at::detail::createCPUGenerator(1);
   auto batch = m1->synthetic_batch({2, 32, 0, 0}, torch::kCUDA, gen);

@@ -47,7 +47,7 @@ Run run_fixture_steps() {
   const auto& blob = fixture();
   Run r;
   for (const auto& t : tensors(blob.at("init"))) r.params.push_back(t.clone().requires_grad_(true));
-  r.opt = make_optimizer({"adamw8bit", 1e-2, 0.1}, r.params);  // make_adamw8bit_reference.py HYPER
+  r.opt = make_optimizer({OptimizerKind::kAdamW8bit, 1e-2, 0.1}, r.params);  // make_adamw8bit_reference.py HYPER
   for (const auto& step_grads : blob.at("grads").toList()) {
     const auto g = tensors(step_grads.get());
     auto loss = torch::zeros({});
@@ -145,12 +145,12 @@ TEST_P(StateBytes, OfTheTinyModelsFollowBitsandbytesRules) {
   std::vector<int64_t> numels;
   for (const auto& t : model->parameters())
     if (t.requires_grad()) numels.push_back(t.numel());
-  Point p = tiny_point(GetParam(), "cpu", "fp32", "adamw8bit");
+  Point p = tiny_point(GetParam(), Device::kCpu, Precision::kFp32, OptimizerKind::kAdamW8bit);
   p.steps = 1;
   static auto mem = make_cpu_tracker();
   static auto timer = make_cpu_timer();
   const auto m = run_burst(p, *mem, *timer);
-  ASSERT_EQ(m.status, "ok") << m.message;
+  ASSERT_EQ(m.status, Status::kOk) << m.message;
   std::printf("%s: %zu parameters, optimizer state %lld bytes\n", GetParam().c_str(), numels.size(),
               static_cast<long long>(m.optimizer_bytes));
   EXPECT_EQ(m.optimizer_bytes, bnb_state_bytes(numels));

@@ -78,14 +78,14 @@ TEST_P(AgainstTorchOptim, ParametersAfterStepsMatch) {
 // which on the CPU is the for-loop.
 INSTANTIATE_TEST_SUITE_P(
     Fixture, AgainstTorchOptim,
-    testing::Values(Case{"adamw", {"adamw", 1e-2, 0.1, ""}},
-                    Case{"adamw-foreach", {"adamw", 1e-2, 0.1, "foreach"}},
-                    Case{"adamw-fused", {"adamw-fused", 1e-2, 0.1, ""}},
-                    Case{"sgd", {"sgd", 0.1, 0.01, ""}},
-                    Case{"sgd-foreach", {"sgd", 0.1, 0.01, "foreach"}},
-                    Case{"adafactor", {"adafactor", 1e-2, 0.1, ""}},
-                    Case{"amp-adamw", {"adamw", 1e-2, 0.1, ""}, true},
-                    Case{"amp-adamw-fused", {"adamw-fused", 1e-2, 0.1, ""}, true}),
+    testing::Values(Case{"adamw", {OptimizerKind::kAdamW, 1e-2, 0.1}},
+                    Case{"adamw-foreach", {OptimizerKind::kAdamW, 1e-2, 0.1, Impl::kForeach}},
+                    Case{"adamw-fused", {OptimizerKind::kAdamWFused, 1e-2, 0.1}},
+                    Case{"sgd", {OptimizerKind::kSgd, 0.1, 0.01}},
+                    Case{"sgd-foreach", {OptimizerKind::kSgd, 0.1, 0.01, Impl::kForeach}},
+                    Case{"adafactor", {OptimizerKind::kAdafactor, 1e-2, 0.1}},
+                    Case{"amp-adamw", {OptimizerKind::kAdamW, 1e-2, 0.1}, true},
+                    Case{"amp-adamw-fused", {OptimizerKind::kAdamWFused, 1e-2, 0.1}, true}),
     [](const auto& info) {
       std::string n = info.param.fixture;
       for (auto& ch : n)
@@ -95,7 +95,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(GradScaler, SkipsAStepWithAPlantedInfAndBacksOff) {
   auto w = torch::ones({4}, torch::requires_grad());
-  auto opt = make_optimizer({"adamw", 1e-3, 0.0}, {w});
+  auto opt = make_optimizer({OptimizerKind::kAdamW, 1e-3, 0.0}, {w});
   GradScaler scaler(torch::kCPU);
   EXPECT_EQ(scaler.current_scale(), 65536.0);
   // Finite gradients: the step happens.
@@ -122,12 +122,12 @@ class FiniteLoss : public testing::TestWithParam<std::tuple<std::string, std::st
 
 TEST_P(FiniteLoss, AfterABurstOnTheCpu) {
   const auto& [precision, optimizer] = GetParam();
-  Point p = tiny_point("gpt2-test", "cpu", precision, optimizer);
+  Point p = tiny_point("gpt2-test", Device::kCpu, *parse_as<Precision>(precision), *parse_as<OptimizerKind>(optimizer));
   p.steps = 2;
   static auto mem = make_cpu_tracker();
   static auto timer = make_cpu_timer();
   const auto m = run_burst(p, *mem, *timer);
-  ASSERT_EQ(m.status, "ok") << m.message;
+  ASSERT_EQ(m.status, Status::kOk) << m.message;
   std::printf("%s %s: loss %.6f, %lld skipped steps\n", precision.c_str(), optimizer.c_str(),
               m.loss, static_cast<long long>(m.skipped_steps));
   EXPECT_TRUE(std::isfinite(m.loss));

@@ -59,28 +59,28 @@ Point unusual_point() {
   Point p;
   p.model = "t5-test";
   p.family = "t5";
-  p.mode = "train";
+  p.mode = Mode::kTrain;
   p.batch = 7;
   p.seq = 24;
   p.target_seq = 12;
-  p.precision = "bf16-amp";
-  p.checkpointing = "block";
+  p.precision = Precision::kBf16Amp;
+  p.checkpointing = Checkpointing::kBlock;
   p.accumulation = 3;
-  p.optimizer = "adafactor";
+  p.optimizer = OptimizerKind::kAdafactor;
   p.use_cache = false;
-  p.adapter = "lora";
+  p.adapter = Adapter::kLora;
   p.lora_r = 4;
   p.lora_alpha = 16.5;
   p.lora_dropout = 0.05;
   p.lora_targets = {"q", "k", "v"};
-  p.offload = "optimizer";
+  p.offload = Offload::kOptimizer;
   p.alloc_conf = "expandable_segments:True";
   p.steps = 5;
   p.warmup_steps = 2;
   p.repetitions = 4;
   p.budget_bytes = 123456789;
   p.budget_emulated = true;
-  p.device = "cpu";
+  p.device = Device::kCpu;
   return p;
 }
 

@@ -47,10 +47,9 @@ std::string visible_device(const char* visible, std::size_t index) {
   return entries[index];
 }
 
-DeviceInfo query_device(const std::string& device) {
+DeviceInfo query_device(Device device) {
   DeviceInfo d;
-  d.device = device;
-  if (device == "cuda") {
+  if (device == Device::kCuda) {
     const auto* prop = at::cuda::getCurrentDeviceProperties();
     d.name = prop->name;
     d.memory_bytes = static_cast<int64_t>(prop->totalGlobalMem);

@@ -6,18 +6,19 @@
 #include <cstdint>
 #include <string>
 
+#include "reports/results/vocab.h"
+
 namespace sweep {
 
 struct DeviceInfo {
-  std::string device;  // cpu | cuda
   std::string name;    // "NVIDIA H100 80GB HBM3" | CPU model name
   int64_t memory_bytes = 0;
   std::string driver_version;  // CUDA driver API version, "13.0"; empty on the CPU
   std::string cuda_version;    // CUDA runtime torch was built with
 };
 
-// Queries the current device (initialises CUDA when device == "cuda").
-DeviceInfo query_device(const std::string& device);
+// Queries the current device (initialises CUDA when device is kCuda).
+DeviceInfo query_device(Device device);
 // Number of CUDA devices without creating a context on them (0 when no driver/GPU).
 int cuda_device_count();
 // The CUDA_VISIBLE_DEVICES entry that names this process's GPU `index` (what a child must be

@@ -134,21 +134,21 @@ struct Workload {
 Workload build(const Point& p, Ledger& ledger, MemoryTracker& mem) {
   Workload w;
   const int64_t base = mem.allocated();
-  w.device = p.device == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::kCPU;
-  w.train = p.mode == "train";
+  w.device = p.device == Device::kCuda ? torch::Device(torch::kCUDA, 0) : torch::kCPU;
+  w.train = p.mode == Mode::kTrain;
   w.k = w.train ? p.accumulation : 1;
   const auto* spec = models::find_model(p.model);
   TORCH_CHECK(spec, "unknown model ", p.model);
   w.model = spec->make();
   w.model->to(w.device);
-  if (p.precision == "bf16") w.model->to(torch::kBFloat16);
+  if (p.precision == Precision::kBf16) w.model->to(torch::kBFloat16);
   // from_pretrained(quantization_config=BitsAndBytesConfig(load_in_8bit=True)): the frozen
   // base's linear weights in 8 bit (models/int8.h), before PEFT adds its adapters.
-  if (p.weights == "int8") models::quantize_int8(*w.model, p.family);
+  if (p.weights == Weights::kInt8) models::quantize_int8(*w.model, p.family);
   w.model->train(w.train);  // train mode: dropout on, as in a training loop
-  if (w.train && p.checkpointing == "block") w.model->set_block_runner(&checkpoint_block);
+  if (w.train && p.checkpointing == Checkpointing::kBlock) w.model->set_block_runner(&checkpoint_block);
   w.model->set_use_cache(p.use_cache);
-  if (p.adapter == "lora") {
+  if (p.adapter == Adapter::kLora) {
     // peft.get_peft_model after gradient_checkpointing_enable(), as in scripts/hf_reference.py:
     // the base frozen, adapters on the target layers. With checkpointing on, transformers
     // (token models) and PEFT (every model: peft_model.py _prepare_model_for_gradient_
@@ -160,8 +160,8 @@ Workload build(const Point& p, Ledger& ledger, MemoryTracker& mem) {
     // PEFT skips it for a model loaded in 8 bit (is_loaded_in_8bit), leaving it to
     // transformers, which turns it on for token models only (main_input_name "input_ids").
     const bool token_model = p.family != "whisper";
-    w.model->set_inputs_require_grad(w.train && p.checkpointing == "block" &&
-                                     (p.weights != "int8" || token_model));
+    w.model->set_inputs_require_grad(w.train && p.checkpointing == Checkpointing::kBlock &&
+                                     (p.weights != Weights::kInt8 || token_model));
   }
   // The parameters a training loop updates: all but those the model freezes (Whisper's
   // sinusoidal positions, the base under LoRA), as with transformers and PEFT. Eval needs no gradients at all.
@@ -177,24 +177,24 @@ Workload build(const Point& p, Ledger& ledger, MemoryTracker& mem) {
     w.accumulators.back()->add_post_hook(
         std::make_unique<GradLedgerHook>(*w.grad_counts, i, w.params[i]));
   }
-  if (w.train && p.offload == "optimizer") {
+  if (w.train && p.offload == Offload::kOptimizer) {
     // ZeRO-Offload's AdamW (the config refuses other optimizers): its host copies are made
     // here, in the build, as DeepSpeed makes them when the engine is initialised.
-    TORCH_CHECK(p.optimizer == "adamw", "offload optimizer with ", p.optimizer);
+    TORCH_CHECK(p.optimizer == OptimizerKind::kAdamW, "offload optimizer with ", name_of(p.optimizer));
     auto offload = std::make_unique<OffloadOptimizer>(w.params, p.lr, p.weight_decay);
     w.offload = offload.get();
     w.opt = std::move(offload);
   } else if (w.train) {
     w.opt = make_optimizer({p.optimizer, p.lr, p.weight_decay}, w.params);
   }
-  if (w.train && p.precision == "fp16-amp") w.scaler = std::make_unique<GradScaler>(w.device);
-  w.autocast = p.precision == "fp16-amp" || p.precision == "bf16-amp";
-  w.autocast_dtype = p.precision == "fp16-amp" ? torch::kHalf : torch::kBFloat16;
+  if (w.train && p.precision == Precision::kFp16Amp) w.scaler = std::make_unique<GradScaler>(w.device);
+  w.autocast = p.precision == Precision::kFp16Amp || p.precision == Precision::kBf16Amp;
+  w.autocast_dtype = p.precision == Precision::kFp16Amp ? torch::kHalf : torch::kBFloat16;
   const models::BatchShape shape{p.batch, p.seq, p.target_seq, p.audio_s};
   auto gen = at::detail::createCPUGenerator(p.seed + 1);
   for (int64_t i = 0; i < w.k; ++i) {
     w.batches.push_back(w.model->synthetic_batch(shape, w.device, gen));
-    if (p.precision == "bf16")
+    if (p.precision == Precision::kBf16)
       for (auto& t : w.batches.back().tensors)
         if (t.is_floating_point()) t = t.to(torch::kBFloat16);
   }
@@ -270,7 +270,7 @@ void throughput(const Point& p, const Workload& w, Measurement& m) {
   m.samples_per_s = samples / step_s;
   const auto f = w.model->forward_flops({p.batch, p.seq, p.target_seq, p.audio_s});
   const double per_sample =
-      w.train ? 3 * f.forward + (p.checkpointing == "block" ? f.blocks_forward : 0) : f.forward;
+      w.train ? 3 * f.forward + (p.checkpointing == Checkpointing::kBlock ? f.blocks_forward : 0) : f.forward;
   m.tflops = per_sample * samples / step_s / 1e12;
 }
 
@@ -363,7 +363,7 @@ Measurement run_burst(const Point& p, MemoryTracker& mem, StepTimer& timer,
       if (growing) m.leak_bytes_per_step = (a.back() - a[1]) / static_cast<int64_t>(a.size() - 2);
     }
   } catch (const c10::OutOfMemoryError& e) {
-    m.status = "oom";
+    m.status = Status::kOom;
     m.phase = meter.phase();
     std::string msg = e.what_without_backtrace();
     m.message = msg.substr(0, msg.find('\n'));

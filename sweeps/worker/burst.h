@@ -14,7 +14,7 @@
 namespace sweep {
 
 struct Measurement {
-  std::string status = "ok";  // ok | oom
+  Status status = Status::kOk;  // ok | oom
   std::string phase;          // phase of an OOM: build | forward | backward | optimizer
   std::string message;
   // Sizes: parameters after the build, .grad tensors after the first backward, optimizer

@@ -65,7 +65,7 @@ OffloadOptimizer::OffloadOptimizer(std::vector<torch::Tensor> params, double lr,
   if (cuda_) pinned_bytes_ = pinned_held() - pinned_before;
   // The host step is torch.optim.AdamW's CPU default (the for-loop); its state is made on the
   // first step, inside the host scope, so it is host memory.
-  host_adamw_ = make_optimizer({"adamw", lr, weight_decay, "for-loop"}, master_);
+  host_adamw_ = make_optimizer({OptimizerKind::kAdamW, lr, weight_decay, Impl::kForLoop}, master_);
 }
 
 void OffloadOptimizer::wait_for_device() const {

@@ -21,16 +21,14 @@ int64_t bytes_of(const std::vector<torch::Tensor>& ts) {
 
 // optimizer.py _default_to_fused_or_foreach (fused only when asked for): foreach where the
 // parameters are on a foreach device (CUDA), the for-loop elsewhere (the CPU).
-bool use_foreach(const std::string& impl, const torch::Tensor& param) {
-  TORCH_CHECK(impl.empty() || impl == "for-loop" || impl == "foreach", "unknown optimizer impl '",
-              impl, "'");
-  return impl.empty() ? param.is_cuda() : impl == "foreach";
+bool use_foreach(Impl impl, const torch::Tensor& param) {
+  return impl == Impl::kDefault ? param.is_cuda() : impl == Impl::kForeach;
 }
 
 class AdamW final : public Optimizer {
  public:
-  AdamW(std::vector<torch::Tensor> params, double lr, double wd, bool fused, std::string impl)
-      : Optimizer(std::move(params)), lr_(lr), wd_(wd), fused_(fused), impl_(std::move(impl)),
+  AdamW(std::vector<torch::Tensor> params, double lr, double wd, bool fused, Impl impl)
+      : Optimizer(std::move(params)), lr_(lr), wd_(wd), fused_(fused), impl_(impl),
         exp_avg_(params_.size()), exp_avg_sq_(params_.size()), steps_(params_.size()) {}
   bool takes_amp_scaling() const override { return fused_; }
   int64_t state_bytes() const override { return bytes_of(exp_avg_) + bytes_of(exp_avg_sq_); }
@@ -123,15 +121,15 @@ class AdamW final : public Optimizer {
 
   double lr_, wd_;
   bool fused_;
-  std::string impl_;
+  Impl impl_;
   std::vector<torch::Tensor> exp_avg_, exp_avg_sq_, steps_;  // per parameter, once it has a grad
 };
 
 // torch.optim.SGD(momentum=0.9): weight decay is L2 added to the gradient (sgd.py).
 class Sgd final : public Optimizer {
  public:
-  Sgd(std::vector<torch::Tensor> params, double lr, double wd, std::string impl)
-      : Optimizer(std::move(params)), lr_(lr), wd_(wd), impl_(std::move(impl)),
+  Sgd(std::vector<torch::Tensor> params, double lr, double wd, Impl impl)
+      : Optimizer(std::move(params)), lr_(lr), wd_(wd), impl_(impl),
         buf_(params_.size()) {}
   int64_t state_bytes() const override { return bytes_of(buf_); }
   void step(const torch::Tensor&, const torch::Tensor&) override {
@@ -185,7 +183,7 @@ class Sgd final : public Optimizer {
   }
 
   double lr_, wd_;
-  std::string impl_;
+  Impl impl_;
   std::vector<torch::Tensor> buf_;
 };
 
@@ -277,14 +275,19 @@ std::vector<torch::Tensor> Optimizer::grads() const {
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& o,
                                           std::vector<torch::Tensor> params) {
-  if (o.name == "adamw" || o.name == "adamw-fused")
-    return std::make_unique<AdamW>(std::move(params), o.lr, o.weight_decay, o.name == "adamw-fused",
-                                   o.impl);
-  if (o.name == "sgd") return std::make_unique<Sgd>(std::move(params), o.lr, o.weight_decay, o.impl);
-  if (o.name == "adafactor")
-    return std::make_unique<Adafactor>(std::move(params), o.lr, o.weight_decay);
-  if (o.name == "adamw8bit") return make_adamw8bit(o.lr, o.weight_decay, std::move(params));
-  TORCH_CHECK(false, "unknown optimizer '", o.name, "'");
+  switch (o.kind) {
+    case OptimizerKind::kAdamW:
+    case OptimizerKind::kAdamWFused:
+      return std::make_unique<AdamW>(std::move(params), o.lr, o.weight_decay,
+                                     o.kind == OptimizerKind::kAdamWFused, o.impl);
+    case OptimizerKind::kSgd:
+      return std::make_unique<Sgd>(std::move(params), o.lr, o.weight_decay, o.impl);
+    case OptimizerKind::kAdafactor:
+      return std::make_unique<Adafactor>(std::move(params), o.lr, o.weight_decay);
+    case OptimizerKind::kAdamW8bit:
+      return make_adamw8bit(o.lr, o.weight_decay, std::move(params));
+  }
+  SWEEP_CHECK(false, "an optimizer kind without a factory");
 }
 
 }  // namespace sweep

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "reports/results/vocab.h"
+
 namespace sweep {
 
 class Optimizer {
@@ -33,14 +35,16 @@ class Optimizer {
   std::vector<torch::Tensor> params_;
 };
 
+// Which implementation of AdamW and SGD runs. kDefault picks as torch.optim does by default
+// (optimizer.py _default_to_fused_or_foreach): foreach on CUDA, the for-loop on the CPU. The
+// others pin one (the tests check each against torch.optim on the CPU).
+enum class Impl { kDefault, kForLoop, kForeach };
+
 struct OptimizerOptions {
-  std::string name = "adamw";  // adamw | adamw-fused | sgd | adafactor | adamw8bit
+  OptimizerKind kind = OptimizerKind::kAdamW;
   double lr = 1e-3;
   double weight_decay = 0.01;
-  // "" picks as torch.optim does by default (optimizer.py _default_to_fused_or_foreach):
-  // foreach on CUDA, the for-loop on the CPU. "for-loop" | "foreach" pin one, for AdamW and
-  // SGD (the tests check each against torch.optim on the CPU).
-  std::string impl;
+  Impl impl = Impl::kDefault;
 };
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& o,

@@ -14,8 +14,7 @@
 
 namespace sweep {
 
-Point tiny_point(const std::string& model, const std::string& device, const std::string& precision,
-                 const std::string& optimizer) {
+Point tiny_point(const std::string& model, Device device, Precision precision, OptimizerKind optimizer) {
   const auto* spec = models::find_model(model);
   if (!spec) throw std::invalid_argument("unknown model " + model);
   Point p;
@@ -38,7 +37,7 @@ template <class T>
 const T& axis_value(const Point&, const T& v) { return v; }
 // (without LoRA there are none to name: the family's defaults need not exist).
 std::string axis_value(const Point& p, const std::vector<std::string>& targets) {
-  return p.adapter == "lora" || !targets.empty() ? p.lora_targets_text() : std::string();
+  return p.adapter == Adapter::kLora || !targets.empty() ? p.lora_targets_text() : std::string();
 }
 
 // The point's members, by axis: f(axis, value) for each, in schema::kAxes order. LoRA's
@@ -68,6 +67,8 @@ static_assert(members_match_axes(), "SWEEP_POINT_AXES must name the columns of s
 // cell (as JSON, which the writer prints), and in a config.
 std::string id_text(const std::string& v) { return v; }
 std::string id_text(bool v) { return v ? "true" : "false"; }
+template <Vocabulary E>
+std::string id_text(E v) { return to_string(v); }
 template <class T>
   requires std::is_arithmetic_v<T>
 std::string id_text(T v) {
@@ -77,6 +78,8 @@ std::string id_text(T v) {
 }
 nlohmann::json cell_of(const std::string& v) { return v; }
 nlohmann::json cell_of(bool v) { return v ? 1 : 0; }
+template <Vocabulary E>
+nlohmann::json cell_of(E v) { return name_of(v); }
 template <class T>
   requires std::is_arithmetic_v<T>
 nlohmann::json cell_of(T v) { return v; }
@@ -84,11 +87,15 @@ std::string cell_text(const nlohmann::json& j) { return j.is_string() ? j.get<st
 std::string config_text(const std::string& v) { return v; }
 std::string config_text(bool v) { return v ? "true" : "false"; }
 std::string config_text(double v) { return reports::number_text(v); }
+template <Vocabulary E>
+std::string config_text(E v) { return to_string(v); }
 template <class T>
   requires std::is_integral_v<T>
 std::string config_text(T v) { return std::to_string(v); }
 
 bool unset(const std::string& v) { return v.empty(); }
+template <Vocabulary E>
+bool unset(E) { return false; }
 template <class T>
   requires std::is_arithmetic_v<T>
 bool unset(T v) { return v == T{}; }
@@ -98,6 +105,14 @@ void parse_into(const std::string& text, bool& v) { v = text == "true" || text =
 void parse_into(const std::string& text, double& v) { v = std::stod(text); }
 void parse_into(const std::string& text, int& v) { v = std::stoi(text); }
 void parse_into(const std::string& text, int64_t& v) { v = std::stoll(text); }
+template <Vocabulary E>
+void parse_into(const std::string& text, E& v) {
+  const auto e = parse_as<E>(text);
+  if (!e)
+    throw std::invalid_argument(std::string(VocabTable<E>::key) + ": unknown value '" + text +
+                                "' (one of " + choices<E>() + ")");
+  v = *e;
+}
 void parse_into(const std::string& text, std::vector<std::string>& v) {
   v.clear();
   for (std::size_t b = 0, e; b <= text.size(); b = e + 1) {
@@ -111,7 +126,7 @@ void parse_into(const std::string& text, std::vector<std::string>& v) {
 std::string Point::id() const {
   // The first release's axes as key=value pairs, the suite version, then the axes added
   // since, each only where the schema says (so that older points keep their ids).
-  const bool lora = adapter == "lora";
+  const bool lora = adapter == Adapter::kLora;
   std::string first, later;
   for_each_axis(*this, [&](const schema::Axis& a, const auto& v) {
     const std::string part = std::string(a.column) + "=" + id_text(v);
@@ -131,7 +146,7 @@ std::string Point::id() const {
 
 nlohmann::json axis_cells(const Point& p) {
   nlohmann::json j = nlohmann::json::object();
-  const bool lora = p.adapter == "lora";
+  const bool lora = p.adapter == Adapter::kLora;
   for_each_axis(p, [&](const schema::Axis& a, const auto& v) {
     if ((a.cell == schema::Cell::kIfSet && unset(v)) || (a.cell == schema::Cell::kWithLora && !lora))
       return;
@@ -189,26 +204,45 @@ std::string Point::label() const {
   if (seq) s << " seq=" << seq;
   if (target_seq) s << " tgt=" << target_seq;
   if (audio_s) s << " audio=" << audio_s << "s";
-  s << " " << precision << " ckpt=" << checkpointing << " acc=" << accumulation << " "
-    << optimizer;
+  s << " " << name_of(precision) << " ckpt=" << name_of(checkpointing) << " acc=" << accumulation
+    << " " << name_of(optimizer);
   if (!use_cache) s << " no-cache";
-  if (adapter == "lora") s << " lora r=" << lora_r;
-  if (offload != "none") s << " offload=" << offload;
-  if (weights != "full") s << " weights=" << weights;
-  if (mode != "train") s << " " << mode;
+  if (adapter == Adapter::kLora) s << " lora r=" << lora_r;
+  if (offload != Offload::kNone) s << " offload=" << name_of(offload);
+  if (weights != Weights::kFull) s << " weights=" << name_of(weights);
+  if (mode != Mode::kTrain) s << " " << name_of(mode);
   if (!alloc_conf.empty()) s << " [" << alloc_conf << "]";
   return s.str();
 }
 
+namespace {
+// A member as the worker's JSON holds it: the vocabulary by name.
+template <class T>
+void put(nlohmann::json& j, const char* key, const T& v) {
+  if constexpr (Vocabulary<T>)
+    j[key] = name_of(v);
+  else
+    j[key] = v;
+}
+template <class T>
+void get(const nlohmann::json& j, const char* key, T& v) {
+  if (!j.contains(key)) return;
+  if constexpr (Vocabulary<T>)
+    parse_into(j.at(key).get<std::string>(), v);
+  else
+    j.at(key).get_to(v);
+}
+}  // namespace
+
 void to_json(nlohmann::json& j, const Point& p) {
-#define X(f) j[#f] = p.f;
+#define X(f) put(j, #f, p.f);
   SWEEP_POINT_AXES(X)
   SWEEP_POINT_SETTINGS(X)
 #undef X
 }
 
 void from_json(const nlohmann::json& j, Point& p) {
-#define X(f) if (j.contains(#f)) j.at(#f).get_to(p.f);
+#define X(f) get(j, #f, p.f);
   SWEEP_POINT_AXES(X)
   SWEEP_POINT_SETTINGS(X)
 #undef X

@@ -12,6 +12,7 @@
 
 #include "reports/results/rows.h"
 #include "reports/results/schema.h"
+#include "reports/results/vocab.h"
 
 namespace sweep {
 
@@ -19,17 +20,17 @@ struct Point {
   // axes
   std::string model;
   std::string family;
-  std::string mode = "train";  // train | eval
+  Mode mode = Mode::kTrain;
   int64_t batch = 1;
   int64_t seq = 0;         // 0 = not applicable to this model
   int64_t target_seq = 0;  // 0 = not applicable
   double audio_s = 0;      // 0 = not applicable
-  std::string precision = "fp32";
-  std::string checkpointing = "none";
+  Precision precision = Precision::kFp32;
+  Checkpointing checkpointing = Checkpointing::kNone;
   int64_t accumulation = 1;
-  std::string optimizer = "adamw";
+  OptimizerKind optimizer = OptimizerKind::kAdamW;
   bool use_cache = true;  // transformers' use_cache (its default); off under checkpointing
-  std::string adapter = "none";  // none (full fine-tuning) | lora (PEFT's LoRA, base frozen)
+  Adapter adapter = Adapter::kNone;  // none (full fine-tuning) | lora (PEFT's LoRA, base frozen)
   // LoRA settings (part of the identity when adapter is lora): PEFT's LoraConfig defaults;
   // targets empty = the family's default target modules (models::default_lora_targets).
   int64_t lora_r = 8;
@@ -38,10 +39,10 @@ struct Point {
   std::vector<std::string> lora_targets;
   // none | optimizer (ZeRO-Offload: AdamW's state and fp32 master weights in host memory,
   // stepped on the CPU; sweeps/worker/offload.h)
-  std::string offload = "none";
+  Offload offload = Offload::kNone;
   // full | int8 (the frozen base's linear weights in 8 bit, as bitsandbytes' Linear8bitLt;
   // models/int8.h)
-  std::string weights = "full";
+  Weights weights = Weights::kFull;
   std::string alloc_conf;
   // how it runs
   int steps = 3;
@@ -50,7 +51,7 @@ struct Point {
   int64_t budget_bytes = 0;  // 0 = no cap beyond the device
   bool budget_emulated = false;
   double timeout_s = 600;
-  std::string device = "cpu";  // cpu | cuda
+  Device device = Device::kCpu;
   double lr = 1e-3;            // optimizer settings (not part of the identity's axes list)
   double weight_decay = 0.01;
   uint64_t seed = 0;
@@ -66,8 +67,7 @@ struct Point {
 // A small training point of a zoo model (the test models: gpt2-test, t5-test, whisper-test)
 // with its family's sequence axes set (batch 2, 32 tokens, 16 decoder tokens, 2 s of audio)
 // and one step of each kind: what the GPU probe and the precision/optimizer tests train.
-Point tiny_point(const std::string& model, const std::string& device, const std::string& precision,
-                 const std::string& optimizer);
+Point tiny_point(const std::string& model, Device device, Precision precision, OptimizerKind optimizer);
 // FNV-1a 64 of `text` as 16 hex digits: the one stable hash of the suite (point identity,
 // the Slurm plan's fingerprint).
 std::string fnv1a_hex(const std::string& text);

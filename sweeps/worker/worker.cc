@@ -33,7 +33,7 @@ void put(nlohmann::json& j, const char* key, const std::optional<T>& v) {
 
 nlohmann::json to_record(const Measurement& m) {
   nlohmann::json j;
-  j["status"] = m.status;
+  j["status"] = name_of(m.status);
   if (!m.phase.empty()) j["phase"] = m.phase;
   if (!m.message.empty()) j["message"] = m.message;
   j["weights_bytes"] = m.weights_bytes;
@@ -83,7 +83,7 @@ int worker_main(const std::string& point_json, int result_fd) {
   try {
     std::unique_ptr<MemoryTracker> mem;
     std::unique_ptr<StepTimer> timer;
-    if (p.device == "cuda") {
+    if (p.device == Device::kCuda) {
       TORCH_CHECK(torch::cuda::is_available(), "device cuda requested but no GPU is visible");
       mem = make_cuda_tracker();  // initialises CUDA before any allocator call
       timer = make_cuda_timer();
@@ -116,11 +116,11 @@ int worker_main(const std::string& point_json, int result_fd) {
     record["cuda_version"] = dev.cuda_version;
   } catch (const c10::Error& e) {
     std::string msg = e.what_without_backtrace();
-    record = {{"status", "crash"}, {"message", msg.substr(0, msg.find('\n'))}};
+    record = {{"status", name_of(Status::kCrash)}, {"message", msg.substr(0, msg.find('\n'))}};
     write_all(result_fd, record.dump() + "\n");
     return 1;
   } catch (const std::exception& e) {
-    record = {{"status", "crash"}, {"message", e.what()}};
+    record = {{"status", name_of(Status::kCrash)}, {"message", e.what()}};
     write_all(result_fd, record.dump() + "\n");
     return 1;
   }
