@@ -21,7 +21,7 @@ HostGpu h100(int64_t context = 530 * (int64_t{1} << 20)) {
 }
 
 TEST(Budget, LargerGpuIsCappedAtTheTargetLessTheMeasuredContext) {
-  const auto b = resolve_budget(target(12), "cuda", {h100()});
+  const auto b = resolve_budget(target(12), Device::kCuda, {h100()});
   EXPECT_TRUE(b.emulated);
   EXPECT_EQ(b.context_bytes, 530 * (int64_t{1} << 20));
   EXPECT_EQ(b.bytes, 12 * GiB - b.context_bytes);
@@ -29,7 +29,7 @@ TEST(Budget, LargerGpuIsCappedAtTheTargetLessTheMeasuredContext) {
 }
 
 TEST(Budget, ConfiguredContextAllowanceWins) {
-  const auto b = resolve_budget(target(12, 0.75), "cuda", {h100()});
+  const auto b = resolve_budget(target(12, 0.75), Device::kCuda, {h100()});
   EXPECT_EQ(b.bytes, 12 * GiB - GiB * 3 / 4);
   EXPECT_NE(b.note.find("(configured)"), std::string::npos) << b.note;
 }
@@ -37,19 +37,19 @@ TEST(Budget, ConfiguredContextAllowanceWins) {
 TEST(Budget, SeveralGpusTakeTheLargestContext) {
   auto a = h100(400 << 20), c = h100(600 << 20);
   c.index = "1";
-  EXPECT_EQ(resolve_budget(target(12), "cuda", {a, c}).context_bytes, 600 << 20);
+  EXPECT_EQ(resolve_budget(target(12), Device::kCuda, {a, c}).context_bytes, 600 << 20);
 }
 
 TEST(Budget, TheTargetCardItselfIsNotCapped) {
   // An "80 GB" card reports 79.2 GiB: that is the target, not a smaller card.
-  const auto b = resolve_budget(target(80), "cuda", {h100()});
+  const auto b = resolve_budget(target(80), Device::kCuda, {h100()});
   EXPECT_EQ(b.bytes, 0);
   EXPECT_FALSE(b.emulated);
 }
 
 TEST(Budget, SmallerGpuIsRefusedAtTheConfigLine) {
   try {
-    resolve_budget(target(141), "cuda", {h100()});
+    resolve_budget(target(141), Device::kCuda, {h100()});
     FAIL() << "a smaller card was accepted";
   } catch (const UserError& e) {
     EXPECT_EQ(e.line(), 9);
@@ -59,15 +59,15 @@ TEST(Budget, SmallerGpuIsRefusedAtTheConfigLine) {
 }
 
 TEST(Budget, CpuEnforcesTheTargetAndExplicitBudgetsAreNotEmulation) {
-  const auto cpu = resolve_budget(target(12, 0.5), "cpu", {});
+  const auto cpu = resolve_budget(target(12, 0.5), Device::kCpu, {});
   EXPECT_TRUE(cpu.emulated);
   EXPECT_EQ(cpu.bytes, 12 * GiB - GiB / 2);
   Config c = target(12);
   c.budget_gib = 2;
-  const auto explicit_budget = resolve_budget(c, "cuda", {h100()});
+  const auto explicit_budget = resolve_budget(c, Device::kCuda, {h100()});
   EXPECT_EQ(explicit_budget.bytes, 2 * GiB);
   EXPECT_FALSE(explicit_budget.emulated);
-  EXPECT_EQ(resolve_budget(Config{}, "cuda", {h100()}).bytes, 0);
+  EXPECT_EQ(resolve_budget(Config{}, Device::kCuda, {h100()}).bytes, 0);
 }
 
 TEST(Budget, AnExplicitBudgetAboveTheCardIsRefusedAtItsLine) {
@@ -76,7 +76,7 @@ TEST(Budget, AnExplicitBudgetAboveTheCardIsRefusedAtItsLine) {
   c.budget_gib = 96;
   c.budget_line = 4;
   try {
-    resolve_budget(c, "cuda", {h100()});
+    resolve_budget(c, Device::kCuda, {h100()});
     FAIL() << "a budget above the card was accepted";
   } catch (const UserError& e) {
     EXPECT_EQ(e.line(), 4);
@@ -85,17 +85,17 @@ TEST(Budget, AnExplicitBudgetAboveTheCardIsRefusedAtItsLine) {
     EXPECT_NE(e.hint().find("79.19 GiB"), std::string::npos) << e.hint();
   }
   c.budget_gib = 79;  // within the card: a cap the allocator can take (a fraction <= 1)
-  EXPECT_EQ(resolve_budget(c, "cuda", {h100()}).bytes, 79 * GiB);
+  EXPECT_EQ(resolve_budget(c, Device::kCuda, {h100()}).bytes, 79 * GiB);
 }
 
 TEST(Budget, AnAllowanceThatLeavesNothingIsRefused) {
-  EXPECT_THROW(resolve_budget(target(1, 1.5), "cuda", {h100()}), UserError);
+  EXPECT_THROW(resolve_budget(target(1, 1.5), Device::kCuda, {h100()}), UserError);
 }
 
 TEST(Budget, OtherProcessesOnTheGpuAreNamedNotCounted) {
   auto g = h100();
   g.other_bytes = 2 * GiB;
-  const auto b = resolve_budget(target(12), "cuda", {g});
+  const auto b = resolve_budget(target(12), Device::kCuda, {g});
   EXPECT_EQ(b.bytes, 12 * GiB - g.context_bytes);
   EXPECT_NE(b.note.find("other processes hold 2.00 GiB on GPU 0"), std::string::npos) << b.note;
 }

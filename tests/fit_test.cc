@@ -81,26 +81,27 @@ TEST_P(FitEqualsExhaustiveGrid, OnTheCpuUnderAFiftyMibCard) {
   auto status_at = [&](Point p, int64_t batch) {
     p.batch = batch;
     const auto m = run_burst(p, *mem, *timer);
-    EXPECT_TRUE(m.status == "ok" || m.status == "oom") << p.label() << ": " << m.message;
+    EXPECT_TRUE(m.status == Status::kOk || m.status == Status::kOom) << p.label() << ": " << m.message;
     return m.status;
   };
   int bursts = 0;
   for (const auto& base : points) {
-    const std::string k = key(base.precision, base.checkpointing, base.optimizer, base.use_cache);
+    const std::string k = key(to_string(base.precision), to_string(base.checkpointing),
+                              to_string(base.optimizer), base.use_cache);
     if (!seen.insert(k).second) continue;
     ASSERT_TRUE(largest.count(k)) << "fit did not report " << k;
-    const bool plain = base.precision == "fp32" && base.checkpointing == "none" && base.optimizer == "adamw";
+    const bool plain = base.precision == Precision::kFp32 && base.checkpointing == Checkpointing::kNone && base.optimizer == OptimizerKind::kAdamW;
     if (plain) {
       int64_t exhaustive = 0;
       for (int64_t b = 1; b <= 1024; ++b, ++bursts) {
-        if (status_at(base, b) != "ok") break;
+        if (status_at(base, b) != Status::kOk) break;
         exhaustive = b;
       }
       EXPECT_EQ(largest[k], exhaustive) << model << " " << k << ": exhaustive grid";
     } else {
       bursts += 2;
-      EXPECT_EQ(status_at(base, largest[k]), "ok") << model << " " << k;
-      EXPECT_EQ(status_at(base, largest[k] + 1), "oom") << model << " " << k;
+      EXPECT_EQ(status_at(base, largest[k]), Status::kOk) << model << " " << k;
+      EXPECT_EQ(status_at(base, largest[k] + 1), Status::kOom) << model << " " << k;
     }
   }
   EXPECT_EQ(seen.size(), largest.size());

@@ -145,10 +145,10 @@ sweeps:
   auto pts = expand_grid(cfg, RunSettings{});
   // 2 batches x 2 accumulations, then one eval point (accumulation collapses to 1).
   ASSERT_EQ(pts.size(), 5u);
-  EXPECT_EQ(pts[4].mode, "eval");
+  EXPECT_EQ(pts[4].mode, Mode::kEval);
   EXPECT_EQ(pts[4].batch, 8);
   EXPECT_EQ(pts[4].accumulation, 1);
-  EXPECT_EQ(pts[4].optimizer, "none");
+  EXPECT_EQ(pts[4].optimizer, OptimizerKind::kNone);
 }
 
 TEST(Grid, AxesAModelDoesNotTakeStayUnset) {
@@ -167,7 +167,7 @@ TEST(Grid, PointIdentityIsStableAndDependsOnEveryAxis) {
   Point b = a;
   EXPECT_EQ(a.id(), b.id());
   EXPECT_EQ(a.id().size(), 16u);
-  b.precision = "bf16-amp";
+  b.precision = Precision::kBf16Amp;
   EXPECT_NE(a.id(), b.id());
   b = a;
   b.alloc_conf = "expandable_segments:True";

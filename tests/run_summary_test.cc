@@ -39,7 +39,7 @@ reports::Results write_rows(const std::string& name, const std::vector<json>& ro
   return reports::read_results(dir.string());
 }
 
-Point point(const std::string& model, int64_t batch, int64_t seq, const std::string& precision) {
+Point point(const std::string& model, int64_t batch, int64_t seq, Precision precision) {
   Point p;
   p.model = model;
   p.family = model.substr(0, model.find('-'));
@@ -74,13 +74,13 @@ TEST(Estimate, WorkerStartPlusStepsAtTheMostSimilarRowsStepTime) {
   EXPECT_NEAR(*h.start_s(), 1.6, 1e-9);
 
   // Batch 2 of the same shape and precision: row b alone. 1.6 + 0.2 x (2 + 5 x 3).
-  auto e = h.estimate(point("gpt2-test", 2, 64, "fp32"));
+  auto e = h.estimate(point("gpt2-test", 2, 64, Precision::kFp32));
   ASSERT_TRUE(e);
   EXPECT_EQ(e->basis, "same model, shape, precision and batch");
   EXPECT_EQ(e->rows, 1);
   EXPECT_NEAR(e->seconds, 1.6 + 0.2 * 17, 1e-9);
   // Batch 4: rows a and b, per sample (medians 1.45 s and 0.1 s), at accumulation 2, one step.
-  Point p = point("gpt2-test", 4, 64, "fp32");
+  Point p = point("gpt2-test", 4, 64, Precision::kFp32);
   p.accumulation = 2;
   p.steps = 1;
   p.warmup_steps = 0;
@@ -92,17 +92,17 @@ TEST(Estimate, WorkerStartPlusStepsAtTheMostSimilarRowsStepTime) {
   EXPECT_NEAR(e->step_s, 0.1 * 4 * 2, 1e-9);
   EXPECT_NEAR(e->seconds, 1.45 + 0.8, 1e-9);
   // Another shape: every row of the model (1.6 s; per sample 0.1, 0.1 and 0.15 s).
-  e = h.estimate(point("gpt2-test", 1, 128, "fp32"));
+  e = h.estimate(point("gpt2-test", 1, 128, Precision::kFp32));
   ASSERT_TRUE(e);
   EXPECT_EQ(e->basis, "same model");
   EXPECT_EQ(e->rows, 3);
   EXPECT_NEAR(e->seconds, 1.6 + 0.1 * 17, 1e-9);
-  EXPECT_FALSE(h.estimate(point("t5-test", 1, 64, "fp32")));
+  EXPECT_FALSE(h.estimate(point("t5-test", 1, 64, Precision::kFp32)));
 
   // A plan: recorded points cost nothing, unknown ones are counted apart.
   const std::vector<std::vector<Point>> combos = {
-      {point("gpt2-test", 2, 64, "fp32")}, {point("gpt2-test", 1, 128, "fp32")},
-      {point("t5-test", 1, 64, "fp32")}, {point("gpt2-test", 1, 64, "fp32")}};
+      {point("gpt2-test", 2, 64, Precision::kFp32)}, {point("gpt2-test", 1, 128, Precision::kFp32)},
+      {point("t5-test", 1, 64, Precision::kFp32)}, {point("gpt2-test", 1, 64, Precision::kFp32)}};
   const auto plan = estimate_plan(combos, false, h, {combos[3][0].id()});
   EXPECT_EQ(plan.estimated, 2);
   EXPECT_EQ(plan.recorded, 1);

@@ -24,7 +24,7 @@ std::optional<int64_t> exhaustive(const Curve& c, double budget, int64_t lo, int
 
 SearchResult search(const Curve& c, double budget, int64_t lo, int64_t hi) {
   return search_max_batch(lo, hi, budget, [&](int64_t b) {
-    return c.peak(b) <= budget ? ProbeOutcome{"ok", c.peak(b)} : ProbeOutcome{"oom", budget};
+    return c.peak(b) <= budget ? ProbeOutcome{Status::kOk, c.peak(b)} : ProbeOutcome{Status::kOom, budget};
   });
 }
 
@@ -54,7 +54,7 @@ TEST(MaxBatchSearch, CurvedMemoryStillFindsTheExactAnswer) {
 TEST(MaxBatchSearch, WithoutABudgetItDoublesThenBisects) {
   const Curve c{0, 1};
   const auto r = search_max_batch(1, 100, 0, [&](int64_t b) {
-    return b <= 37 ? ProbeOutcome{"ok", c.peak(b)} : ProbeOutcome{"oom", 0};
+    return b <= 37 ? ProbeOutcome{Status::kOk, c.peak(b)} : ProbeOutcome{Status::kOom, 0};
   });
   EXPECT_EQ(r.largest_fit, 37);
   EXPECT_EQ(r.first_oom, 38);
@@ -63,16 +63,16 @@ TEST(MaxBatchSearch, WithoutABudgetItDoublesThenBisects) {
 }
 
 TEST(MaxBatchSearch, EdgesAndFailures) {
-  auto never = [](int64_t) { return ProbeOutcome{"oom", 0}; };
+  auto never = [](int64_t) { return ProbeOutcome{Status::kOom, 0}; };
   auto none = search_max_batch(1, 64, 100, never);
   EXPECT_FALSE(none.largest_fit);
   EXPECT_EQ(none.probed.size(), 1u);
-  auto always = [](int64_t b) { return ProbeOutcome{"ok", static_cast<double>(b)}; };
+  auto always = [](int64_t b) { return ProbeOutcome{Status::kOk, static_cast<double>(b)}; };
   auto all = search_max_batch(1, 64, 1e9, always);
   EXPECT_EQ(all.largest_fit, 64);
   EXPECT_FALSE(all.first_oom);
   auto crash = search_max_batch(1, 64, 0, [](int64_t b) {
-    return b < 4 ? ProbeOutcome{"ok", 1.0 * b} : ProbeOutcome{"crash", 0};
+    return b < 4 ? ProbeOutcome{Status::kOk, 1.0 * b} : ProbeOutcome{Status::kCrash, 0};
   });
   EXPECT_EQ(crash.largest_fit, 2);
   EXPECT_EQ(crash.stopped, "batch 4: crash");

@@ -37,19 +37,28 @@ constexpr int kFitJsonVersion = 1;
 
 bool has_cache(const models::ModelSpec& spec) { return spec.family == "gpt2" || spec.family == "t5"; }
 
-std::string yaml_list(const std::vector<std::string>& v) {
+template <Vocabulary E>
+std::string yaml_list(const std::vector<E>& v) {
   std::string s = "[";
-  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + to_string(v[i]);
   return s + "]";
 }
 
-std::vector<std::string> checked(const std::vector<std::string>& given,
-                                 const std::vector<std::string>& defaults, const std::string& axis,
-                                 const std::string& flag) {
-  std::vector<std::string> out;
-  for (const auto& v : given.empty() ? defaults : given) {
-    const std::string c = canonical_axis_value(axis, v, "", 0, flag);
-    if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+template <Vocabulary E>
+bool has(const std::vector<E>& v, E e) {
+  return std::find(v.begin(), v.end(), e) != v.end();
+}
+
+// The values a flag gives (checked and spelled as a config would be), else the defaults.
+template <Vocabulary E>
+std::vector<E> checked(const std::vector<std::string>& given, const std::vector<E>& defaults,
+                       const std::string& flag) {
+  if (given.empty()) return defaults;
+  std::vector<E> out;
+  for (const auto& v : given) {
+    const auto e = parse_as<E>(canonical_axis_value(std::string(VocabTable<E>::key), v, "", 0, flag));
+    SWEEP_CHECK(e.has_value(), "a canonical " + std::string(VocabTable<E>::key) + " that is no value");
+    if (!has(out, *e)) out.push_back(*e);
   }
   return out;
 }
@@ -82,21 +91,35 @@ Card resolve_card(const FitOptions& o) {
 }
 
 std::string technique_key(const FitTechnique& t) {
-  return t.precision + "|" + t.checkpointing + "|" + t.optimizer + "|" + (t.use_cache ? "1" : "0") +
-         "|" + t.adapter + "|" + t.offload + "|" + t.weights;
+  return to_string(t.precision) + "|" + to_string(t.checkpointing) + "|" + to_string(t.optimizer) +
+         "|" + (t.use_cache ? "1" : "0") + "|" + to_string(t.adapter) + "|" + to_string(t.offload) +
+         "|" + to_string(t.weights);
 }
 
-// The technique a probe row measured.
-FitTechnique technique_of(const reports::Row& r) {
-  FitTechnique t;
-  t.precision = r.at(column("precision"));
-  t.checkpointing = r.at(column("checkpointing"));
-  t.optimizer = r.at(column("optimizer"));
-  t.use_cache = r.axis(column("use_cache")) != "0";
-  t.adapter = r.axis(column("adapter"));
-  t.offload = r.axis(column("offload"));
-  t.weights = r.axis(column("weights"));
-  return t;
+// The technique a probe row measured; nullopt for a row that does not name one.
+std::optional<FitTechnique> technique_of(const reports::Row& r) {
+  const auto precision = r.value<Precision>();
+  const auto checkpointing = r.value<Checkpointing>();
+  const auto optimizer = r.value<OptimizerKind>();
+  const auto adapter = r.value<Adapter>();
+  const auto offload = r.value<Offload>();
+  const auto weights = r.value<Weights>();
+  if (!precision || !checkpointing || !optimizer || !adapter || !offload || !weights) return std::nullopt;
+  return FitTechnique{*precision, *checkpointing, *optimizer, r.axis(column("use_cache")) != "0",
+                      *adapter, *offload, *weights};
+}
+
+bool same_technique(const reports::Row& r, const FitTechnique& t) {
+  const auto measured = technique_of(r);
+  return measured && technique_key(*measured) == technique_key(t);
+}
+
+// The technique's axes as the JSON names them.
+nlohmann::json technique_json(const FitTechnique& t) {
+  return {{"precision", to_string(t.precision)}, {"checkpointing", to_string(t.checkpointing)},
+          {"optimizer", to_string(t.optimizer)}, {"use_cache", t.use_cache},
+          {"adapter", to_string(t.adapter)},     {"offload", to_string(t.offload)},
+          {"weights", to_string(t.weights)}};
 }
 
 // What the rows of OUT say about each technique: the probes of this model and input under
@@ -117,10 +140,12 @@ Analysis analyse(const reports::Results& results, const std::string& model, int6
   const auto latest = reports::latest_per_point(results);
   for (const auto* r : latest.rows) {
     if (r->at(column("model")) != model || r->at(column("search")) != "max_batch" ||
-        r->at(column("mode")) != "train" || r->at(column("accumulation")) != "1" ||
+        r->value<Mode>() != Mode::kTrain || r->at(column("accumulation")) != "1" ||
         r->number(column("budget_bytes")).value_or(-1) != static_cast<double>(budget))
       continue;
-    auto it = by_key.find(technique_key(technique_of(*r)));
+    const auto technique = technique_of(*r);
+    if (!technique) continue;
+    auto it = by_key.find(technique_key(*technique));
     if (it == by_key.end()) continue;
     FitTechnique& t = it->second;
     const auto batch = static_cast<int64_t>(r->number(column("batch")).value_or(0));
@@ -138,7 +163,7 @@ Analysis analyse(const reports::Results& results, const std::string& model, int6
     } else if (r->status == reports::Status::kOom) {
       if (!t.first_oom || batch < *t.first_oom) t.first_oom = batch;
     } else {
-      t.stopped = std::string(reports::status_name(r->status));
+      t.stopped = to_string(r->status);
     }
   }
   for (const auto& t : wanted)
@@ -180,10 +205,10 @@ std::string pick_id(const Pick& p) {
 }
 
 // The header every fit config and its verification config share.
-std::string config_head(const FitOptions& o, const std::string& name, const std::string& device,
+std::string config_head(const FitOptions& o, const std::string& name, Device device,
                         const std::string& out, int64_t budget_bytes) {
   std::ostringstream y;
-  y << "name: " << name << "\ndevice: " << device << "\nout: " << out
+  y << "name: " << name << "\ndevice: " << name_of(device) << "\nout: " << out
     << "\nbudget_gib: " << number_text(static_cast<double>(budget_bytes) / kGiB)
     << "\ntimeout_s: 600\nsteps: 1\nwarmup_steps: 1\nrepetitions: 3\nprune_oom: true\n"
     << "models: [" << o.model << "]\n";
@@ -208,10 +233,13 @@ void write_text(const std::filesystem::path& path, const std::string& text) {
 }  // namespace
 
 std::string FitTechnique::label() const {
-  return precision + ", " + (checkpointing == "none" ? "no checkpointing" : checkpointing + " checkpointing") +
-         ", " + optimizer + (use_cache ? "" : ", use_cache=False") + (adapter == "none" ? "" : ", " + adapter) +
-         (offload == "none" ? "" : ", offload " + offload) +
-         (weights == "full" ? "" : ", " + weights + " weights");
+  return to_string(precision) + ", " +
+         (checkpointing == Checkpointing::kNone ? "no checkpointing"
+                                                : to_string(checkpointing) + " checkpointing") +
+         ", " + to_string(optimizer) + (use_cache ? "" : ", use_cache=False") +
+         (adapter == Adapter::kNone ? "" : ", " + to_string(adapter)) +
+         (offload == Offload::kNone ? "" : ", offload " + to_string(offload)) +
+         (weights == Weights::kFull ? "" : ", " + to_string(weights) + " weights");
 }
 
 int run_fit(const FitOptions& o) {
@@ -224,16 +252,16 @@ int run_fit(const FitOptions& o) {
   if (o.effective_batch && *o.effective_batch < 1)
     throw UserError("", 0, "--effective-batch", "must be at least 1", "e.g. --effective-batch 32");
 
-  std::string device = o.device;
-  if (device == "auto") device = cuda_device_count() > 0 ? "cuda" : "cpu";
-  if (device == "cuda" && cuda_device_count() == 0)
+  const Device device = o.device == "auto" ? (cuda_device_count() > 0 ? Device::kCuda : Device::kCpu)
+                                           : parse_as<Device>(o.device).value_or(Device::kCpu);
+  if (device == Device::kCuda && cuda_device_count() == 0)
     throw UserError("", 0, "--device", "device cuda requested but no GPU is visible",
                     "use --device cpu: the tracking allocator then enforces the card's memory");
   // The context allowance: none on the CPU; on CUDA given, or measured by a fresh worker on
   // the GPU that will run the probes (as `sweep run` measures it for a target card).
   int64_t context = 0;
   std::string context_source = "none on the CPU";
-  if (device == "cuda") {
+  if (device == Device::kCuda) {
     if (o.context_gib) {
       context = std::llround(*o.context_gib * kGiB);
       context_source = "given with --context-gib";
@@ -250,31 +278,32 @@ int run_fit(const FitOptions& o) {
 
   // The techniques: precision x checkpointing x optimizer, and use_cache=False without
   // checkpointing (transformers turns the cache off under checkpointing in training anyway).
-  const auto precisions = checked(o.precisions, {"fp32", "bf16-amp", "bf16"}, "precision", "--precision");
-  const auto ckpts = checked(o.checkpointing, {"none", "block"}, "checkpointing", "--checkpointing");
+  const auto precisions =
+      checked<Precision>(o.precisions, {Precision::kFp32, Precision::kBf16Amp, Precision::kBf16}, "--precision");
+  const auto ckpts = checked<Checkpointing>(o.checkpointing, {Checkpointing::kNone, Checkpointing::kBlock}, "--checkpointing");
   // 8-bit AdamW and optimizer offload by default where they cost what they cost a user (on
   // CUDA); on the CPU 8-bit AdamW's ATen path is slow and host and device are one memory
   // (ask for them with --optimizer, --offload). LoRA changes what is trained: --adapter.
   const auto optimizers =
-      checked(o.optimizers,
-              device == "cuda" ? std::vector<std::string>{"adamw", "adafactor", "adamw8bit"}
-                               : std::vector<std::string>{"adamw", "adafactor"},
-              "optimizer", "--optimizer");
-  const auto adapters = checked(o.adapters, {"none"}, "adapter", "--adapter");
-  const auto offloads = checked(o.offloads,
-                                device == "cuda" ? std::vector<std::string>{"none", "optimizer"}
-                                                 : std::vector<std::string>{"none"},
-                                "offload", "--offload");
+      checked<OptimizerKind>(o.optimizers,
+              device == Device::kCuda
+                  ? std::vector{OptimizerKind::kAdamW, OptimizerKind::kAdafactor, OptimizerKind::kAdamW8bit}
+                  : std::vector{OptimizerKind::kAdamW, OptimizerKind::kAdafactor},
+              "--optimizer");
+  const auto adapters = checked<Adapter>(o.adapters, {Adapter::kNone}, "--adapter");
+  const auto offloads = checked<Offload>(o.offloads,
+                                device == Device::kCuda ? std::vector{Offload::kNone, Offload::kOptimizer}
+                                                        : std::vector{Offload::kNone},
+                                "--offload");
   // 8-bit base weights only when asked (--weights full,int8), and then with LoRA only: the
   // 8-bit base is frozen.
-  const auto weights = checked(o.weights, {"full"}, "weights", "--weights");
-  if (std::find(weights.begin(), weights.end(), "int8") != weights.end() &&
-      std::find(adapters.begin(), adapters.end(), "lora") == adapters.end())
+  const auto weights = checked<Weights>(o.weights, {Weights::kFull}, "--weights");
+  if (has(weights, Weights::kInt8) && !has(adapters, Adapter::kLora))
     throw UserError("", 0, "--weights", "int8 weights train only with LoRA: the 8-bit base is frozen",
                     "add --adapter lora (or --adapter none,lora)");
   // Offload is ZeRO-Offload's AdamW with fp32 master weights: AdamW only, not pure bf16.
-  auto offloadable = [](const std::string& precision, const std::string& optimizer) {
-    return optimizer == "adamw" && precision != "bf16";
+  auto offloadable = [](Precision precision, OptimizerKind optimizer) {
+    return optimizer == OptimizerKind::kAdamW && precision != Precision::kBf16;
   };
   std::vector<FitTechnique> wanted;
   for (const auto& p : precisions)
@@ -284,8 +313,9 @@ int run_fit(const FitOptions& o) {
           for (const auto& off : offloads)
             for (const auto& w : weights)
               for (bool cache : {true, false})
-                if ((cache || (has_cache(*spec) && c == "none")) && (off == "none" || offloadable(p, opt)) &&
-                    (w == "full" || ad == "lora"))
+                if ((cache || (has_cache(*spec) && c == Checkpointing::kNone)) &&
+                    (off == Offload::kNone || offloadable(p, opt)) &&
+                    (w == Weights::kFull || ad == Adapter::kLora))
                   wanted.push_back({p, c, opt, cache, ad, off, w});
 
   const std::string out = o.out.empty() ? "results/fit-" + o.model + "-" + card.key : o.out;
@@ -306,14 +336,12 @@ int run_fit(const FitOptions& o) {
     y << "  use_cache: [true, false]\n";
     excludes.push_back("{checkpointing: block, use_cache: false}");
   }
-  if (std::find(offloads.begin(), offloads.end(), "optimizer") != offloads.end()) {
-    for (const auto& opt : optimizers)
-      if (opt != "adamw") excludes.push_back("{offload: optimizer, optimizer: " + opt + "}");
-    if (std::find(precisions.begin(), precisions.end(), "bf16") != precisions.end())
-      excludes.push_back("{offload: optimizer, precision: bf16}");
+  if (has(offloads, Offload::kOptimizer)) {
+    for (const auto opt : optimizers)
+      if (opt != OptimizerKind::kAdamW) excludes.push_back("{offload: optimizer, optimizer: " + to_string(opt) + "}");
+    if (has(precisions, Precision::kBf16)) excludes.push_back("{offload: optimizer, precision: bf16}");
   }
-  if (std::find(weights.begin(), weights.end(), "int8") != weights.end() &&
-      std::find(adapters.begin(), adapters.end(), "none") != adapters.end())
+  if (has(weights, Weights::kInt8) && has(adapters, Adapter::kNone))
     excludes.push_back("{weights: int8, adapter: none}");
   if (!excludes.empty()) {
     y << "exclude:\n";
@@ -337,13 +365,13 @@ int run_fit(const FitOptions& o) {
                                                 : "; the time of each probe is shown as it finishes";
     std::fprintf(stderr, "fit %s on %s (%s usable, %s): %zu techniques, about %zu probes%s\n",
                  o.model.c_str(), card.name.c_str(), reports::format_bytes(static_cast<double>(usable)).c_str(),
-                 device == "cpu" ? "enforced by the CPU's tracking allocator" : "emulated on this GPU",
+                 device == Device::kCpu ? "enforced by the CPU's tracking allocator" : "emulated on this GPU",
                  wanted.size(), wanted.size() * kProbesPerSearch, estimate.c_str());
   }
   RunOptions run;
   run.config = cfg_path.string();
   run.out = out;
-  run.device = device;
+  run.device = to_string(device);
   run.device_given = true;
   run.quiet = o.quiet;
   if (const int rc = run_sweep(run).exit_code; rc != 0) return rc;
@@ -374,9 +402,10 @@ int run_fit(const FitOptions& o) {
     std::ostringstream v;
     v << "# The recommendation of `sweep fit`, measured at its accumulation.\n"
       << config_head(o, name + "-pick", device, out, budget) << "grid:\n  batch: " << choice->batch << "\n"
-      << input_axes(o) << "  precision: " << t.precision << "\n  checkpointing: " << t.checkpointing
-      << "\n  optimizer: " << t.optimizer << "\n  adapter: " << t.adapter << "\n  offload: " << t.offload
-      << "\n  weights: " << t.weights << "\n  accumulation: " << choice->accumulation << "\n";
+      << input_axes(o) << "  precision: " << name_of(t.precision) << "\n  checkpointing: "
+      << name_of(t.checkpointing) << "\n  optimizer: " << name_of(t.optimizer) << "\n  adapter: "
+      << name_of(t.adapter) << "\n  offload: " << name_of(t.offload) << "\n  weights: " << name_of(t.weights)
+      << "\n  accumulation: " << choice->accumulation << "\n";
     if (has_cache(*spec)) v << "  use_cache: " << (t.use_cache ? "true" : "false") << "\n";
     const auto pick_path = std::filesystem::path(out) / "fit-pick.yaml";
     write_text(pick_path, v.str());
@@ -388,8 +417,7 @@ int run_fit(const FitOptions& o) {
     const reports::Row* measured = nullptr;
     for (const auto* r : reports::latest_per_point(after).rows)
       if (r->at(column("model")) == o.model && r->at(column("search")).empty() &&
-          r->at(column("precision")) == t.precision && r->at(column("checkpointing")) == t.checkpointing &&
-          technique_key(technique_of(*r)) == technique_key(t) &&
+          same_technique(*r, t) &&
           r->number(column("batch")).value_or(0) == static_cast<double>(choice->batch) &&
           r->number(column("accumulation")).value_or(0) == static_cast<double>(choice->accumulation) &&
           r->number(column("budget_bytes")).value_or(-1) == static_cast<double>(budget))
@@ -419,13 +447,13 @@ int run_fit(const FitOptions& o) {
     reason = why.str();
   }
 
-  const bool cpu = device == "cpu";
-  const std::string measured_on = a.device_name.empty() ? device : a.device_name;
+  const bool cpu = device == Device::kCpu;
+  const std::string measured_on = a.device_name.empty() ? to_string(device) : a.device_name;
   if (o.json) {
     nlohmann::json j;
     j["fit_json_version"] = kFitJsonVersion;
     j["model"] = o.model;
-    j["device"] = device;
+    j["device"] = to_string(device);
     j["measured_on"] = measured_on;
     j["cpu_measured"] = cpu;
     j["card"] = {{"name", card.name}, {"memory_bytes", card.memory_bytes}, {"margin", o.margin},
@@ -437,9 +465,9 @@ int run_fit(const FitOptions& o) {
     j["techniques"] = nlohmann::json::array();
     for (const auto& t : a.techniques) {
       probes += t.probes;
-      nlohmann::json e = {{"precision", t.precision}, {"checkpointing", t.checkpointing},
-                          {"optimizer", t.optimizer}, {"use_cache", t.use_cache}, {"adapter", t.adapter}, {"offload", t.offload}, {"weights", t.weights}, {"probes", t.probes},
-                          {"limit_reached", t.first_oom.has_value()}};
+      nlohmann::json e = technique_json(t);
+      e["probes"] = t.probes;
+      e["limit_reached"] = t.first_oom.has_value();
       e["largest_batch"] = t.largest ? nlohmann::json(*t.largest) : nlohmann::json(nullptr);
       e["first_oom"] = t.first_oom ? nlohmann::json(*t.first_oom) : nlohmann::json(nullptr);
       if (t.largest) {
@@ -455,11 +483,10 @@ int run_fit(const FitOptions& o) {
     j["probes"] = probes;
     if (choice) {
       const auto& t = *choice->technique;
-      j["recommendation"] = {{"precision", t.precision}, {"checkpointing", t.checkpointing},
-                             {"optimizer", t.optimizer}, {"use_cache", t.use_cache}, {"adapter", t.adapter}, {"offload", t.offload},
-                             {"weights", t.weights}, {"batch", choice->batch}, {"accumulation", choice->accumulation},
-                             {"tokens_per_s", choice->tokens_per_s}, {"step_ms_cv", choice->step_ms_cv},
-                             {"noisy", choice->step_ms_cv > reports::kNoisyStepCv}, {"reason", reason}};
+      j["recommendation"] = technique_json(t);
+      j["recommendation"].update({{"batch", choice->batch}, {"accumulation", choice->accumulation},
+                                  {"tokens_per_s", choice->tokens_per_s}, {"step_ms_cv", choice->step_ms_cv},
+                                  {"noisy", choice->step_ms_cv > reports::kNoisyStepCv}, {"reason", reason}});
     } else {
       j["recommendation"] = nullptr;
     }

@@ -13,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "reports/results/vocab.h"
+
 namespace sweep {
 
 struct FitOptions {
@@ -34,11 +36,13 @@ struct FitOptions {
 
 // One technique combination and what its search found.
 struct FitTechnique {
-  std::string precision, checkpointing, optimizer;
+  Precision precision = Precision::kFp32;
+  Checkpointing checkpointing = Checkpointing::kNone;
+  OptimizerKind optimizer = OptimizerKind::kAdamW;
   bool use_cache = true;
-  std::string adapter = "none";      // "lora": PEFT's LoRA, the base frozen
-  std::string offload = "none";      // "optimizer": AdamW's state on the host (ZeRO-Offload)
-  std::string weights = "full";      // "int8": the frozen base in 8 bit (with lora)
+  Adapter adapter = Adapter::kNone;  // lora: PEFT's LoRA, the base frozen
+  Offload offload = Offload::kNone;  // optimizer: AdamW's state on the host (ZeRO-Offload)
+  Weights weights = Weights::kFull;  // int8: the frozen base in 8 bit (with lora)
   std::optional<int64_t> largest;    // largest batch that fits; none: not even batch 1
   std::optional<int64_t> first_oom;  // smallest batch measured out of memory
   int probes = 0;

@@ -52,10 +52,11 @@ std::string row_label(const reports::Row& r) {
                   r.at(column("precision")) + ", checkpointing " + r.at(column("checkpointing")) +
                   ", " + r.at(column("optimizer"));
   if (const auto& a = r.at(column("accumulation")); !a.empty() && a != "1") s += ", accumulation " + a;
-  if (const auto& a = r.at(column("adapter")); !a.empty() && a != "none") s += ", " + a + " r" + r.at(column("lora_r"));
+  if (const auto a = r.value<Adapter>(); a && *a != Adapter::kNone)
+    s += ", " + to_string(*a) + " r" + r.at(column("lora_r"));
   if (r.at(column("use_cache")) == "0") s += ", use_cache=False";
-  if (const auto& o = r.at(column("offload")); !o.empty() && o != "none") s += ", offload " + o;
-  if (const auto& w = r.at(column("weights")); !w.empty() && w != "full") s += ", " + w + " weights";
+  if (const auto o = r.value<Offload>(); o && *o != Offload::kNone) s += ", offload " + to_string(*o);
+  if (const auto w = r.value<Weights>(); w && *w != Weights::kFull) s += ", " + to_string(*w) + " weights";
   return s;
 }
 
@@ -79,13 +80,11 @@ RunSummary summarize_run(const reports::Results& results, const std::string& out
   RunSummary s;
   s.out = out;
   s.results_path = results.path;
-  using reports::Status;
-  for (Status st : {Status::kOk, Status::kOom, Status::kCrash, Status::kTimeout, Status::kSkipped})
-    s.counts.emplace_back(std::string(reports::status_name(st)), 0);
+  for (const Status st : all_of<Status>()) s.counts.emplace_back(st, 0);
   auto tokens = [](const reports::Row* r) { return r->number(column("tokens_per_s")).value_or(0); };
   for (const auto* r : reports::latest_per_point(results).rows) {
-    for (auto& [status, n] : s.counts) n += status == reports::status_name(r->status);
-    if (r->status != Status::kOk || r->at(column("mode")) != "train") continue;
+    for (auto& [status, n] : s.counts) n += status == r->status;
+    if (r->status != Status::kOk || r->value<Mode>() != Mode::kTrain) continue;
     ++s.ok_train;
     if (!s.fastest || tokens(r) > tokens(s.fastest)) s.fastest = r;
     if (cv(r) > reports::kNoisyStepCv) {
@@ -111,7 +110,7 @@ json RunSummary::json() const {
   int points = 0;
   j["counts"] = nlohmann::json::object();
   for (const auto& [status, n] : counts) {
-    j["counts"][status] = n;
+    j["counts"][to_string(status)] = n;
     points += n;
   }
   j["count"] = points;
@@ -143,7 +142,7 @@ json RunSummary::json() const {
 std::string RunSummary::text() const {
   std::string line;
   for (const auto& [status, n] : counts)
-    if (n) line += (line.empty() ? "" : ", ") + std::to_string(n) + " " + status;
+    if (n) line += (line.empty() ? "" : ", ") + std::to_string(n) + " " + to_string(status);
   std::string s = "summary: " + line + "\n";
   if (fastest) {
     char buf[512];

@@ -24,7 +24,7 @@ inline constexpr int kNoisyPointsToWarn = 3;
 // where the results and the report are, the next command. `results` must outlive it.
 struct RunSummary {
   std::string out, results_path;
-  std::vector<std::pair<std::string, int>> counts;  // every status, in schema order
+  std::vector<std::pair<Status, int>> counts;  // every status, in vocabulary order
   const reports::Row* fastest = nullptr;            // highest tokens/s among ok train rows
   int ok_train = 0;
   std::vector<const reports::Row*> noisy;           // ok train rows above kNoisyStepCv

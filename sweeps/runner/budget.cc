@@ -27,7 +27,7 @@ using reports::kGiB;
 
 }  // namespace
 
-Budget resolve_budget(const Config& cfg, const std::string& device, const std::vector<HostGpu>& gpus) {
+Budget resolve_budget(const Config& cfg, Device device, const std::vector<HostGpu>& gpus) {
   Budget b;
   if (cfg.budget_gib > 0) {
     b.bytes = static_cast<int64_t>(cfg.budget_gib * kGiB);
@@ -45,7 +45,7 @@ Budget resolve_budget(const Config& cfg, const std::string& device, const std::v
   const GpuTarget& t = *cfg.gpu;
   const double target = t.memory_gib * kGiB;
   const std::string target_name = t.name.empty() ? reports::format_bytes(target) : t.name + " (" + reports::format_bytes(target) + ")";
-  if (device == "cpu") {
+  if (device == Device::kCpu) {
     // No CUDA context on the CPU: the target's memory less the configured allowance only.
     b.context_bytes = static_cast<int64_t>(t.context_gib.value_or(0.0) * kGiB);
     b.bytes = static_cast<int64_t>(target) - b.context_bytes;
@@ -127,15 +127,16 @@ void run_representative_bursts() {
   auto mem = make_cuda_tracker();
   auto timer = make_cuda_timer();
   for (const char* model : {"gpt2-test", "t5-test", "whisper-test"}) {
-    for (const char* precision : {"fp32", "fp16-amp", "bf16-amp", "bf16"}) {
-      for (const char* optimizer : {"adamw", "adamw-fused", "sgd", "adafactor", "adamw8bit", ""}) {
-        Point p = tiny_point(model, "cuda", precision, *optimizer ? optimizer : "none");
-        if (!*optimizer) p.mode = "eval";
+    for (const Precision precision : all_of<Precision>()) {
+      // Every optimizer, then eval (OptimizerKind::kNone, the last).
+      for (const OptimizerKind optimizer : all_of<OptimizerKind>()) {
+        Point p = tiny_point(model, Device::kCuda, precision, optimizer);
+        if (optimizer == OptimizerKind::kNone) p.mode = Mode::kEval;
         // A combination this GPU cannot run (pure bf16 on a card without it) loads nothing
         // the sweep's own points would load: it is left out, with a line on stderr.
         try {
           const auto m = run_burst(p, *mem, *timer);
-          if (m.status != "ok") std::cerr << "probe: " << p.label() << ": " << m.message << "\n";
+          if (m.status != Status::kOk) std::cerr << "probe: " << p.label() << ": " << m.message << "\n";
         } catch (const c10::Error& e) {
           std::cerr << "probe: " << p.label() << ": " << e.what_without_backtrace() << "\n";
         }

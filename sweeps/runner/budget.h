@@ -37,10 +37,10 @@ struct Budget {
 // sold as "80 GB" report 79.1 GiB).
 inline constexpr double kSameCardTolerance = 0.05;
 
-// Pure: the budget for `device` ("cpu" | "cuda"); `gpus` are the probed GPUs (cuda only).
+// Pure: the budget for `device`; `gpus` are the probed GPUs (cuda only).
 // Throws UserError at the config's line when a GPU is smaller than the target card, or than
 // an explicit budget_gib: a cap cannot add memory.
-Budget resolve_budget(const Config& cfg, const std::string& device, const std::vector<HostGpu>& gpus);
+Budget resolve_budget(const Config& cfg, Device device, const std::vector<HostGpu>& gpus);
 
 // Starts `exe worker --probe-device` once per GPU, each with CUDA_VISIBLE_DEVICES set to the
 // GPU's entry (as its workers get), and reads what it reports.

@@ -10,6 +10,8 @@
 #include <functional>
 #include <set>
 #include <stdexcept>
+#include <type_traits>
+#include <utility>
 
 #include "models/zoo.h"
 
@@ -23,15 +25,23 @@ const std::vector<std::string> kAxes = {"mode",          "seq",       "target_se
 
 namespace {
 
+// The names a config may give an enumerated axis: its vocabulary's, but optimizer "none",
+// which an eval point gets by itself.
+template <Vocabulary E>
+std::pair<const std::string, std::vector<std::string>> choices_of() {
+  std::vector<std::string> names;
+  for (const E e : all_of<E>()) {
+    if constexpr (std::is_same_v<E, OptimizerKind>)
+      if (e == OptimizerKind::kNone) continue;
+    names.push_back(to_string(e));
+  }
+  return {std::string(VocabTable<E>::key), names};
+}
+
 const std::map<std::string, std::vector<std::string>> kChoices = {
-    {"mode", {"train", "eval"}},
-    {"precision", {"fp32", "fp16-amp", "bf16-amp", "bf16"}},
-    {"checkpointing", {"none", "block"}},
-    {"optimizer", {"adamw", "adamw-fused", "sgd", "adafactor", "adamw8bit"}},
-    {"use_cache", {"true", "false"}},
-    {"adapter", {"none", "lora"}},
-    {"offload", {"none", "optimizer"}},
-    {"weights", {"full", "int8"}},
+    choices_of<Mode>(),    choices_of<Precision>(), choices_of<Checkpointing>(),
+    choices_of<OptimizerKind>(), choices_of<Adapter>(), choices_of<Offload>(),
+    choices_of<Weights>(), {"use_cache", {"true", "false"}},
 };
 
 // Ranges of the numeric axes. The upper ends keep every product the burst forms (batch x
@@ -303,8 +313,8 @@ Config load_config(const std::string& path) {
     if (key == "name") cfg.name = c.scalar(v, key);
     else if (key == "device") {
       cfg.device = c.scalar(v, key);
-      if (cfg.device != "auto" && cfg.device != "cuda" && cfg.device != "cpu")
-        c.fail(v, key, "unknown device '" + cfg.device + "'", "expected auto, cuda or cpu");
+      if (cfg.device != "auto" && !parse_as<Device>(cfg.device))
+        c.fail(v, key, "unknown device '" + cfg.device + "'", "expected one of: auto, " + choices<Device>());
     } else if (key == "out") cfg.out = c.scalar(v, key);
     else if (key == "gpu") {
       c.only_keys(v, "gpu", {"name", "memory_gib", "context_gib"});

@@ -34,8 +34,8 @@ void WallHistory::add(const reports::Results& results) {
     const double n = cell(r, column("warmup_steps")) + *steps * *reps;
     Sample s;
     s.model = r.at(column("model"));
-    s.mode = r.at(column("mode"));
-    s.precision = r.at(column("precision"));
+    s.mode = r.value<Mode>();
+    s.precision = r.value<Precision>();
     s.seq = cell(r, column("seq"));
     s.target_seq = cell(r, column("target_seq"));
     s.audio_s = cell(r, column("audio_s"));

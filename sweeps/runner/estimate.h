@@ -46,7 +46,9 @@ class WallHistory {
 
  private:
   struct Sample {
-    std::string model, mode, precision;
+    std::string model;
+    std::optional<Mode> mode;
+    std::optional<Precision> precision;
     double seq = 0, target_seq = 0, audio_s = 0, batch = 0;
     double start_s = 0, micro_step_s = 0;  // step time per micro-batch
   };

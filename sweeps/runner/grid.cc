@@ -12,19 +12,17 @@
 namespace sweep {
 namespace {
 
-// Values used for an axis the config leaves out.
-const std::map<std::string, std::string> kDefaults = {
-    {"mode", "train"},      {"seq", "128"},       {"target_seq", "128"}, {"audio_s", "30"},
-    {"precision", "fp32"},  {"checkpointing", "none"}, {"optimizer", "adamw"},
-    {"accumulation", "1"},  {"alloc_conf", ""},   {"batch", "1"}, {"use_cache", "true"},
-    {"adapter", "none"},    {"offload", "none"},     {"weights", "full"},
-};
+// Values used for an axis the config leaves out: a Point's own defaults (train, batch 1, fp32,
+// no checkpointing, adamw, ...), but for the sequence axes, which a Point leaves at 0 (none).
+const std::map<std::string, std::string> kSequenceDefaults = {
+    {"seq", "128"}, {"target_seq", "128"}, {"audio_s", "30"}};
 
 // A test model is sized for a 2-core CPU and its positions with it: whisper-test's encoder
 // window is 4 s of audio, so Whisper's 30 s default would always fail there.
 std::string default_value(const models::ModelSpec& spec, const std::string& axis) {
   if (axis == "audio_s" && spec.test_only) return "2";
-  return kDefaults.at(axis);
+  if (auto it = kSequenceDefaults.find(axis); it != kSequenceDefaults.end()) return it->second;
+  return axis_text(Point{}, axis);
 }
 
 void set_axis(Point& p, const std::string& axis, const std::string& v) {
@@ -88,18 +86,18 @@ void check_lora_targets(const Config& cfg, const std::set<std::string>& lora_mod
 
 // Optimizer offload is ZeRO-Offload's CPU AdamW: other optimizers have no host step here.
 void check_offload(const Point& p, const std::string& file, int line, const std::string& key) {
-  if (p.offload == "none" || p.optimizer == "adamw") return;
+  if (p.offload == Offload::kNone || p.optimizer == OptimizerKind::kAdamW) return;
+  const std::string optimizer = to_string(p.optimizer);
   throw UserError(file, line, key,
-                  "offload optimizer applies to adamw only, not " + p.optimizer + " (" + p.model +
-                      ")",
+                  "offload optimizer applies to adamw only, not " + optimizer + " (" + p.model + ")",
                   "the host step is DeepSpeed's CPU Adam (AdamW); leave the combination out with "
-                  "`exclude: [{offload: optimizer, optimizer: " + p.optimizer + "}]`");
+                  "`exclude: [{offload: optimizer, optimizer: " + optimizer + "}]`");
 }
 
 // 8-bit base weights are frozen: training them needs an adapter (bitsandbytes' Linear8bitLt
 // with has_fp16_weights=False has no gradient for its weight). Eval runs them as they are.
 void check_weights(const Point& p, const std::string& file, int line, const std::string& key) {
-  if (p.weights != "int8" || p.mode != "train" || p.adapter == "lora") return;
+  if (p.weights != Weights::kInt8 || p.mode != Mode::kTrain || p.adapter == Adapter::kLora) return;
   throw UserError(file, line, key,
                   "weights int8 trains only with adapter lora (" + p.model +
                       "): the 8-bit base weights are frozen",
@@ -185,11 +183,11 @@ std::vector<Point> expand_grid(const Config& cfg, const RunSettings& run) {
 
       std::function<void(std::size_t, Point)> rec = [&](std::size_t i, Point p) {
         if (i == kAxes.size()) {
-          if (p.mode == "eval") {
-            p.checkpointing = "none";
+          if (p.mode == Mode::kEval) {
+            p.checkpointing = Checkpointing::kNone;
             p.accumulation = 1;
-            p.optimizer = "none";
-            p.offload = "none";
+            p.optimizer = OptimizerKind::kNone;
+            p.offload = Offload::kNone;
           }
           for (const auto& r : rules)
             if (matches(r, p)) return;
@@ -197,7 +195,7 @@ std::vector<Point> expand_grid(const Config& cfg, const RunSettings& run) {
             check_offload(p, cfg.path, o->second.line, offload_key);
           if (auto w = grid.find("weights"); w != grid.end())
             check_weights(p, cfg.path, w->second.line, weights_key);
-          if (p.adapter == "lora") lora_models.insert(p.model);
+          if (p.adapter == Adapter::kLora) lora_models.insert(p.model);
           if (seen.insert(p.id()).second) out.push_back(p);
           return;
         }

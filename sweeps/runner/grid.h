@@ -11,7 +11,7 @@ namespace sweep {
 
 // How every point of a run is executed; filled by the runner from the config and host.
 struct RunSettings {
-  std::string device = "cpu";  // cpu | cuda (resolved, never auto)
+  Device device = Device::kCpu;  // resolved, never auto
   int64_t budget_bytes = 0;
   bool budget_emulated = false;
   std::size_t max_points = 10000;  // larger grids are refused before they are expanded

@@ -19,6 +19,13 @@
 namespace sweep {
 namespace {
 
+// The status the worker's record names; nullopt when it names none (a record cut short).
+std::optional<Status> worker_status(const WorkerResult& r) {
+  if (!r.record.is_object() || !r.record.contains("status") || !r.record["status"].is_string())
+    return std::nullopt;
+  return parse_as<Status>(r.record["status"].get<std::string>());
+}
+
 std::string log_tail(const std::string& path) {
   std::ifstream in(path);
   std::string line, last;
@@ -102,14 +109,14 @@ WorkerResult run_isolated(const Point& p, const IsolateOptions& opt) {
     }
   }
   if (timed_out) {
-    r.status = "timeout";
+    r.status = Status::kTimeout;
     std::ostringstream s;
     s << "killed after the point's time limit of " << p.timeout_s << " s";
     r.message = s.str();
-  } else if (r.exit_code == 0 && r.record.is_object() && r.record.contains("status")) {
-    r.status = r.record["status"].get<std::string>();
+  } else if (const auto status = worker_status(r); status && r.exit_code == 0) {
+    r.status = *status;
   } else {
-    r.status = "crash";
+    r.status = Status::kCrash;
     if (r.record.is_object() && r.record.contains("message"))
       r.message = r.record["message"].get<std::string>();
     else if (r.signal)

@@ -20,7 +20,7 @@ struct IsolateOptions {
 };
 
 struct WorkerResult {
-  std::string status;         // ok | oom | crash | timeout
+  Status status = Status::kCrash;  // ok | oom | crash | timeout
   nlohmann::json record;      // what the worker reported (may be empty)
   std::optional<int> exit_code, signal;
   std::string message;        // for crash/timeout: the record's message or the log's tail

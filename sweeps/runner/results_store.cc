@@ -22,7 +22,7 @@ namespace {
 
 // The peak a memory cap applies to: reserved on CUDA (the allocator's cap), allocated on the
 // CPU (where the two are equal).
-ProbeOutcome outcome_of(const std::string& status, std::optional<double> allocated,
+ProbeOutcome outcome_of(Status status, std::optional<double> allocated,
                         std::optional<double> reserved) {
   return {status, std::max(allocated.value_or(0), reserved.value_or(0))};
 }
@@ -123,7 +123,9 @@ void ResultsStore::append(const nlohmann::json& row) {
       auto v = row.find(key);
       return v != row.end() && v->is_number() ? std::optional<double>(v->get<double>()) : std::nullopt;
     };
-    recorded_[it->get<std::string>()] = outcome_of(row.value("status", ""), number("peak_allocated_bytes"),
+    const auto status = parse_as<Status>(row.value("status", ""));
+    SWEEP_CHECK(status.has_value(), "a row appended without a known status");
+    recorded_[it->get<std::string>()] = outcome_of(*status, number("peak_allocated_bytes"),
                                                    number("peak_reserved_bytes"));
   }
 }
@@ -138,7 +140,7 @@ void ResultsStore::recall(const std::string& csv_path) {
   // The reader's errors name the file and line and say how to repair it; nothing is touched.
   for (const auto& r : reports::read_results(csv_path).rows) {
     recorded_[r.at(schema::column("point_id"))] = outcome_of(
-        r.at(schema::column("status")), r.number(schema::column("peak_allocated_bytes")),
+        r.status, r.number(schema::column("peak_allocated_bytes")),
         r.number(schema::column("peak_reserved_bytes")));
   }
 }

@@ -24,13 +24,13 @@ SearchResult search_max_batch(int64_t lo, int64_t hi, double budget_bytes,
   auto run = [&](int64_t b) {
     r.probed.push_back(b);
     const ProbeOutcome o = probe(b);
-    if (o.status == "ok") {
+    if (o.status == Status::kOk) {
       fits[b] = o.peak_bytes;
       r.largest_fit = std::max(r.largest_fit.value_or(b), b);
-    } else if (o.status == "oom") {
+    } else if (o.status == Status::kOom) {
       r.first_oom = std::min(r.first_oom.value_or(b), b);
     } else {
-      r.stopped = "batch " + std::to_string(b) + ": " + o.status;
+      r.stopped = "batch " + std::to_string(b) + ": " + to_string(o.status);
     }
   };
   run(lo);

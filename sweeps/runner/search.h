@@ -14,10 +14,12 @@
 #include <string>
 #include <vector>
 
+#include "reports/results/vocab.h"
+
 namespace sweep {
 
 struct ProbeOutcome {
-  std::string status;     // ok | oom | crash | timeout
+  Status status = Status::kCrash;  // ok | oom | crash | timeout
   double peak_bytes = 0;  // the peak the cap applies to (reserved on CUDA, allocated on the CPU)
 };
 

@@ -246,8 +246,8 @@ RunOutcome submit_slurm(const RunOptions& opt) {
   // measure their GPUs' context allowance (a target card on CUDA without context_gib).
   const std::string device = opt.device_given ? opt.device : cfg.device;
   RunSettings run;
-  run.device = device == "cuda" ? "cuda" : "cpu";
-  const bool ids_known = cfg.budget_gib > 0 || !cfg.gpu || device == "cpu";
+  run.device = parse_as<Device>(device).value_or(Device::kCpu);  // auto: as on the CPU
+  const bool ids_known = cfg.budget_gib > 0 || !cfg.gpu || run.device == Device::kCpu;
   const Budget budget = resolve_budget(cfg, run.device, {});
   run.budget_bytes = budget.bytes;
   run.budget_emulated = budget.emulated;

@@ -39,13 +39,16 @@
 namespace sweep {
 namespace {
 
-std::string resolve_device(const std::string& wanted, const std::string& config_path) {
+// `wanted` is auto, cuda or cpu (the config and the flag have checked it).
+Device resolve_device(const std::string& wanted, const std::string& config_path) {
   const int gpus = cuda_device_count();
-  if (wanted == "auto") return gpus > 0 ? "cuda" : "cpu";
-  if (wanted == "cuda" && gpus == 0)
+  if (wanted == "auto") return gpus > 0 ? Device::kCuda : Device::kCpu;
+  const auto device = parse_as<Device>(wanted);
+  SWEEP_CHECK(device.has_value(), "device '" + wanted + "' was not checked");
+  if (*device == Device::kCuda && gpus == 0)
     throw UserError(config_path, 0, "device", "device cuda requested but no GPU is visible",
                       "use --device cpu (or auto) on this machine");
-  return wanted;
+  return *device;
 }
 
 nlohmann::json point_columns(const Point& p) {
@@ -81,18 +84,24 @@ class Progress {
     std::fprintf(stderr, "\r\033[K[%s] ok %d oom %d skipped %d | %s%s", count.c_str(), ok_, oom_,
                  skipped_, p.label().c_str(), eta().c_str());
   }
-  void finish(const Point& p, const std::string& status, const std::string& detail,
+  // A point that ran (or was skipped) now, counted by its status.
+  void finish(const Point& p, Status status, const std::string& detail,
+              const std::string& prefix = "") {
+    ok_ += status == Status::kOk;
+    oom_ += status == Status::kOom;
+    skipped_ += status == Status::kSkipped;
+    finish(p, to_string(status), detail, prefix);
+  }
+  // A point an earlier run recorded ("done").
+  void finish(const Point& p, const std::string& label, const std::string& detail,
               const std::string& prefix = "") {
     ++done_;
-    if (status == "ok") ++ok_;
-    else if (status == "oom") ++oom_;
-    else if (status == "skipped") ++skipped_;
     if (quiet_) return;
     if (tty_) std::fprintf(stderr, "\r\033[K");
     // A search does not know its number of probes in advance: it counts without a total.
     const std::string count = total_ ? std::to_string(done_) + "/" + std::to_string(total_)
                                      : std::to_string(done_);
-    std::fprintf(stderr, "[%s] %s%-7s %s%s%s\n", count.c_str(), prefix.c_str(), status.c_str(),
+    std::fprintf(stderr, "[%s] %s%-7s %s%s%s\n", count.c_str(), prefix.c_str(), label.c_str(),
                  p.label().c_str(), detail.empty() ? "" : "  ", detail.c_str());
   }
   // One line that counts no point (search summaries).
@@ -154,16 +163,16 @@ class Runner {
     // either would otherwise override the axis.
     iso.env["PYTORCH_ALLOC_CONF"] = p.alloc_conf;
     iso.env["PYTORCH_CUDA_ALLOC_CONF"] = p.alloc_conf;
-    if (opt_.snapshot && p.device == "cuda")
+    if (opt_.snapshot && p.device == Device::kCuda)
       iso.env["SWEEP_SNAPSHOT"] = (std::filesystem::path(out_) / "snapshots" / id).string();
     // `gpu` is already this process's CUDA_VISIBLE_DEVICES entry for the --gpus index.
     if (!gpu.empty()) iso.env["CUDA_VISIBLE_DEVICES"] = gpu;
-    if (p.device == "cuda")
+    if (p.device == Device::kCuda)
       row["gpu_index"] = gpu.empty() ? visible_device(std::getenv("CUDA_VISIBLE_DEVICES"), 0) : gpu;
     const WorkerResult r = run_isolated(p, iso);
     for (const auto& [k, v] : r.record.items())
       if (k != "status") row[k] = v;
-    row["status"] = r.status;
+    row["status"] = to_string(r.status);
     if (!r.message.empty()) row["message"] = r.message;
     if (r.exit_code) row["exit_code"] = *r.exit_code;
     if (r.signal) {
@@ -172,12 +181,12 @@ class Runner {
     }
     row["wall_s"] = std::round(r.wall_s * 1000) / 1000;
     std::string detail;
-    if (r.status == "ok" || r.status == "oom")
+    if (r.status == Status::kOk || r.status == Status::kOom)
       detail = "peak " + reports::format_bytes(row.value("peak_allocated_bytes", 0.0));
-    if (r.status == "ok" && row.contains("tokens_per_s"))
+    if (r.status == Status::kOk && row.contains("tokens_per_s"))
       detail += ", " + std::to_string(static_cast<int64_t>(row["tokens_per_s"].get<double>())) + " tokens/s";
     const std::string message = row.value("message", std::string());
-    if (r.status != "ok" && !message.empty()) detail += (detail.empty() ? "" : ", ") + message;
+    if (r.status != Status::kOk && !message.empty()) detail += (detail.empty() ? "" : ", ") + message;
     if (!gpu.empty()) detail += " [gpu " + gpu + "]";
     std::lock_guard lock(mu_);
     store_.append(row);
@@ -193,12 +202,12 @@ class Runner {
       return;
     }
     auto row = point_columns(p);
-    row["status"] = schema::kSkipped;
+    row["status"] = to_string(Status::kSkipped);
     row["reason"] = "implied-oom";
     row["message"] = message;
     store_.append(row);
     forced_.insert(p.id());
-    progress_.finish(p, "skipped", "implied-oom");
+    progress_.finish(p, Status::kSkipped, "implied-oom");
   }
 
   void note(const std::string& line) {
@@ -224,7 +233,7 @@ void run_combination(Runner& runner, const std::vector<Point>& points, bool prun
       runner.skip(p, "batch " + std::to_string(*oom_at) + " already ran out of memory");
       continue;
     }
-    if (runner.run(p, gpu).status == "oom" && !oom_at) oom_at = p.batch;
+    if (runner.run(p, gpu).status == Status::kOom && !oom_at) oom_at = p.batch;
   }
 }
 
@@ -331,7 +340,7 @@ namespace {
 
 // --dry-run: the points and what they will take, estimated from the rows of the output
 // directory (its resume skips the points recorded there) and of --estimate-from.
-int dry_run(const RunOptions& opt, const Config& cfg, const std::string& device,
+int dry_run(const RunOptions& opt, const Config& cfg, Device device,
             const std::string& out, const std::vector<std::vector<Point>>& combos, bool search) {
   WallHistory history;
   std::set<std::string> recorded;
@@ -343,7 +352,7 @@ int dry_run(const RunOptions& opt, const Config& cfg, const std::string& device,
       for (const auto* r : reports::latest_per_point(results).rows) recorded.insert(r->at(schema::column("point_id")));
   }
   for (const auto& from : opt.estimate_from) history.add(reports::read_results(from));
-  DryRun d{cfg.path, device, out, search, cfg.search_max_batch, estimate_plan(combos, search, history, recorded)};
+  DryRun d{cfg.path, to_string(device), out, search, cfg.search_max_batch, estimate_plan(combos, search, history, recorded)};
   std::cout << (opt.json ? d.json().dump(2) + "\n" : d.text());
   return 0;
 }
@@ -356,7 +365,7 @@ RunOutcome run_sweep(const RunOptions& opt) {
   RunSettings run;
   run.device = resolve_device(opt.device_given ? opt.device : cfg.device, cfg.path);
   std::vector<std::string> gpus = split_gpus(opt.gpus);
-  if (!gpus.empty() && run.device != "cuda")
+  if (!gpus.empty() && run.device != Device::kCuda)
     throw UserError(opt.config, 0, "--gpus", "--gpus needs device cuda (this run is on the CPU)",
                       "drop --gpus, or run with --device cuda on a GPU host");
   // --gpus indices count the GPUs this process sees: each becomes the CUDA_VISIBLE_DEVICES
@@ -373,7 +382,7 @@ RunOutcome run_sweep(const RunOptions& opt) {
   // The budget: measured GPUs only where it matters (a target card or a budget on CUDA), each
   // the GPU its workers get: the --gpus ones, else the first visible one.
   std::vector<HostGpu> probed;
-  if (run.device == "cuda" && (cfg.gpu || cfg.budget_gib > 0) && !opt.dry_run)
+  if (run.device == Device::kCuda && (cfg.gpu || cfg.budget_gib > 0) && !opt.dry_run)
     probed = probe_gpus(self_exe(), gpus.empty() ? std::vector<std::string>{visible_device(visible, 0)}
                                                  : gpus);
   const Budget budget = resolve_budget(cfg, run.device, probed);
@@ -410,7 +419,7 @@ RunOutcome run_sweep(const RunOptions& opt) {
   Progress progress(search ? 0 : points.size(), opt.quiet);
   if (!budget.note.empty() && !opt.quiet) std::fprintf(stderr, "%s\n", budget.note.c_str());
   if (opt.snapshot) {
-    if (run.device == "cuda")
+    if (run.device == Device::kCuda)
       std::filesystem::create_directories(std::filesystem::path(out) / "snapshots");
     else
       std::fprintf(stderr, "note: --snapshot records the CUDA allocator's history; on the CPU "
