@@ -583,10 +583,10 @@ TEST(GpuTable, FindsCardsByKeyNameAndDeviceName) {
 
 TEST(GpuTable, PeaksByPrecisionAndAscendingMemory) {
   const GpuSpec& t4 = *find_gpu("t4");
-  EXPECT_EQ(peak_tflops(t4, "fp16-amp"), 65);
-  EXPECT_FALSE(peak_tflops(t4, "bf16-amp"));  // Turing has no BF16 tensor cores
-  EXPECT_EQ(peak_tflops(*find_gpu("a100-40gb"), "bf16"), 312);
-  EXPECT_FALSE(peak_tflops(t4, "fp8"));
+  EXPECT_EQ(peak_tflops(t4, Precision::kFp16Amp), 65);
+  EXPECT_FALSE(peak_tflops(t4, Precision::kBf16Amp));  // Turing has no BF16 tensor cores
+  EXPECT_EQ(peak_tflops(*find_gpu("a100-40gb"), Precision::kBf16), 312);
+  EXPECT_EQ(peak_tflops(*find_gpu("a100-40gb"), Precision::kBf16Amp), 312);
   for (std::size_t i = 1; i < gpus().size(); ++i)
     EXPECT_LE(gpus()[i - 1].memory_gib, gpus()[i].memory_gib) << gpus()[i].key;
 }
