@@ -189,7 +189,7 @@ TEST(LatestPerPoint, ReportRecommendAndCompareAgreeAfterAForcedRerun) {
   for (const auto& p : report::parse_points(after))
     if (p.line == line || p.line == rerun.line) {
       ++seen;
-      EXPECT_EQ(p.status, "oom");
+      EXPECT_EQ(p.status, Status::kOom);
     }
   EXPECT_EQ(seen, 1);
 
