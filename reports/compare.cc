@@ -37,7 +37,7 @@ constexpr std::array kMeasurementSettings =
     std::to_array<std::string_view>({"steps", "warmup_steps", "repetitions", "suite_version"});
 
 std::string configuration(const Row& row) {
-  const bool lora = row.axis(column("adapter")) == "lora";
+  const bool lora = row.value<Adapter>() == Adapter::kLora;
   std::string key;
   for (const auto& a : schema::kAxes) {
     if (a.id == schema::Named::kNever || (a.id == schema::Named::kWithLora && !lora) ||
@@ -64,8 +64,8 @@ std::string settings_difference(const Row& b, const Row& n) {
   return out;
 }
 
-bool failing(std::string_view status) {
-  return status == schema::kOom || status == schema::kCrash || status == schema::kTimeout;
+bool failing(Status status) {
+  return status == Status::kOom || status == Status::kCrash || status == Status::kTimeout;
 }
 
 
@@ -98,26 +98,26 @@ std::string schema_version(const Results& r) {
 
 namespace {
 
-MetricComparison status_change(const std::string& before, const std::string& after,
-                               const Row& next) {
+MetricComparison status_change(Status before, Status after, const Row& next) {
   MetricComparison m{.metric = "status"};
   if (before == after) return m;
-  if (before == schema::kOk && failing(after)) {
+  if (before == Status::kOk && failing(after)) {
     m.verdict = Verdict::kRegression;
     m.mark = '!';
     const std::string& phase = next.at(column("phase"));
     const std::string& message = next.at(column("message"));
-    m.note = "newly failing: " + after + (phase.empty() ? "" : " in " + phase) +
+    m.note = "newly failing: " + to_string(after) + (phase.empty() ? "" : " in " + phase) +
              (message.empty() ? "" : ": " + message);
-  } else if (failing(before) && after == schema::kOk) {
+  } else if (failing(before) && after == Status::kOk) {
     m.verdict = Verdict::kImprovement;
     m.mark = '-';
-    m.note = "runs now (was " + before + ")";
+    m.note = "runs now (was " + to_string(before) + ")";
   } else {
     m.verdict = Verdict::kNotComparable;
     m.mark = 'x';
     const std::string& reason = next.at(column("reason"));
-    m.note = before + " -> " + after + (reason.empty() ? "" : " (" + reason + ")");
+    m.note = to_string(before) + " -> " + to_string(after) +
+             (reason.empty() ? "" : " (" + reason + ")");
   }
   return m;
 }
@@ -188,10 +188,8 @@ std::optional<MetricComparison> step_time_change(const Row& b, const Row& n, dou
 
 std::vector<MetricComparison> compare_rows(const Row& b, const Row& n, const CompareOptions& o) {
   std::vector<MetricComparison> out;
-  const std::string& before = b.at(column("status"));
-  const std::string& after = n.at(column("status"));
-  out.push_back(status_change(before, after, n));
-  if (before != schema::kOk || after != schema::kOk) return out;
+  out.push_back(status_change(b.status, n.status, n));
+  if (b.status != Status::kOk || n.status != Status::kOk) return out;
   const double mem = o.memory_threshold;
   for (auto m : {
            memory_change("peak_allocated_bytes", column("peak_allocated_bytes"), b, n, mem, true,
@@ -318,7 +316,7 @@ CompareResult compare_results(const Results& base, const Results& next,
       ++other_settings;
       if (settings_example.empty()) settings_example = d;
     }
-    if (b->at(column("status")) == schema::kOk && n.at(column("status")) == schema::kOk &&
+    if (b->status == Status::kOk && n.status == Status::kOk &&
         (b->step_times().size() < kMinSamples || n.step_times().size() < kMinSamples))
       ++too_few_samples;
     out.points.push_back({.point_id = n.at(column("point_id")),

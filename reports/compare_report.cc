@@ -44,9 +44,9 @@ std::string code(std::string s) {
   return "`" + s + "`";
 }
 
-const std::string& status_of(const std::optional<Row>& row) {
-  static const std::string none;
-  return row ? row->at(column("status")) : none;
+// A side's status as the file spells it; "" when the point is not on that side.
+std::string status_of(const std::optional<Row>& row) {
+  return row ? to_string(row->status) : std::string();
 }
 
 // The value of one side as printed in Markdown.
@@ -63,7 +63,7 @@ json side_json(const Line& l, bool next) {
   const MetricComparison& m = *l.metric;
   const auto& v = next ? m.next : m.base;
   if (m.metric == "status" || m.metric == "point") {
-    const std::string& s = status_of(next ? l.point->next : l.point->base);
+    const std::string s = status_of(next ? l.point->next : l.point->base);
     return s.empty() ? json() : json(s);
   }
   if (!v) return json();
@@ -303,10 +303,11 @@ std::string bench_name(const Row& row) {
   n += "/" + cell(column("precision")) + "/ckpt-" + cell(column("checkpointing")) + "/acc" +
        cell(column("accumulation")) + "/" + cell(column("optimizer"));
   // Techniques added after the first baselines: named only when used, so old names stay.
-  if (const auto& a = cell(column("adapter")); !a.empty() && a != "none") n += "/" + a + "-r" + cell(column("lora_r"));
+  if (const auto a = row.value<Adapter>(); a != Adapter::kNone)
+    n += "/" + to_string(a) + "-r" + cell(column("lora_r"));
   if (cell(column("use_cache")) == "0") n += "/no-cache";
-  if (const auto& o = cell(column("offload")); !o.empty() && o != "none") n += "/offload-" + o;
-  if (const auto& w = cell(column("weights")); !w.empty() && w != "full") n += "/weights-" + w;
+  if (const auto o = row.value<Offload>(); o != Offload::kNone) n += "/offload-" + to_string(o);
+  if (const auto w = row.value<Weights>(); w != Weights::kFull) n += "/weights-" + to_string(w);
   if (!cell(column("alloc_conf")).empty()) n += "/alloc=" + cell(column("alloc_conf"));
   if (auto b = row.number(column("budget_bytes")); b && *b > 0) n += "/budget" + bytes(*b);
   return n;
@@ -323,9 +324,9 @@ std::vector<Named> named_ok_rows(const Results& results) {
   std::map<std::string, int> uses;
   const auto rows = latest_per_point(results).rows;
   for (const Row* row : rows)
-    if (row->at(column("status")) == schema::kOk) ++uses[bench_name(*row)];
+    if (row->status == Status::kOk) ++uses[bench_name(*row)];
   for (const Row* row : rows) {
-    if (row->at(column("status")) != schema::kOk) continue;
+    if (row->status != Status::kOk) continue;
     std::string name = bench_name(*row);
     if (uses[name] > 1) name += " [" + row->at(column("point_id")) + "]";
     out.push_back({name, row});

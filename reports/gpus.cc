@@ -113,16 +113,14 @@ const GpuSpec* find_gpu(std::string_view name) {
   return best;
 }
 
-std::optional<double> peak_tflops(const GpuSpec& gpu, std::string_view precision) {
+std::optional<double> peak_tflops(const GpuSpec& gpu, Precision precision) {
   double v = 0;
-  if (precision == "fp32")
-    v = gpu.fp32_tflops;
-  else if (precision == "tf32")
-    v = gpu.tf32_tflops;
-  else if (precision == "fp16" || precision == "fp16-amp")
-    v = gpu.fp16_tflops;
-  else if (precision == "bf16" || precision == "bf16-amp")
-    v = gpu.bf16_tflops;
+  switch (precision) {
+    case Precision::kFp32: v = gpu.fp32_tflops; break;
+    case Precision::kFp16Amp: v = gpu.fp16_tflops; break;
+    case Precision::kBf16Amp:
+    case Precision::kBf16: v = gpu.bf16_tflops; break;
+  }
   if (v <= 0) return std::nullopt;
   return v;
 }
@@ -133,10 +131,11 @@ int64_t memory_bytes(const GpuSpec& gpu) {
 
 std::optional<double> mfu(const Row& row) {
   const auto tflops = row.number(schema::column("tflops"));
-  if (row.at(schema::column("device")) != "cuda" || !tflops) return std::nullopt;
+  const auto precision = row.value<Precision>();
+  if (row.value<Device>() != Device::kCuda || !tflops || !precision) return std::nullopt;
   const GpuSpec* gpu = find_gpu(row.at(schema::column("device_name")));
   if (!gpu) return std::nullopt;
-  const auto peak = peak_tflops(*gpu, row.at(schema::column("precision")));
+  const auto peak = peak_tflops(*gpu, *precision);
   if (!peak || *peak <= 0) return std::nullopt;
   return *tflops / *peak;
 }

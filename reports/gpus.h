@@ -41,9 +41,9 @@ const std::vector<GpuSpec>& gpus();
 // it, the most specific one winning). nullptr when none matches.
 const GpuSpec* find_gpu(std::string_view name);
 
-// Peak TFLOP/s for a results `precision` value (fp32 | fp16-amp | bf16-amp | bf16) or a
-// plain one (tf32 | fp16). nullopt when the card has no such path or the name is unknown.
-std::optional<double> peak_tflops(const GpuSpec& gpu, std::string_view precision);
+// Peak dense TFLOP/s for a precision (fp16-amp runs on the fp16 path, bf16-amp and bf16 on the
+// bf16 one). nullopt when the card has no such path.
+std::optional<double> peak_tflops(const GpuSpec& gpu, Precision precision);
 
 // Model FLOPs utilisation of a row: its achieved `tflops` over the measuring card's dense
 // peak for its precision. Computed when reporting, from the raw measurement, so that a

@@ -25,11 +25,12 @@ struct Rule {
 };
 
 std::string axes(const Point& p, bool precision, bool checkpointing, bool optimizer, bool batch) {
-  std::string k = p.mode + "|" + std::to_string(p.accumulation) + "|" + p.adapter + p.lora_r + "|" +
-                  (p.use_cache ? "1" : "0") + "|" + p.alloc_conf + "|" + p.offload + "|" + p.weights_axis;
-  if (precision) k += "|" + p.precision;
-  if (checkpointing) k += "|" + p.checkpointing;
-  if (optimizer) k += "|" + p.optimizer;
+  std::string k = to_string(p.mode) + "|" + std::to_string(p.accumulation) + "|" +
+                  to_string(p.adapter) + p.lora_r + "|" + (p.use_cache ? "1" : "0") + "|" +
+                  p.alloc_conf + "|" + to_string(p.offload) + "|" + to_string(p.weights_axis);
+  if (precision) k += "|" + to_string(p.precision);
+  if (checkpointing) k += "|" + to_string(p.checkpointing);
+  if (optimizer) k += "|" + to_string(p.optimizer);
   if (batch) k += "|" + std::to_string(p.batch);
   return k;
 }
@@ -38,20 +39,22 @@ const std::vector<Rule>& rules() {
   // The figures the guides repeat (the issue tracker's list of rules of thumb).
   static const std::vector<Rule> r = {
       {"mixed precision (fp16/bf16 autocast)", "about 50% less", 0.5,
-       [](const Point& p) { return p.precision == "fp32"; },
-       [](const Point& p) { return p.precision == "fp16-amp" || p.precision == "bf16-amp"; },
+       [](const Point& p) { return p.precision == Precision::kFp32; },
+       [](const Point& p) {
+         return p.precision == Precision::kFp16Amp || p.precision == Precision::kBf16Amp;
+       },
        [](const Point& p) { return axes(p, false, true, true, true); }},
       {"pure bf16 weights and state", "about 50% less", 0.5,
-       [](const Point& p) { return p.precision == "fp32"; },
-       [](const Point& p) { return p.precision == "bf16"; },
+       [](const Point& p) { return p.precision == Precision::kFp32; },
+       [](const Point& p) { return p.precision == Precision::kBf16; },
        [](const Point& p) { return axes(p, false, true, true, true); }},
       {"8-bit AdamW (bitsandbytes)", "about 50% less", 0.5,
-       [](const Point& p) { return p.optimizer == "adamw"; },
-       [](const Point& p) { return p.optimizer == "adamw8bit"; },
+       [](const Point& p) { return p.optimizer == OptimizerKind::kAdamW; },
+       [](const Point& p) { return p.optimizer == OptimizerKind::kAdamW8bit; },
        [](const Point& p) { return axes(p, true, true, false, true); }},
       {"activation checkpointing", "about 40% less", 0.4,
-       [](const Point& p) { return p.checkpointing == "none"; },
-       [](const Point& p) { return p.checkpointing != "none"; },
+       [](const Point& p) { return p.checkpointing == Checkpointing::kNone; },
+       [](const Point& p) { return p.checkpointing != Checkpointing::kNone; },
        [](const Point& p) { return axes(p, true, false, true, true); }},
       {"batch 8 to 2", "75% less", 0.75,
        [](const Point& p) { return p.batch == 8; },
@@ -64,7 +67,7 @@ const std::vector<Rule>& rules() {
 }  // namespace
 
 void guides_section(Document& doc, const Group& g) {
-  if (g.mode != "train") return;
+  if (g.mode != Mode::kTrain) return;
   std::vector<std::vector<std::string>> rows;
   for (const Rule& rule : rules()) {
     std::map<std::string, const Point*> bases;

@@ -31,8 +31,8 @@ struct Measured {
   int64_t budget = 0;
   std::optional<double> limit;  // what an OOM ran into: the budget, else the device's memory
   const Row* row = nullptr;
-  bool train() const { return choice.mode == "train"; }
-  bool oom() const { return choice.status == schema::kOom; }
+  bool train() const { return choice.mode == Mode::kTrain; }
+  bool oom() const { return choice.status == Status::kOom; }
   // Measured not to fit `usable`: it peaked above it, or it ran out of memory under a limit
   // at least as large (an OOM under a smaller limit says nothing about a larger card).
   bool exceeds(int64_t usable) const {
@@ -46,38 +46,35 @@ int64_t as_int(const Row& r, std::size_t col, int64_t fallback) {
   return v ? std::llround(*v) : fallback;
 }
 
-std::string or_default(const std::string& s, const char* fallback) {
-  return s.empty() ? fallback : s;
-}
-
 Measured measure(const Row& r) {
   Measured m;
   m.row = &r;
   Choice& c = m.choice;
-  c.mode = or_default(r.at(column("mode")), "train");
-  c.precision = or_default(r.at(column("precision")), "fp32");
-  c.checkpointing = or_default(r.at(column("checkpointing")), "none");
-  c.optimizer = r.at(column("optimizer"));
+  c.mode = r.value<Mode>().value_or(c.mode);
+  c.precision = r.value<Precision>().value_or(c.precision);
+  c.checkpointing = r.value<Checkpointing>().value_or(c.checkpointing);
+  c.optimizer = r.value<OptimizerKind>();
   c.alloc_conf = r.at(column("alloc_conf"));
-  if (const auto& a = r.at(column("adapter")); !a.empty() && a != "none")
-    c.adapter = a + (r.at(column("lora_r")).empty() ? "" : " r" + r.at(column("lora_r")));
+  if (const auto a = r.value<Adapter>(); a != Adapter::kNone)
+    c.adapter =
+        to_string(a) + (r.at(column("lora_r")).empty() ? "" : " r" + r.at(column("lora_r")));
   // 8-bit base weights go with the adapter (the config trains them only under LoRA): "lora r8
   // on int8 weights" is a technique and a configuration of its own.
-  if (const auto& w = r.at(column("weights")); !w.empty() && w != "full")
-    c.adapter += (c.adapter.empty() ? "" : " on ") + w + " weights";
+  if (const auto w = r.value<Weights>(); w != Weights::kFull)
+    c.adapter += (c.adapter.empty() ? "" : " on ") + to_string(w) + " weights";
   c.use_cache = r.at(column("use_cache")) != "0";
-  if (const auto& o = r.at(column("offload")); !o.empty() && o != "none") c.offload = o;
+  c.offload = r.value<Offload>().value_or(c.offload);
   c.batch = as_int(r, column("batch"), 0);
   c.accumulation = as_int(r, column("accumulation"), 1);
   c.tokens_per_s = r.number(column("tokens_per_s")).value_or(0);
   c.step_ms_cv = r.number(column("step_ms_cv")).value_or(0);
-  c.status = r.at(column("status"));
+  c.status = r.status;
   c.measured_on = r.at(column("device_name"));
   c.where = r.source + ":" + std::to_string(r.line);
   auto peak = r.number(column("peak_reserved_bytes"));
   c.peak_reserved_bytes = peak ? std::llround(*peak) : 0;
-  m.ok = c.status == schema::kOk && peak.has_value();
-  m.cuda = r.at(column("device")) == "cuda";
+  m.ok = c.status == Status::kOk && peak.has_value();
+  m.cuda = r.value<Device>() == Device::kCuda;
   m.device_memory = r.number(column("device_memory_bytes"));
   auto used = r.number(column("device_used_bytes"));
   if (m.cuda && m.ok && used) m.context = std::max(0.0, *used - *peak);
@@ -236,13 +233,16 @@ struct Change {
 
 const std::vector<Change>& changes() {
   static const std::vector<Change> c = {
-      {"+ mixed precision", [](const Choice& x, int64_t) { return x.precision != "fp32"; }},
+      {"+ mixed precision",
+       [](const Choice& x, int64_t) { return x.precision != Precision::kFp32; }},
       {"+ activation checkpointing",
-       [](const Choice& x, int64_t) { return x.checkpointing != "none"; }},
+       [](const Choice& x, int64_t) { return x.checkpointing != Checkpointing::kNone; }},
       {"+ smaller micro-batch, more accumulation",
        [](const Choice& x, int64_t ref) { return x.batch < ref; }},
       {"+ lighter optimizer",
-       [](const Choice& x, int64_t) { return x.optimizer == "sgd" || x.optimizer == "adafactor"; }},
+       [](const Choice& x, int64_t) {
+         return x.optimizer == OptimizerKind::kSgd || x.optimizer == OptimizerKind::kAdafactor;
+       }},
       {"+ allocator setting", [](const Choice& x, int64_t) { return !x.alloc_conf.empty(); }},
   };
   return c;
@@ -304,7 +304,7 @@ void effective_batch(const Budgeted& b, int64_t n, GroupRecommendation& g) {
 }
 
 void eval_checks(const Budgeted& b, GroupRecommendation& g) {
-  auto is_eval = [](const Measured& m) { return m.choice.mode == "eval"; };
+  auto is_eval = [](const Measured& m) { return m.choice.mode == Mode::kEval; };
   g.eval_max_batch = largest_batch(b.fitting(is_eval));
   if (!g.fastest) return;
   const Choice& f = *g.fastest;
@@ -326,7 +326,7 @@ void eval_checks(const Budgeted& b, GroupRecommendation& g) {
   if (found->ok)
     g.eval_check = b.fits(*found) ? "fits" : "does not fit";
   else
-    g.eval_check = found->choice.status;
+    g.eval_check = to_string(found->choice.status);
 }
 
 // Where the configuration's measured peaks (peak reserved vs batch; the higher one where a
@@ -353,11 +353,7 @@ void bound(const Budgeted& b, Choice& c) {
 }
 
 void max_batch_per_precision(const Budgeted& b, GroupRecommendation& g) {
-  std::vector<std::string> order = {"fp32", "fp16-amp", "bf16-amp", "bf16"};
-  for (const auto& m : b.rows)
-    if (std::find(order.begin(), order.end(), m.choice.precision) == order.end())
-      order.push_back(m.choice.precision);
-  for (const auto& p : order) {
+  for (const Precision p : all_of<Precision>()) {
     auto c = largest_batch(
         b.fitting([&](const Measured& m) { return m.train() && m.choice.precision == p; }));
     if (!c) continue;
@@ -443,24 +439,26 @@ int64_t usable_bytes(int64_t memory, double margin, int64_t context) {
 }
 
 int Choice::techniques() const {
-  return (precision != "fp32") + (checkpointing != "none") + (accumulation > 1) +
-         (!optimizer.empty() && optimizer != "adamw" && optimizer != "none") + !alloc_conf.empty() +
-         !adapter.empty() + !use_cache + !offload.empty();
+  return (precision != Precision::kFp32) + (checkpointing != Checkpointing::kNone) +
+         (accumulation > 1) +
+         (optimizer && optimizer != OptimizerKind::kAdamW && optimizer != OptimizerKind::kNone) +
+         !alloc_conf.empty() + !adapter.empty() + !use_cache + (offload != Offload::kNone);
 }
 
 bool Choice::noisy() const { return step_ms_cv > kNoisyStepCv; }
 
 std::string Choice::label() const {
-  std::string s = precision + ", ";
-  if (mode == "eval") return s + "batch " + std::to_string(batch) + " (eval)";
-  s += checkpointing == "none" ? "no checkpointing" : checkpointing + " checkpointing";
+  std::string s = to_string(precision) + ", ";
+  if (mode == Mode::kEval) return s + "batch " + std::to_string(batch) + " (eval)";
+  s += checkpointing == Checkpointing::kNone ? "no checkpointing"
+                                             : to_string(checkpointing) + " checkpointing";
   s += ", batch " + std::to_string(batch);
   if (accumulation > 1) s += " x " + std::to_string(accumulation);
-  s += ", " + optimizer;
+  s += ", " + to_string(optimizer);
   if (!alloc_conf.empty()) s += ", alloc_conf " + alloc_conf;
   if (!use_cache) s += ", use_cache=False";
   if (!adapter.empty()) s += ", " + adapter;
-  if (!offload.empty()) s += ", offload " + offload;
+  if (offload != Offload::kNone) s += ", offload " + to_string(offload);
   return s;
 }
 
@@ -523,7 +521,7 @@ Recommendation recommend(const std::vector<Results>& results, const RecommendOpt
       if (smallest_peak < 0 || m.choice.peak_reserved_bytes < smallest_peak)
         smallest_peak = m.choice.peak_reserved_bytes;
     }
-    r.has_eval |= m.choice.mode == "eval";
+    r.has_eval |= m.choice.mode == Mode::kEval;
     auto& g = groups[m.group];
     if (g.empty()) order.push_back(m.group);
     g.push_back(&m);

@@ -52,15 +52,21 @@ struct Target {
 
 // One configuration and what was measured for it.
 struct Choice {
-  std::string mode, precision, checkpointing, optimizer, alloc_conf;
+  // An older file's empty cell reads as train, fp32, no checkpointing; an empty optimizer
+  // stays unknown.
+  Mode mode = Mode::kTrain;
+  Precision precision = Precision::kFp32;
+  Checkpointing checkpointing = Checkpointing::kNone;
+  std::optional<OptimizerKind> optimizer;
+  std::string alloc_conf;
   std::string adapter;    // "" (full fine-tuning) or "lora r8": LoRA trains far fewer weights
   bool use_cache = true;  // false: the model was called with use_cache=False
-  std::string offload;    // "" or "optimizer": AdamW's state on the host (ZeRO-Offload)
+  Offload offload = Offload::kNone;  // kOptimizer: AdamW's state on the host (ZeRO-Offload)
   int64_t batch = 0, accumulation = 1;
   double tokens_per_s = 0;
   double step_ms_cv = 0;  // how much the step time varied between repetitions
   int64_t peak_reserved_bytes = 0;
-  std::string status;       // of the row ("ok" unless an eval check found otherwise)
+  Status status = Status::kOk;  // of the row (ok unless an eval check found otherwise)
   std::string measured_on;  // device_name of the row
   std::string where;        // "results.csv:12"
   bool inferred = false;    // accumulation applied to the accumulation-1 row's measurement

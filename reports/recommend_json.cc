@@ -21,14 +21,14 @@ json gpu_key(const GpuSpec* g) { return g ? json(std::string(g->key)) : json(nul
 
 void to_json(json& j, const Choice& c) {
   j = {{"label", c.label()},
-       {"mode", c.mode},
-       {"precision", c.precision},
-       {"checkpointing", c.checkpointing},
-       {"optimizer", c.optimizer},
+       {"mode", to_string(c.mode)},
+       {"precision", to_string(c.precision)},
+       {"checkpointing", to_string(c.checkpointing)},
+       {"optimizer", to_string(c.optimizer)},  // "" when the row did not say
        {"alloc_conf", c.alloc_conf},
        {"adapter", c.adapter},
        {"use_cache", c.use_cache},
-       {"offload", c.offload},
+       {"offload", c.offload == Offload::kNone ? std::string() : to_string(c.offload)},
        {"batch", c.batch},
        {"accumulation", c.accumulation},
        {"effective_batch", c.batch * c.accumulation},
@@ -37,7 +37,7 @@ void to_json(json& j, const Choice& c) {
        {"step_ms_cv", c.step_ms_cv},
        {"noisy", c.noisy()},
        {"peak_reserved_bytes", c.peak_reserved_bytes},
-       {"status", c.status},
+       {"status", to_string(c.status)},
        {"measured_on", c.measured_on},
        {"where", c.where},
        {"inferred", c.inferred},

@@ -59,7 +59,7 @@ Point parse_point(const Row& r) {
   p.line = r.line;
   p.model = r.at(column("model"));
   if (p.model.empty()) fail("column 'model' is empty");
-  p.status = r.at(column("status"));
+  p.status = r.status;
   p.search = r.at(column("search"));
   p.batch = whole(column("batch"), std::nullopt);
   p.accumulation = whole(column("accumulation"), 1);
@@ -72,11 +72,14 @@ Point parse_point(const Row& r) {
   std::string audio = axis(column("audio_s"));
   if (!audio.empty()) p.shape = "audio " + audio + " s";
   if (!seq.empty()) p.shape = "seq " + seq + (target.empty() ? "" : ", target " + target);
+  p.mode = r.value<Mode>();
+  p.precision = r.value<Precision>();
+  p.checkpointing = r.value<Checkpointing>();
+  p.optimizer = r.value<OptimizerKind>();
+  p.adapter = r.value<Adapter>().value_or(p.adapter);
+  p.offload = r.value<Offload>().value_or(p.offload);
+  p.weights_axis = r.value<Weights>().value_or(p.weights_axis);
   const std::pair<std::string*, std::size_t> text[] = {
-      {&p.mode, column("mode")},
-      {&p.precision, column("precision")},
-      {&p.checkpointing, column("checkpointing")},
-      {&p.optimizer, column("optimizer")},
       {&p.alloc_conf, column("alloc_conf")},
       {&p.reason, column("reason")},
       {&p.phase, column("phase")},
@@ -92,12 +95,9 @@ Point parse_point(const Row& r) {
       {&p.timestamp, column("timestamp")},
   };
   for (auto [field, col] : text) *field = r.at(col);
-  if (!r.at(column("adapter")).empty()) p.adapter = r.at(column("adapter"));
   p.use_cache = r.at(column("use_cache")) != "0";
-  if (!r.at(column("offload")).empty()) p.offload = r.at(column("offload"));
-  if (!r.at(column("weights")).empty()) p.weights_axis = r.at(column("weights"));
   p.host_peak_bytes = r.number(column("host_peak_bytes"));
-  if (p.adapter == "lora") {
+  if (p.adapter == Adapter::kLora) {
     r.number(column("lora_r"));  // numeric when present
     p.lora_r = r.at(column("lora_r"));
   }
@@ -161,13 +161,11 @@ std::string budget_text(const Point& p) {
 
 void header(Document& doc, const Results& res, const std::vector<Point>& pts) {
   doc.heading(1, "Sweep report");
-  std::map<std::string, int> count;
+  std::map<Status, int> count;
   for (const Point& p : pts) ++count[p.status];
   std::string statuses;
-  for (std::string_view s :
-       {schema::kOk, schema::kOom, schema::kCrash, schema::kTimeout, schema::kSkipped})
-    statuses += (statuses.empty() ? "" : ", ") + std::to_string(count[std::string(s)]) + " " +
-                std::string(s);
+  for (Status s : all_of<Status>())
+    statuses += (statuses.empty() ? "" : ", ") + std::to_string(count[s]) + " " + to_string(s);
   std::string first, last;
   for (const Point& p : pts) {
     if (p.timestamp.empty()) continue;
@@ -207,7 +205,7 @@ void header(Document& doc, const Results& res, const std::vector<Point>& pts) {
 void failures(Document& doc, const std::vector<Point>& pts) {
   std::vector<Point> failed;
   for (const Point& p : pts)
-    if (p.status == schema::kCrash || p.status == schema::kTimeout) failed.push_back(p);
+    if (p.failed()) failed.push_back(p);
   if (failed.empty()) return;
   doc.heading(2, "Crashes and timeouts");
   auto fields = technique_fields();
@@ -241,10 +239,12 @@ bool Group::fits(const Point& p) const {
 }
 
 std::string Point::technique() const {
-  return precision + " / " + checkpointing + " / acc " + std::to_string(accumulation) + " / " +
-         optimizer + (adapter == "lora" ? " / lora r" + lora_r : "") +
-         (use_cache ? "" : " / use_cache=False") + (offload == "none" ? "" : " / offload " + offload) +
-         (weights_axis == "full" ? "" : " / weights " + weights_axis);
+  return to_string(precision) + " / " + to_string(checkpointing) + " / acc " +
+         std::to_string(accumulation) + " / " + to_string(optimizer) +
+         (adapter == Adapter::kLora ? " / lora r" + lora_r : "") +
+         (use_cache ? "" : " / use_cache=False") +
+         (offload == Offload::kNone ? "" : " / offload " + to_string(offload)) +
+         (weights_axis == Weights::kFull ? "" : " / weights " + to_string(weights_axis));
 }
 
 std::vector<Point> parse_points(const Results& results) {
@@ -260,11 +260,12 @@ std::vector<Group> make_groups(const std::vector<Point>& points) {
   std::unordered_map<std::string, std::size_t> index;  // model + shape -> group
   for (const Point& p : points) {
     // Train and eval rows are sections of their own (an eval batch is another question).
-    auto [it, fresh] = index.emplace(p.model + '\x1f' + p.shape + '\x1f' + p.mode, groups.size());
+    auto [it, fresh] =
+        index.emplace(p.model + '\x1f' + p.shape + '\x1f' + to_string(p.mode), groups.size());
     if (fresh) {
       groups.push_back(Group{.model = p.model, .shape = p.shape});
       groups.back().stem = slug((p.shape.empty() ? p.model : p.model + "-" + p.shape) +
-                                (p.mode == "eval" ? "-eval" : ""));
+                                (p.mode == Mode::kEval ? "-eval" : ""));
     }
     groups[it->second].points.push_back(p);
   }
@@ -323,31 +324,15 @@ std::string signed_percent(double fraction) {
   return s[0] == '-' || s == "0%" ? s : "+" + s;
 }
 
-int precision_rank(const std::string& precision) {
-  static const std::vector<std::string> kOrder = {"fp32", "fp16-amp", "bf16-amp", "bf16"};
-  auto it = std::find(kOrder.begin(), kOrder.end(), precision);
-  return static_cast<int>(it - kOrder.begin());
+int precision_rank(std::optional<Precision> precision) {
+  return precision ? static_cast<int>(*precision) : static_cast<int>(all_of<Precision>().size());
 }
 
-int optimizer_rank(const std::string& optimizer) {
-  static const std::vector<std::string> kOrder = {"adamw", "adamw-fused", "adamw8bit", "sgd", "adafactor"};
+int optimizer_rank(std::optional<OptimizerKind> optimizer) {
+  using enum OptimizerKind;
+  static constexpr std::array kOrder = {kAdamW, kAdamWFused, kAdamW8bit, kSgd, kAdafactor};
   auto it = std::find(kOrder.begin(), kOrder.end(), optimizer);
   return static_cast<int>(it - kOrder.begin());
-}
-
-std::string most_common(const std::vector<std::string>& values) {
-  // Counted in one pass (counting each value over the whole list made `sweep report`
-  // quadratic: 20k rows of one model took 5 s); ties go to the first value seen.
-  std::unordered_map<std::string_view, long> count;
-  for (const auto& v : values) ++count[v];
-  std::string_view best;
-  long best_count = 0;
-  for (const auto& v : values)
-    if (long n = count[v]; n > best_count) {
-      best = v;
-      best_count = n;
-    }
-  return std::string(best);
 }
 
 void add_plot(Document& doc, bool drawn, const std::string& stem, const std::string& alt) {

@@ -14,13 +14,12 @@ namespace {
 
 constexpr double kSmallActivationShare = 0.25;  // below this, checkpointing barely helps
 
-int checkpointing_rank(const std::string& c) { return c == "none" ? 0 : c == "block" ? 1 : 2; }
-
-// Order: precision, checkpointing, accumulation, optimizer, adapter (none first), then batch.
+// Order: precision, checkpointing (none first), accumulation, optimizer, adapter (none
+// first), then batch; unknown values after the known ones.
 auto technique_key(const Point& p) {
-  return std::make_tuple(precision_rank(p.precision), p.precision,
-                         checkpointing_rank(p.checkpointing), p.checkpointing, p.accumulation,
-                         optimizer_rank(p.optimizer), p.optimizer, p.adapter != "none",
+  const auto checkpointing_rank = p.checkpointing ? static_cast<int>(*p.checkpointing) : 2;
+  return std::make_tuple(precision_rank(p.precision), p.precision, checkpointing_rank,
+                         p.checkpointing, p.accumulation, optimizer_rank(p.optimizer), p.optimizer,
                          p.adapter, p.lora_r, !p.use_cache, p.offload, p.weights_axis);
 }
 bool by_technique(const Point& a, const Point& b) {
@@ -33,14 +32,15 @@ bool by_technique(const Point& a, const Point& b) {
 struct Selection {
   std::vector<Point> points;
   int accumulation = 1;
-  std::string optimizer;
+  std::optional<OptimizerKind> optimizer;
   std::string held;  // "mode train, accumulation 1, optimizer adamw"
   std::vector<std::string> pairs;
 };
 
 Selection select_lines(const Group& g) {
   Selection s;
-  std::vector<std::string> accs, optimizers;
+  std::vector<std::string> accs;
+  std::vector<std::optional<OptimizerKind>> optimizers;
   bool has_one = false;
   for (const Point& p : g.points) {
     accs.push_back(std::to_string(p.accumulation));
@@ -60,13 +60,14 @@ Selection select_lines(const Group& g) {
   std::set<std::string> known;
   for (const Point& p : s.points)
     if (known.insert(p.pair()).second) s.pairs.push_back(p.pair());
-  s.held = "mode " + g.mode + ", accumulation " + std::to_string(s.accumulation) + ", optimizer " +
-           s.optimizer + (g.alloc_conf.empty() ? "" : ", alloc_conf " + g.alloc_conf);
+  s.held = "mode " + to_string(g.mode) + ", accumulation " + std::to_string(s.accumulation) +
+           ", optimizer " + to_string(s.optimizer) +
+           (g.alloc_conf.empty() ? "" : ", alloc_conf " + g.alloc_conf);
   return s;
 }
 
 Series pair_series(const Point& p) {
-  bool block = p.checkpointing != "none";
+  bool block = p.checkpointing != Checkpointing::kNone;
   return {.title = p.pair(),
           .color = palette(static_cast<std::size_t>(precision_rank(p.precision))),
           .dash = block ? 2 : 1,
@@ -93,8 +94,14 @@ Series red_crosses(std::string title) {
       .title = std::move(title), .color = kRed, .point_type = 2, .point_size = 2.2, .lines = false};
 }
 
+// "lora r8" for LoRA, else the adapter's name.
+std::string adapter_text(const Point& p) {
+  return p.adapter == Adapter::kLora ? "lora r" + p.lora_r : to_string(p.adapter);
+}
+
 std::string status_text(const Point& p) {
-  return p.reason.empty() || p.ok() ? p.status : p.status + " (" + p.reason + ")";
+  return p.reason.empty() || p.ok() ? to_string(p.status)
+                                    : to_string(p.status) + " (" + p.reason + ")";
 }
 
 std::string tokens(std::optional<double> v) { return v ? fixed(*v, *v >= 100 ? 0 : 1) : ""; }
@@ -115,15 +122,15 @@ std::vector<std::string> short_labels(const std::vector<Point>& points) {
   bool ckpt = varies([](const Point& p) { return p.checkpointing; });
   bool acc = varies([](const Point& p) { return p.accumulation; });
   bool opt = varies([](const Point& p) { return p.optimizer; });
-  bool adapter = varies([](const Point& p) { return p.adapter + p.lora_r; });
+  bool adapter = varies([](const Point& p) { return std::make_pair(p.adapter, p.lora_r); });
   std::vector<std::string> out;
   for (const Point& p : points) {
     std::string s = "batch " + std::to_string(p.batch);
-    if (prec) s += ", " + p.precision;
-    if (ckpt) s += (prec ? " / " : ", ") + p.checkpointing;
+    if (prec) s += ", " + to_string(p.precision);
+    if (ckpt) s += (prec ? " / " : ", ") + to_string(p.checkpointing);
     if (acc) s += ", acc " + std::to_string(p.accumulation);
-    if (opt) s += ", " + p.optimizer;
-    if (adapter) s += ", " + (p.adapter == "lora" ? "lora r" + p.lora_r : p.adapter);
+    if (opt) s += ", " + to_string(p.optimizer);
+    if (adapter) s += ", " + adapter_text(p);
     out.push_back(s);
   }
   return out;
@@ -135,15 +142,14 @@ std::vector<Field<Point>> technique_fields() {
   return {
       right<Point>(
           "batch", [](const Point& p) { return std::to_string(p.batch); }, true),
-      {.header = "precision", .cell = [](const Point& p) { return p.precision; }},
-      {.header = "checkpointing", .cell = [](const Point& p) { return p.checkpointing; }},
+      {.header = "precision", .cell = [](const Point& p) { return to_string(p.precision); }},
+      {.header = "checkpointing", .cell = [](const Point& p) { return to_string(p.checkpointing); }},
       right<Point>("accumulation", [](const Point& p) { return std::to_string(p.accumulation); }),
-      {.header = "optimizer", .cell = [](const Point& p) { return p.optimizer; }},
-      {.header = "adapter",
-       .cell = [](const Point& p) { return p.adapter == "lora" ? "lora r" + p.lora_r : p.adapter; }},
+      {.header = "optimizer", .cell = [](const Point& p) { return to_string(p.optimizer); }},
+      {.header = "adapter", .cell = adapter_text},
       {.header = "use_cache", .cell = [](const Point& p) { return std::string(p.use_cache ? "True" : "False"); }},
-      {.header = "offload", .cell = [](const Point& p) { return p.offload; }},
-      {.header = "weights", .cell = [](const Point& p) { return p.weights_axis; }},
+      {.header = "offload", .cell = [](const Point& p) { return to_string(p.offload); }},
+      {.header = "weights", .cell = [](const Point& p) { return to_string(p.weights_axis); }},
       {.header = "status", .cell = [](const Point& p) { return status_text(p); }},
   };
 }
@@ -170,11 +176,12 @@ void memory_section(Document& doc, Plotter& plotter, const Group& g) {
       if (line.title.empty()) line = pair_series(p);
       if (p.ok() && p.peak_reserved) line.points.emplace_back(p.batch, g.unit.of(*p.peak_reserved));
       // An OOM is drawn at the peak it reached before failing, when the worker knew it.
-      if (p.status == "oom") {
+      if (p.status == Status::kOom) {
         std::optional<double> reached = p.peak_reserved ? p.peak_reserved : p.peak_allocated;
         oom.points.emplace_back(p.batch, reached && *reached > 0 ? g.unit.of(*reached) : limit);
       }
-      if (p.status == "skipped" && p.out_of_memory()) skipped.points.emplace_back(p.batch, limit);
+      if (p.status == Status::kSkipped && p.out_of_memory())
+        skipped.points.emplace_back(p.batch, limit);
     }
     chart.series.push_back(line);
   }
@@ -225,8 +232,11 @@ void memory_section(Document& doc, Plotter& plotter, const Group& g) {
 
 void technique_section(Document& doc, Plotter& plotter, const Group& g) {
   doc.heading(3, "Techniques compared at the same batch size");
-  const std::string base_optimizer = select_lines(g).optimizer;
-  const std::string base_name = "fp32 / none / acc 1 / " + base_optimizer;
+  // The baseline: fp32, no checkpointing, accumulation 1, the lines' optimizer, no other technique.
+  const std::optional<OptimizerKind> base_optimizer = select_lines(g).optimizer;
+  const std::string base_name = to_string(Precision::kFp32) + " / " +
+                                to_string(Checkpointing::kNone) + " / acc 1 / " +
+                                to_string(base_optimizer);
   std::map<int, std::map<decltype(technique_key(g.points.front())), Point>> by_batch;
   for (const Point& p : g.points) by_batch[p.batch][technique_key(p)] = p;  // last row wins
   int shown = 0;
@@ -237,9 +247,10 @@ void technique_section(Document& doc, Plotter& plotter, const Group& g) {
     for (const auto& [key, p] : techniques) pts.push_back(p);
     const Point* base = nullptr;
     for (const Point& p : pts)
-      if (p.ok() && p.precision == "fp32" && p.checkpointing == "none" && p.accumulation == 1 &&
-          p.optimizer == base_optimizer && p.adapter == "none" && p.use_cache && p.offload == "none" && p.weights_axis == "full" && p.peak_allocated &&
-          p.tokens_per_s)
+      if (p.ok() && p.precision == Precision::kFp32 && p.checkpointing == Checkpointing::kNone &&
+          p.accumulation == 1 && p.optimizer == base_optimizer && p.adapter == Adapter::kNone &&
+          p.use_cache && p.offload == Offload::kNone && p.weights_axis == Weights::kFull &&
+          p.peak_allocated && p.tokens_per_s)
         base = &p;
     auto saving = [&](const Point& p) -> std::optional<double> {
       if (!base || !p.ok() || !p.peak_allocated) return std::nullopt;
@@ -262,7 +273,7 @@ void technique_section(Document& doc, Plotter& plotter, const Group& g) {
       bool has_mem = p.ok() && p.peak_allocated;
       mem.values.push_back(has_mem ? g.unit.of(*p.peak_allocated) : kMissing);
       tps.values.push_back(p.ok() && p.tokens_per_s ? *p.tokens_per_s : kMissing);
-      std::string failed = p.ok() ? "" : p.out_of_memory() ? "out of memory" : p.status;
+      std::string failed = p.ok() ? "" : p.out_of_memory() ? "out of memory" : to_string(p.status);
       auto s = saving(p);
       auto v = speed(p);
       memory.notes.push_back(!failed.empty() ? failed
@@ -374,9 +385,11 @@ void breakdown_section(Document& doc, Plotter& plotter, const Group& g) {
       const char* advice;
     };
     std::vector<Remedy> remedies;
-    if (!all([](const Point* p) { return p->optimizer == "sgd" || p->optimizer == "adafactor"; }))
+    if (!all([](const Point* p) {
+          return p->optimizer == OptimizerKind::kSgd || p->optimizer == OptimizerKind::kAdafactor;
+        }))
       remedies.push_back({osum, "a lighter optimizer state (adafactor or sgd)"});
-    if (!all([](const Point* p) { return p->precision == "bf16"; }))
+    if (!all([](const Point* p) { return p->precision == Precision::kBf16; }))
       remedies.push_back({wsum, "lower-precision weights (pure bf16)"});
     remedies.push_back({gsum, "fewer trainable parameters (freeze layers or train adapters)"});
     std::stable_sort(remedies.begin(), remedies.end(),
@@ -443,8 +456,7 @@ void throughput_section(Document& doc, Plotter& plotter, const Group& g) {
       if (line.title.empty()) line = pair_series(p);
       if (p.ok()) largest_ok = std::max(largest_ok, p.batch);
       if (p.out_of_memory() && !first_oom) first_oom = p.batch;
-      if (p.status == "crash" || p.status == "timeout")
-        failed += "; batch " + std::to_string(p.batch) + ": " + p.status;
+      if (p.failed()) failed += "; batch " + std::to_string(p.batch) + ": " + to_string(p.status);
       if (p.ok() && p.tokens_per_s && (!first_oom || p.batch < *first_oom))
         line.points.emplace_back(p.batch, *p.tokens_per_s);
     }
@@ -529,7 +541,8 @@ void search_section(Document& doc, const std::vector<Point>& points) {
   std::map<std::string, std::size_t> index;             // combination -> position in answers
   for (const Point& p : points) {
     if (p.search != "max_batch") continue;
-    const std::string key = p.model + "|" + p.shape + "|" + p.mode + "|" + p.technique() + "|" +
+    const std::string key = p.model + "|" + p.shape + "|" + to_string(p.mode) + "|" +
+                            p.technique() + "|" +
                             p.alloc_conf + "|" + fixed(p.budget_bytes, 0);
     auto [at, fresh] = index.emplace(key, answers.size());
     if (fresh) answers.emplace_back(key, Answer{});
@@ -538,8 +551,9 @@ void search_section(Document& doc, const std::vector<Point>& points) {
     ++a.probes;
     if (p.ok() && (!a.largest || p.batch > a.largest->batch)) a.largest = &p;
     if (p.out_of_memory() && (!a.first_oom || p.batch < *a.first_oom)) a.first_oom = p.batch;
-    if (p.status == "crash" || p.status == "timeout")
-      a.failed += (a.failed.empty() ? "" : "; ") + ("batch " + std::to_string(p.batch) + ": " + p.status);
+    if (p.failed())
+      a.failed += (a.failed.empty() ? "" : "; ") +
+                  ("batch " + std::to_string(p.batch) + ": " + to_string(p.status));
   }
   if (answers.empty()) return;
   doc.heading(2, "Largest batch that fits (max-batch search)");
@@ -553,7 +567,8 @@ void search_section(Document& doc, const std::vector<Point>& points) {
   std::vector<std::vector<std::string>> rows;
   for (const auto& [key, a] : answers) {
     const Point* any = a.first;
-    rows.push_back({any->model, any->shape, any->mode == "eval" ? "eval / " + any->precision : any->technique(),
+    rows.push_back({any->model, any->shape,
+                    any->mode == Mode::kEval ? "eval / " + to_string(any->precision) : any->technique(),
                     a.largest ? std::to_string(a.largest->batch) : "none",
                     a.largest && a.largest->peak_allocated ? format_bytes(*a.largest->peak_allocated) : "",
                     a.largest && a.largest->tokens_per_s ? fixed(*a.largest->tokens_per_s, 0) : "",

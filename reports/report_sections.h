@@ -4,6 +4,7 @@
 // report.cc owns the header, the failure list and the files; this is what it calls.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,16 +17,23 @@ namespace sweep::reports::report {
 
 // One results row, its numbers parsed. Memory in bytes, as in the file.
 struct Point {
-  std::string model, mode, shape, precision, checkpointing, optimizer, alloc_conf;
-  std::string status, reason, phase, message, signal, exit_code;
+  std::string model, shape, alloc_conf;
+  // The enumerated axes; unknown (nullopt) only where an older file's cell is empty.
+  std::optional<Mode> mode;
+  std::optional<Precision> precision;
+  std::optional<Checkpointing> checkpointing;
+  std::optional<OptimizerKind> optimizer;
+  Status status = Status::kOk;
+  std::string reason, phase, message, signal, exit_code;
   std::string device_name, torch_version, cuda_version, suite_version, git_commit, host;
   std::string timestamp;
   std::string search;  // "max_batch" for a max-batch search probe
-  std::string adapter = "none";  // "none" | "lora"; files from before the column: none
+  Adapter adapter = Adapter::kNone;  // files from before the column: none
   std::string lora_r;            // the LoRA rank as written, when adapter is lora
   bool use_cache = true;         // false: called with use_cache=False (GPT-2, T5)
-  std::string offload = "none";  // "optimizer": AdamW's state on the host (ZeRO-Offload)
-  std::string weights_axis = "full";  // the weights column: "int8" (frozen base in 8 bit); older files: full
+  Offload offload = Offload::kNone;  // kOptimizer: AdamW's state on the host (ZeRO-Offload)
+  // The weights column: int8 (frozen base in 8 bit); older files: full.
+  Weights weights_axis = Weights::kFull;
   int batch = 0;
   int accumulation = 1;
   double budget_bytes = 0;
@@ -35,12 +43,15 @@ struct Point {
   std::optional<double> step_ms, step_ms_cv;  // from the raw samples when the row has them
   unsigned line = 0;
 
-  bool ok() const { return status == "ok"; }
+  bool ok() const { return status == Status::kOk; }
+  // A crash or a timeout: failures that say nothing about memory.
+  bool failed() const { return status == Status::kCrash || status == Status::kTimeout; }
   // oom, or skipped because a smaller point already ran out of memory
-  bool out_of_memory() const { return status == "oom" || reason == "implied-oom"; }
+  bool out_of_memory() const { return status == Status::kOom || reason == "implied-oom"; }
   // "fp16-amp / block", "fp16-amp / block / lora"
   std::string pair() const {
-    return precision + " / " + checkpointing + (adapter == "none" ? "" : " / " + adapter);
+    return to_string(precision) + " / " + to_string(checkpointing) +
+           (adapter == Adapter::kNone ? "" : " / " + to_string(adapter));
   }
   // "fp16-amp / block / acc 4 / adamw", "... / adamw / lora r8", "... / use_cache=False"
   std::string technique() const;
@@ -65,7 +76,8 @@ MemoryUnit unit_for(const std::vector<Point>& points);
 
 struct Group {
   std::string model, shape, stem;  // stem: file-name prefix, e.g. "gpt2-medium-seq1024"
-  std::string mode, alloc_conf;
+  std::optional<Mode> mode;
+  std::string alloc_conf;
   std::vector<Point> points;
   int left_out = 0;
   MemoryUnit unit;
@@ -80,7 +92,7 @@ struct Group {
   std::string usable_title;  // "usable on RTX 3060: 10.29 GiB"
   std::string title() const {
     std::string t = shape.empty() ? model : model + ", " + shape;
-    return mode == "eval" ? t + " (eval)" : t;
+    return mode == Mode::kEval ? t + " (eval)" : t;
   }
   bool fits(const Point& p) const;  // p ran and its peak reserved is within usable_bytes
 };
@@ -90,10 +102,26 @@ std::vector<Group> make_groups(const std::vector<Point>& points);
 // Formatting shared by the sections and the header.
 std::string percent(double fraction);         // 0.423 -> "42%"
 std::string signed_percent(double fraction);  // -0.42 -> "-42%", 0.1 -> "+10%"
-int precision_rank(const std::string& precision);
-int optimizer_rank(const std::string& optimizer);
+// Sort orders: precision fp32 first (the enum's order); optimizer adamw, adamw-fused,
+// adamw8bit, sgd, adafactor; unknown last.
+int precision_rank(std::optional<Precision> precision);
+int optimizer_rank(std::optional<OptimizerKind> optimizer);
 // The value seen most often; ties go to the one seen first.
-std::string most_common(const std::vector<std::string>& values);
+template <class T>
+T most_common(const std::vector<T>& values) {
+  // Counted in one pass (counting each value over the whole list made `sweep report`
+  // quadratic: 20k rows of one model took 5 s).
+  std::map<T, long> count;
+  for (const auto& v : values) ++count[v];
+  const T* best = nullptr;
+  long best_count = 0;
+  for (const auto& v : values)
+    if (long n = count[v]; n > best_count) {
+      best = &v;
+      best_count = n;
+    }
+  return best ? *best : T{};
+}
 
 // Table columns naming a point's batch, technique and status; hidden where they do not vary.
 std::vector<Field<Point>> technique_fields();

@@ -113,6 +113,53 @@ TEST(TypedReader, UnknownStatusAndBadSampleAreRefused) {
   expect_every_command_refuses(sample, "column 'step_ms_samples': 'inf' is not a finite number");
 }
 
+TEST(TypedReader, UnknownAxisValueIsRefusedWithTheKnownOnes) {
+  auto precision = edited("fp8", "recommend_ties.csv",
+                          [](std::string& t) { set_first_row(t, "precision", "fp8"); });
+  expect_every_command_refuses(
+      precision, "column 'precision': 'fp8' is not one of fp32, fp16-amp, bf16-amp, bf16\n");
+  // Names are exact: a config's spelling of another value is not guessed at.
+  auto optimizer = edited("adam", "recommend_ties.csv",
+                          [](std::string& t) { set_first_row(t, "optimizer", "AdamW"); });
+  expect_every_command_refuses(optimizer, "column 'optimizer': 'AdamW' is not one of " +
+                                              choices<OptimizerKind>() + "\n");
+}
+
+TEST(TypedReader, EmptyAxisCellOfAnOlderFileReadsAsItsFallback) {
+  // recommend_ties.csv predates the adapter, offload and weights columns; here two of them
+  // are added, empty in the first row (what a file written before an axis had values looks
+  // like) and set in the second.
+  auto f = edited("fallback", "recommend_ties.csv", [](std::string& t) {
+    std::string out;
+    std::istringstream lines(t);
+    int n = 0;
+    for (std::string line; std::getline(lines, line); ++n)
+      out += line + (n == 0 ? ",adapter,weights" : n == 1 ? ",," : ",lora,int8") + "\n";
+    t = out;
+    set_first_row(t, "precision", "");
+  });
+  const Results r = read_results(f.string());
+  ASSERT_GE(r.rows.size(), 2u);
+  const Row& older = r.rows[0];
+  EXPECT_EQ(older.value<Adapter>(), Adapter::kNone);
+  EXPECT_EQ(older.value<Weights>(), Weights::kFull);
+  EXPECT_EQ(older.value<Offload>(), Offload::kNone);  // no column at all
+  EXPECT_EQ(older.value<Precision>(), std::nullopt);  // empty, and no fallback to give
+  EXPECT_EQ(older.value<Checkpointing>(), Checkpointing::kNone);  // as written
+  EXPECT_EQ(r.rows[1].value<Adapter>(), Adapter::kLora);
+  EXPECT_EQ(r.rows[1].value<Weights>(), Weights::kInt8);
+  EXPECT_EQ(r.rows[1].value<Precision>(), Precision::kFp32);
+  // An eval row trains nothing: its optimizer is "none", a value of the vocabulary.
+  const Results accum = read_results(data("recommend_accum.csv"));
+  int eval_rows = 0;
+  for (const Row& row : accum.rows)
+    if (row.value<Mode>() == Mode::kEval) {
+      ++eval_rows;
+      EXPECT_EQ(row.value<OptimizerKind>(), OptimizerKind::kNone) << row.where();
+    }
+  EXPECT_GT(eval_rows, 0);
+}
+
 TEST(TypedReader, ParsesSamplesAndStatusOnce) {
   const Results r = read_results(data("recommend_ties.csv"));
   ASSERT_FALSE(r.rows.empty());
@@ -189,7 +236,7 @@ TEST(LatestPerPoint, ReportRecommendAndCompareAgreeAfterAForcedRerun) {
   for (const auto& p : report::parse_points(after))
     if (p.line == line || p.line == rerun.line) {
       ++seen;
-      EXPECT_EQ(p.status, "oom");
+      EXPECT_EQ(p.status, Status::kOom);
     }
   EXPECT_EQ(seen, 1);
 

@@ -57,13 +57,13 @@ TEST(Recommend, TiesGoToLowerPeakThenFewerTechniques) {
   // Three bf16-amp batch-16 rows at 41000 tokens/s: the checkpointed one peaks lowest.
   const auto& a = group(r, "gpt2", "512");
   ASSERT_TRUE(a.fastest);
-  EXPECT_EQ(a.fastest->checkpointing, "block");
+  EXPECT_EQ(a.fastest->checkpointing, Checkpointing::kBlock);
   EXPECT_EQ(a.fastest->peak_reserved_bytes, 6 * kGiBBytes);
   // Same throughput and peak: plain AdamW beats the fused one (one technique fewer).
   const auto& b = group(r, "gpt2", "1024");
   ASSERT_TRUE(b.fastest);
-  EXPECT_EQ(b.fastest->optimizer, "adamw");
-  EXPECT_EQ(b.fastest->precision, "bf16-amp");
+  EXPECT_EQ(b.fastest->optimizer, OptimizerKind::kAdamW);
+  EXPECT_EQ(b.fastest->precision, Precision::kBf16Amp);
   EXPECT_FALSE(r.other_card);
 }
 
@@ -85,9 +85,9 @@ TEST(Recommend, LargestMicroBatchPerPrecision) {
   auto r = run({"recommend_ties.csv"}, o);
   const auto& g = group(r, "gpt2", "512");
   ASSERT_EQ(g.max_batch.size(), 2u);
-  EXPECT_EQ(g.max_batch[0].precision, "fp32");
+  EXPECT_EQ(g.max_batch[0].precision, Precision::kFp32);
   EXPECT_EQ(g.max_batch[0].batch, 8);  // batch 16 needs 18 GiB > 14.4 usable
-  EXPECT_EQ(g.max_batch[1].precision, "bf16-amp");
+  EXPECT_EQ(g.max_batch[1].precision, Precision::kBf16Amp);
   EXPECT_EQ(g.max_batch[1].batch, 16);
 }
 
@@ -101,7 +101,7 @@ TEST(Recommend, PointExactlyAtTheLimitFitsOneByteOverDoesNot) {
   const auto& g = group(r, "gpt2-medium", "512");
   ASSERT_TRUE(g.fastest);
   // The faster row peaks one byte above usable; the checkpointed one exactly at it.
-  EXPECT_EQ(g.fastest->checkpointing, "block");
+  EXPECT_EQ(g.fastest->checkpointing, Checkpointing::kBlock);
   EXPECT_EQ(g.fastest->peak_reserved_bytes, r.target.usable_bytes);
 
   // Two more bytes of memory make 0.75 x memory one byte larger: now the faster one fits.
@@ -110,7 +110,7 @@ TEST(Recommend, PointExactlyAtTheLimitFitsOneByteOverDoesNot) {
   ASSERT_EQ(r.target.usable_bytes, 10 * kGiBBytes / 4 * 3 + 1);
   const auto& h = group(r, "gpt2-medium", "512");
   ASSERT_TRUE(h.fastest);
-  EXPECT_EQ(h.fastest->checkpointing, "none");
+  EXPECT_EQ(h.fastest->checkpointing, Checkpointing::kNone);
   EXPECT_EQ(h.fastest->tokens_per_s, 30000);
 }
 
@@ -132,7 +132,7 @@ TEST(Recommend, NothingFitsNamesTheClosestChangeAndTheGap) {
                                          21 * kGiBBytes, 25 * kGiBBytes / 2}));
   ASSERT_EQ(g.closest_step, 4);
   EXPECT_EQ(g.steps[4].change, "+ lighter optimizer");
-  EXPECT_EQ(g.steps[4].best->optimizer, "sgd");
+  EXPECT_EQ(g.steps[4].best->optimizer, OptimizerKind::kSgd);
   EXPECT_EQ(g.steps[4].best->peak_reserved_bytes - usable, 25 * kGiBBytes / 2 - usable);
   const auto md = recommendations_markdown(r);
   EXPECT_NE(md.find("## Nothing fits: gpt2-xl (seq 1024)"), std::string::npos) << md;
@@ -196,7 +196,7 @@ TEST(Recommend, EvalBatchAndTheTrainConfigsEvalCounterpart) {
   EXPECT_EQ(g.eval_check, "fits");
   ASSERT_TRUE(g.eval_counterpart);
   EXPECT_EQ(g.eval_counterpart->batch, 16);
-  EXPECT_EQ(g.eval_counterpart->mode, "eval");
+  EXPECT_EQ(g.eval_counterpart->mode, Mode::kEval);
 
   RecommendOptions o;
   o.memory_gib = 10;  // 8.7 GiB usable
@@ -256,10 +256,10 @@ TEST(Recommend, CrossGpuColumnsStartAtTheSmallestMeasuredPeak) {
   EXPECT_EQ(r.columns[1].memory_bytes, 16 * kGiBBytes);
   EXPECT_EQ(r.columns[1].name, "V100 16GB");
   ASSERT_TRUE(r.cells[0][0]);  // 12.60 GiB usable: SGD (12.5) fits, Adafactor (13) does not
-  EXPECT_EQ(r.cells[0][0]->optimizer, "sgd");
+  EXPECT_EQ(r.cells[0][0]->optimizer, OptimizerKind::kSgd);
   EXPECT_TRUE(r.covered[0][0]);
   ASSERT_TRUE(r.cells[0][1]);  // 13.9 GiB usable: SGD (12.5) and Adafactor (13) both fit
-  EXPECT_EQ(r.cells[0][1]->optimizer, "sgd");  // 1800 tokens/s against 1700
+  EXPECT_EQ(r.cells[0][1]->optimizer, OptimizerKind::kSgd);  // 1800 tokens/s against 1700
   // The H200's 126 GiB usable is beyond every row: the largest peak is 70 GiB and the one OOM
   // ran into the H100's 79.6 GiB, so what is fastest on an H200 was never measured.
   EXPECT_EQ(r.columns.back().name, "H200");
@@ -274,7 +274,7 @@ TEST(Recommend, ALargestBatchNoOomBoundedIsTheLargestMeasuredWithAPrediction) {
   o.context_gib = 0;
   o.memory_gib = 24;  // 21.6 GiB usable: fp32 batch 32 ran out of memory on a 24 GiB card
   auto g = group(run({"recommend_ties.csv"}, o), "gpt2", "512");
-  ASSERT_EQ(g.max_batch[0].precision, "fp32");
+  ASSERT_EQ(g.max_batch[0].precision, Precision::kFp32);
   EXPECT_EQ(g.max_batch[0].batch, 16);
   EXPECT_TRUE(g.max_batch[0].bounded);
   EXPECT_FALSE(g.max_batch[0].predicted_batch);
@@ -418,10 +418,10 @@ TEST(RecommendCli, BadInputExitsTwoWithLocationAndHint) {
 void expect_choice(const nlohmann::json& j, const Choice& c, const std::string& where) {
   SCOPED_TRACE(where);
   EXPECT_EQ(j.at("label"), c.label());
-  EXPECT_EQ(j.at("mode"), c.mode);
-  EXPECT_EQ(j.at("precision"), c.precision);
-  EXPECT_EQ(j.at("checkpointing"), c.checkpointing);
-  EXPECT_EQ(j.at("optimizer"), c.optimizer);
+  EXPECT_EQ(j.at("mode"), name_of(c.mode));
+  EXPECT_EQ(j.at("precision"), name_of(c.precision));
+  EXPECT_EQ(j.at("checkpointing"), name_of(c.checkpointing));
+  EXPECT_EQ(j.at("optimizer"), to_string(c.optimizer));  // "" when unknown
   EXPECT_EQ(j.at("alloc_conf"), c.alloc_conf);
   EXPECT_EQ(j.at("adapter"), c.adapter);
   EXPECT_EQ(j.at("use_cache"), c.use_cache);
@@ -431,12 +431,13 @@ void expect_choice(const nlohmann::json& j, const Choice& c, const std::string& 
   EXPECT_EQ(j.at("techniques"), c.techniques());
   EXPECT_EQ(j.at("tokens_per_s"), c.tokens_per_s);
   EXPECT_EQ(j.at("peak_reserved_bytes"), c.peak_reserved_bytes);
-  EXPECT_EQ(j.at("status"), c.status);
+  EXPECT_EQ(j.at("status"), name_of(c.status));
   EXPECT_EQ(j.at("measured_on"), c.measured_on);
   EXPECT_EQ(j.at("where"), c.where);
   EXPECT_EQ(j.at("inferred"), c.inferred);
   EXPECT_EQ(j.at("on_target"), c.on_target);
-  EXPECT_EQ(j.at("offload"), c.offload);
+  // "" when none, as before the enum.
+  EXPECT_EQ(j.at("offload"), c.offload == Offload::kNone ? "" : name_of(c.offload));
   EXPECT_EQ(j.at("step_ms_cv"), c.step_ms_cv);
   EXPECT_EQ(j.at("noisy"), c.noisy());
   EXPECT_EQ(j.at("bounded"), c.bounded);
@@ -583,10 +584,10 @@ TEST(GpuTable, FindsCardsByKeyNameAndDeviceName) {
 
 TEST(GpuTable, PeaksByPrecisionAndAscendingMemory) {
   const GpuSpec& t4 = *find_gpu("t4");
-  EXPECT_EQ(peak_tflops(t4, "fp16-amp"), 65);
-  EXPECT_FALSE(peak_tflops(t4, "bf16-amp"));  // Turing has no BF16 tensor cores
-  EXPECT_EQ(peak_tflops(*find_gpu("a100-40gb"), "bf16"), 312);
-  EXPECT_FALSE(peak_tflops(t4, "fp8"));
+  EXPECT_EQ(peak_tflops(t4, Precision::kFp16Amp), 65);
+  EXPECT_FALSE(peak_tflops(t4, Precision::kBf16Amp));  // Turing has no BF16 tensor cores
+  EXPECT_EQ(peak_tflops(*find_gpu("a100-40gb"), Precision::kBf16), 312);
+  EXPECT_EQ(peak_tflops(*find_gpu("a100-40gb"), Precision::kBf16Amp), 312);
   for (std::size_t i = 1; i < gpus().size(); ++i)
     EXPECT_LE(gpus()[i - 1].memory_gib, gpus()[i].memory_gib) << gpus()[i].key;
 }

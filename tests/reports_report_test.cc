@@ -272,12 +272,12 @@ TEST(Report, ThroughputSaysWhatATokenIsForWhisperAndT5) {
     report::Point p;
     p.model = model;
     p.shape = shape;
-    p.mode = "train";
-    p.status = "ok";
+    p.mode = Mode::kTrain;
+    p.status = Status::kOk;
     p.batch = 1;
-    p.precision = "fp32";
-    p.checkpointing = "none";
-    p.optimizer = "adamw";
+    p.precision = Precision::kFp32;
+    p.checkpointing = Checkpointing::kNone;
+    p.optimizer = OptimizerKind::kAdamW;
     p.tokens_per_s = 1500;
     Document doc;
     Plotter plotter(dir.str());

@@ -92,6 +92,11 @@ template <Vocabulary E>
 std::string to_string(E e) {
   return std::string(name_of(e));
 }
+// A value that may be unknown (an older file's empty cell): its name, "" when unknown.
+template <Vocabulary E>
+std::string to_string(std::optional<E> e) {
+  return e ? to_string(*e) : std::string();
+}
 // The value a name spells; nullopt for none.
 template <Vocabulary E>
 constexpr std::optional<E> parse_as(std::string_view name) {
