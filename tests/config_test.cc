@@ -3,6 +3,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "reports/results/vocab.h"
 #include "sweeps/runner/config.h"
 #include "test_util.h"
 
@@ -33,6 +34,26 @@ TEST(Config, BadAxisValueNamesItsLine) {
   EXPECT_EQ(e.key(), "grid.precision");
   EXPECT_NE(std::string(e.what()).find("fp8"), std::string::npos);
   EXPECT_NE(e.hint().find("bf16-amp"), std::string::npos);
+}
+
+// Each enumerated axis offers its vocabulary's names (reports/results/vocab.h), and the hint
+// lists them all; optimizer "none" is what an eval point gets, not something to ask for.
+TEST(Config, EnumeratedAxesOfferTheVocabularysNames) {
+  const std::pair<std::string, std::string> axes[] = {
+      {"mode", choices<Mode>()},           {"precision", choices<Precision>()},
+      {"checkpointing", choices<Checkpointing>()}, {"adapter", choices<Adapter>()},
+      {"offload", choices<Offload>()},     {"weights", choices<Weights>()},
+      {"optimizer", "adamw, adamw-fused, sgd, adafactor, adamw8bit"},
+  };
+  for (const auto& [axis, names] : axes) {
+    auto e = error_of("vocab_" + axis, "models: [gpt2-test]\ngrid:\n  " + axis + ": [nonesuch]\n");
+    EXPECT_EQ(e.key(), "grid." + axis);
+    EXPECT_EQ(e.hint(), "expected one of: " + names) << axis;
+  }
+  auto none = error_of("vocab_none", "models: [gpt2-test]\ngrid:\n  optimizer: [none]\n");
+  EXPECT_EQ(none.key(), "grid.optimizer");
+  auto device = error_of("vocab_device", "models: [gpt2-test]\ndevice: tpu\n");
+  EXPECT_EQ(device.hint(), "expected one of: auto, cpu, cuda");
 }
 
 TEST(Config, NonNumericBatch) {

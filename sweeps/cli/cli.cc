@@ -3,6 +3,8 @@
 
 #include <cstdio>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "models/zoo.h"
 #include "reports/compare.h"
@@ -20,6 +22,13 @@
 
 namespace sweep {
 namespace {
+
+// What --device takes: auto (a GPU when one is visible) or a device of the vocabulary.
+std::vector<std::string> device_choices() {
+  std::vector<std::string> names = {"auto"};
+  for (const Device d : all_of<Device>()) names.push_back(to_string(d));
+  return names;
+}
 
 void print_models() {
   std::printf("%-16s %-8s %15s %6s %6s %5s  %-22s %s\n", "model", "family", "parameters", "layers",
@@ -98,7 +107,7 @@ void register_commands(CLI::App& app, int& exit_code) {
                   "key=value: set any config key or grid axis, e.g. grid.batch=[1,2] models=[gpt2]");
   run->add_option("--out", opts->out, "Output directory (default: the config's `out`)");
   run->add_option("--device", opts->device, "Where to train")
-      ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
+      ->check(CLI::IsMember(device_choices()))
       ->each([opts](const std::string&) { opts->device_given = true; });
   run->add_flag("--dry-run", opts->dry_run,
                 "List the points, their count and an estimated time (from rows measured before), "
@@ -175,7 +184,7 @@ void register_commands(CLI::App& app, int& exit_code) {
       ->delimiter(',');
   fit->add_option("--device", fo->device, "Where to measure (cpu: the tracking allocator enforces "
                                           "the card's memory)")
-      ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
+      ->check(CLI::IsMember(device_choices()));
   fit->add_option("--margin", fo->margin, "Fraction of the card kept free")->capture_default_str();
   fit->add_option("--context-gib", fo->context_gib, "CUDA context allowance (default: measured)");
   fit->add_option("--max-batch", fo->max_batch, "Largest batch a search tries")

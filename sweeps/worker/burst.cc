@@ -274,6 +274,74 @@ void throughput(const Point& p, const Workload& w, Measurement& m) {
   m.tflops = per_sample * samples / step_s / 1e12;
 }
 
+// What one step hands the next, and what the burst reads after the last.
+struct StepState {
+  bool first = true;
+  std::vector<int64_t> allocated_after;  // allocated bytes after each step
+  torch::Tensor last_loss;
+};
+
+// One optimizer step of the reference's training loop: k micro-batches (forward, backward),
+// then the optimizer. Each phase is entered on the meter; the first step records the sizes of
+// the gradients and the optimizer state.
+void train_step(Workload& w, Ledger& ledger, MemoryTracker& mem, PeakMeter& meter, StepState& s,
+                Measurement& m) {
+  // `loss` is a local of the reference's step function: the last micro-batch's loss (and
+  // with it the graph's nodes, and any non-parameter leaf they hold, such as T5's
+  // checkpointed cross-attention bias and its gradient) lives until the step returns.
+  torch::Tensor loss;
+  for (int64_t i = 0; i < w.k; ++i) {
+    const int64_t start = mem.allocated();
+    const int64_t grads_before = ledger.grads;
+    meter.enter("forward");
+    {
+      std::optional<torch::NoGradGuard> no_grad;
+      if (!w.train) no_grad.emplace();
+      AutocastScope amp(w.device.type(), w.autocast, w.autocast_dtype);
+      loss = w.model->loss(w.batches[i]);
+    }
+    if (!w.train) {
+      m.activations_bytes = std::max(m.activations_bytes, meter.enter("idle") - start);
+      continue;
+    }
+    loss = loss / static_cast<double>(w.k);  // the reference divides even by 1
+    const int64_t fwd_peak = meter.enter("backward");
+    (w.scaler ? w.scaler->scale(loss) : loss).backward();
+    const int64_t bwd_peak = meter.enter("idle");
+    // Activations: what the micro-batch held above its start, less the gradients it
+    // created (those are counted as gradients).
+    m.activations_bytes = std::max({m.activations_bytes, fwd_peak - start,
+                                    bwd_peak - start - (ledger.grads - grads_before)});
+    if (s.first) m.grads_bytes = ledger.grads;
+  }
+  if (w.train) {
+    meter.enter("optimizer");
+    if (w.scaler) {
+      w.scaler->step(*w.opt);
+      w.scaler->update();
+    } else {
+      w.opt->step();
+    }
+    ledger.optimizer = w.opt->state_bytes();
+    w.opt->zero_grad();
+    w.grad_counts->reset();
+    meter.enter("idle");
+    if (s.first) m.optimizer_bytes = ledger.optimizer;
+  }
+  s.last_loss = loss.detach();
+  s.first = false;
+  s.allocated_after.push_back(mem.allocated());
+}
+
+// A leak: allocated memory after each step still growing after the second step; the mean
+// growth per step from there.
+std::optional<int64_t> leak_per_step(const std::vector<int64_t>& a) {
+  if (a.size() < 4) return std::nullopt;
+  for (std::size_t i = 2; i < a.size(); ++i)
+    if (a[i] <= a[i - 1]) return std::nullopt;
+  return (a.back() - a[1]) / static_cast<int64_t>(a.size() - 2);
+}
+
 }  // namespace
 
 Measurement run_burst(const Point& p, MemoryTracker& mem, StepTimer& timer,
@@ -289,56 +357,8 @@ Measurement run_burst(const Point& p, MemoryTracker& mem, StepTimer& timer,
     Workload w = build(p, ledger, mem);
     m.weights_bytes = w.weights_bytes;
 
-    bool first_step = true;
-    std::vector<int64_t> allocated_after;
-    torch::Tensor last_loss;
-    auto step = [&] {
-      // `loss` is a local of the reference's step function: the last micro-batch's loss (and
-      // with it the graph's nodes, and any non-parameter leaf they hold, such as T5's
-      // checkpointed cross-attention bias and its gradient) lives until the step returns.
-      torch::Tensor loss;
-      for (int64_t i = 0; i < w.k; ++i) {
-        const int64_t start = mem.allocated();
-        const int64_t grads_before = ledger.grads;
-        meter.enter("forward");
-        {
-          std::optional<torch::NoGradGuard> no_grad;
-          if (!w.train) no_grad.emplace();
-          AutocastScope amp(w.device.type(), w.autocast, w.autocast_dtype);
-          loss = w.model->loss(w.batches[i]);
-        }
-        if (!w.train) {
-          m.activations_bytes = std::max(m.activations_bytes, meter.enter("idle") - start);
-          continue;
-        }
-        loss = loss / static_cast<double>(w.k);  // the reference divides even by 1
-        const int64_t fwd_peak = meter.enter("backward");
-        (w.scaler ? w.scaler->scale(loss) : loss).backward();
-        const int64_t bwd_peak = meter.enter("idle");
-        // Activations: what the micro-batch held above its start, less the gradients it
-        // created (those are counted as gradients).
-        m.activations_bytes = std::max({m.activations_bytes, fwd_peak - start,
-                                        bwd_peak - start - (ledger.grads - grads_before)});
-        if (first_step) m.grads_bytes = ledger.grads;
-      }
-      if (w.train) {
-        meter.enter("optimizer");
-        if (w.scaler) {
-          w.scaler->step(*w.opt);
-          w.scaler->update();
-        } else {
-          w.opt->step();
-        }
-        ledger.optimizer = w.opt->state_bytes();
-        w.opt->zero_grad();
-        w.grad_counts->reset();
-        meter.enter("idle");
-        if (first_step) m.optimizer_bytes = ledger.optimizer;
-      }
-      last_loss = loss.detach();
-      first_step = false;
-      allocated_after.push_back(mem.allocated());
-    };
+    StepState state;
+    auto step = [&] { train_step(w, ledger, mem, meter, state, m); };
 
     for (int i = 0; i < p.warmup_steps; ++i) step();
     if (hooks.after_warmup) hooks.after_warmup();
@@ -352,16 +372,10 @@ Measurement run_burst(const Point& p, MemoryTracker& mem, StepTimer& timer,
     meter.close();
     // The loss is read once, after the timed steps: a read per micro-batch would add a device
     // sync to every step that the reference loop does not have.
-    if (last_loss.defined()) m.loss = last_loss.item<double>() * static_cast<double>(w.k);
+    if (state.last_loss.defined()) m.loss = state.last_loss.item<double>() * static_cast<double>(w.k);
     if (w.scaler) m.skipped_steps = w.scaler->skipped_steps();  // after the timed steps: may sync
     throughput(p, w, m);
-    // Leak: allocated memory after each step still growing after the second step.
-    const auto& a = allocated_after;
-    if (a.size() >= 4) {
-      bool growing = true;
-      for (std::size_t i = 2; i < a.size(); ++i) growing = growing && a[i] > a[i - 1];
-      if (growing) m.leak_bytes_per_step = (a.back() - a[1]) / static_cast<int64_t>(a.size() - 2);
-    }
+    m.leak_bytes_per_step = leak_per_step(state.allocated_after);
   } catch (const c10::OutOfMemoryError& e) {
     m.status = Status::kOom;
     m.phase = meter.phase();
