@@ -26,56 +26,29 @@ enum class Device { kCpu, kCuda };
 enum class Status { kOk, kOom, kCrash, kTimeout, kSkipped };
 
 // Each enum's names, in the order of its enumerators, and the key (config key, column) whose
-// values they are.
+// values they are. SWEEP_VOCABULARY(E, last enumerator, key, names...) defines one and fails
+// the build when the names are fewer or more than the enumerators.
 template <class E>
 struct VocabTable;
-template <>
-struct VocabTable<Mode> {
-  static constexpr std::string_view key = "mode";
-  static constexpr std::array<std::string_view, 2> names = {"train", "eval"};
-};
-template <>
-struct VocabTable<Precision> {
-  static constexpr std::string_view key = "precision";
-  static constexpr std::array<std::string_view, 4> names = {"fp32", "fp16-amp", "bf16-amp", "bf16"};
-};
-template <>
-struct VocabTable<Checkpointing> {
-  static constexpr std::string_view key = "checkpointing";
-  static constexpr std::array<std::string_view, 2> names = {"none", "block"};
-};
-template <>
-struct VocabTable<OptimizerKind> {
-  static constexpr std::string_view key = "optimizer";
-  static constexpr std::array<std::string_view, 6> names = {"adamw", "adamw-fused", "sgd",
-                                                            "adafactor", "adamw8bit", "none"};
-};
-template <>
-struct VocabTable<Adapter> {
-  static constexpr std::string_view key = "adapter";
-  static constexpr std::array<std::string_view, 2> names = {"none", "lora"};
-};
-template <>
-struct VocabTable<Offload> {
-  static constexpr std::string_view key = "offload";
-  static constexpr std::array<std::string_view, 2> names = {"none", "optimizer"};
-};
-template <>
-struct VocabTable<Weights> {
-  static constexpr std::string_view key = "weights";
-  static constexpr std::array<std::string_view, 2> names = {"full", "int8"};
-};
-template <>
-struct VocabTable<Device> {
-  static constexpr std::string_view key = "device";
-  static constexpr std::array<std::string_view, 2> names = {"cpu", "cuda"};
-};
-template <>
-struct VocabTable<Status> {
-  static constexpr std::string_view key = "status";
-  static constexpr std::array<std::string_view, 5> names = {"ok", "oom", "crash", "timeout",
-                                                            "skipped"};
-};
+#define SWEEP_VOCABULARY(E, last, column, ...)                                              \
+  template <>                                                                               \
+  struct VocabTable<E> {                                                                    \
+    static constexpr std::string_view key = column;                                         \
+    static constexpr auto names = std::to_array<std::string_view>({__VA_ARGS__});           \
+    static_assert(names.size() == static_cast<std::size_t>(E::last) + 1,                    \
+                  "a name for each enumerator of " #E ", in order");                        \
+  };
+SWEEP_VOCABULARY(Mode, kEval, "mode", "train", "eval")
+SWEEP_VOCABULARY(Precision, kBf16, "precision", "fp32", "fp16-amp", "bf16-amp", "bf16")
+SWEEP_VOCABULARY(Checkpointing, kBlock, "checkpointing", "none", "block")
+SWEEP_VOCABULARY(OptimizerKind, kNone, "optimizer", "adamw", "adamw-fused", "sgd", "adafactor",
+                 "adamw8bit", "none")
+SWEEP_VOCABULARY(Adapter, kLora, "adapter", "none", "lora")
+SWEEP_VOCABULARY(Offload, kOptimizer, "offload", "none", "optimizer")
+SWEEP_VOCABULARY(Weights, kInt8, "weights", "full", "int8")
+SWEEP_VOCABULARY(Device, kCuda, "device", "cpu", "cuda")
+SWEEP_VOCABULARY(Status, kSkipped, "status", "ok", "oom", "crash", "timeout", "skipped")
+#undef SWEEP_VOCABULARY
 
 template <class E>
 concept Vocabulary = requires { VocabTable<E>::names; };
