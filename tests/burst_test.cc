@@ -124,13 +124,22 @@ TEST(Burst, OomInEachPhaseIsRecordedWithThatPhase) {
   static auto mem = make_cpu_tracker();
   static auto timer = make_cpu_timer();
   for (std::string phase : {"build", "forward", "backward", "optimizer"}) {
-    Fault f;
-    f.kind = "oom";
-    f.phase = phase;
+    const Fault f = Fault::parse("oom:" + phase, tiny());
     auto m = run_burst(tiny(), *mem, *timer, fault_hooks(f));
     EXPECT_EQ(m.status, Status::kOom) << phase;
     EXPECT_EQ(m.phase, phase);
   }
+}
+
+// The test seam reads its spec strictly: a typo is an error, not a fault that never fires.
+TEST(Burst, FaultSpecsParseOrAreRefused) {
+  Point p = tiny();
+  EXPECT_EQ(Fault::parse("", p).kind, Fault::Kind::kNone);
+  EXPECT_EQ(Fault::parse("crash", p).kind, Fault::Kind::kCrash);
+  EXPECT_EQ(Fault::parse("hang@" + std::to_string(p.batch), p).kind, Fault::Kind::kHang);
+  EXPECT_EQ(Fault::parse("hang@" + std::to_string(p.batch + 1), p).kind, Fault::Kind::kNone);
+  EXPECT_EQ(Fault::parse("oom:backward", p).phase, "backward");
+  EXPECT_THROW(Fault::parse("segfault", p), std::invalid_argument);
 }
 
 std::vector<torch::Tensor> grads_after_backward(const std::string& name, bool checkpoint) {

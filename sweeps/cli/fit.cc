@@ -16,6 +16,7 @@
 #include "reports/recommend.h"
 #include "reports/results/rows.h"
 #include "reports/results/stats.h"
+#include "sweeps/cli/fit_analysis.h"
 #include "sweeps/runner/budget.h"
 #include "sweeps/runner/config.h"
 #include "sweeps/measure/env.h"
@@ -90,119 +91,6 @@ Card resolve_card(const FitOptions& o) {
   return {number_text(gib) + " GiB", number_text(gib) + "gib", std::llround(gib * kGiB)};
 }
 
-std::string technique_key(const FitTechnique& t) {
-  return to_string(t.precision) + "|" + to_string(t.checkpointing) + "|" + to_string(t.optimizer) +
-         "|" + (t.use_cache ? "1" : "0") + "|" + to_string(t.adapter) + "|" + to_string(t.offload) +
-         "|" + to_string(t.weights);
-}
-
-// The technique a probe row measured; nullopt for a row that does not name one.
-std::optional<FitTechnique> technique_of(const reports::Row& r) {
-  const auto precision = r.value<Precision>();
-  const auto checkpointing = r.value<Checkpointing>();
-  const auto optimizer = r.value<OptimizerKind>();
-  const auto adapter = r.value<Adapter>();
-  const auto offload = r.value<Offload>();
-  const auto weights = r.value<Weights>();
-  if (!precision || !checkpointing || !optimizer || !adapter || !offload || !weights) return std::nullopt;
-  return FitTechnique{*precision, *checkpointing, *optimizer, r.axis(column("use_cache")) != "0",
-                      *adapter, *offload, *weights};
-}
-
-bool same_technique(const reports::Row& r, const FitTechnique& t) {
-  const auto measured = technique_of(r);
-  return measured && technique_key(*measured) == technique_key(t);
-}
-
-// The technique's axes as the JSON names them.
-nlohmann::json technique_json(const FitTechnique& t) {
-  return {{"precision", to_string(t.precision)}, {"checkpointing", to_string(t.checkpointing)},
-          {"optimizer", to_string(t.optimizer)}, {"use_cache", t.use_cache},
-          {"adapter", to_string(t.adapter)},     {"offload", to_string(t.offload)},
-          {"weights", to_string(t.weights)}};
-}
-
-// What the rows of OUT say about each technique: the probes of this model and input under
-// this budget, accumulation 1, the last row of each point.
-struct Analysis {
-  std::vector<FitTechnique> techniques;
-  std::map<std::string, std::vector<const reports::Row*>> ok_rows;  // technique key -> ok probes
-  std::string device_name;
-  int64_t budget_bytes = 0;
-};
-
-Analysis analyse(const reports::Results& results, const std::string& model, int64_t budget,
-                 const std::vector<FitTechnique>& wanted) {
-  Analysis a;
-  a.budget_bytes = budget;
-  std::map<std::string, FitTechnique> by_key;
-  for (const auto& t : wanted) by_key[technique_key(t)] = t;
-  const auto latest = reports::latest_per_point(results);
-  for (const auto* r : latest.rows) {
-    if (r->at(column("model")) != model || r->at(column("search")) != "max_batch" ||
-        r->value<Mode>() != Mode::kTrain || r->at(column("accumulation")) != "1" ||
-        r->number(column("budget_bytes")).value_or(-1) != static_cast<double>(budget))
-      continue;
-    const auto technique = technique_of(*r);
-    if (!technique) continue;
-    auto it = by_key.find(technique_key(*technique));
-    if (it == by_key.end()) continue;
-    FitTechnique& t = it->second;
-    const auto batch = static_cast<int64_t>(r->number(column("batch")).value_or(0));
-    ++t.probes;
-    if (r->status == reports::Status::kOk) {
-      a.ok_rows[it->first].push_back(r);
-      if (!t.largest || batch > *t.largest) {
-        t.largest = batch;
-        t.peak_reserved = r->number(column("peak_reserved_bytes")).value_or(0);
-        t.peak_allocated = r->number(column("peak_allocated_bytes")).value_or(0);
-        t.tokens_per_s = r->number(column("tokens_per_s")).value_or(0);
-        t.step_ms_cv = r->number(column("step_ms_cv")).value_or(0);
-      }
-      if (a.device_name.empty()) a.device_name = r->at(column("device_name"));
-    } else if (r->status == reports::Status::kOom) {
-      if (!t.first_oom || batch < *t.first_oom) t.first_oom = batch;
-    } else {
-      t.stopped = to_string(r->status);
-    }
-  }
-  for (const auto& t : wanted)
-    a.techniques.push_back(by_key.at(technique_key(t)));
-  return a;
-}
-
-// The fastest way to the effective batch: among every fitting probe whose batch divides it,
-// the highest measured tokens/s; ties go to the fewer techniques (listed order).
-struct Pick {
-  const FitTechnique* technique = nullptr;
-  int64_t batch = 0, accumulation = 1;
-  double tokens_per_s = 0, step_ms_cv = 0;
-};
-
-std::optional<Pick> pick(const Analysis& a, std::optional<int64_t> effective,
-                         const std::vector<std::string>& refused) {
-  std::optional<Pick> best;
-  for (const auto& t : a.techniques) {
-    const auto it = a.ok_rows.find(technique_key(t));
-    if (it == a.ok_rows.end()) continue;
-    for (const auto* r : it->second) {
-      const auto b = static_cast<int64_t>(r->number(column("batch")).value_or(0));
-      if (effective && (b > *effective || *effective % b != 0)) continue;
-      const int64_t k = effective ? *effective / b : 1;
-      const std::string id = technique_key(t) + "|" + std::to_string(b) + "|" + std::to_string(k);
-      if (std::find(refused.begin(), refused.end(), id) != refused.end()) continue;
-      const double tps = r->number(column("tokens_per_s")).value_or(0);
-      if (!best || tps > best->tokens_per_s)
-        best = Pick{&t, b, k, tps, r->number(column("step_ms_cv")).value_or(0)};
-    }
-  }
-  return best;
-}
-
-std::string pick_id(const Pick& p) {
-  const auto& t = *p.technique;
-  return technique_key(t) + "|" + std::to_string(p.batch) + "|" + std::to_string(p.accumulation);
-}
 
 // The header every fit config and its verification config share.
 std::string config_head(const FitOptions& o, const std::string& name, Device device,

@@ -14,8 +14,10 @@ namespace sweep {
 //   "hang[@B]"         sleep forever at the forward phase
 //   "oom:PHASE[@B]"    out of memory on entering PHASE (build|forward|backward|optimizer)
 struct Fault {
-  std::string kind;   // "" | crash | hang | oom
+  enum class Kind { kNone, kCrash, kHang, kOom };
+  Kind kind = Kind::kNone;
   std::string phase;  // for oom
+  // Throws std::invalid_argument for a spec of no known kind (a typo in a test).
   static Fault parse(const std::string& spec, const Point& p);
 };
 
