@@ -5,6 +5,7 @@
 // activation checkpointing, smaller micro-batch with more accumulation, lighter optimizer.
 #include "reports/recommend.h"
 
+#include "reports/recommend_rows.h"
 #include "reports/results/stats.h"
 
 #include <algorithm>
@@ -18,28 +19,11 @@
 namespace sweep::reports {
 namespace {
 
+using recommend_internal::measure_all;
+using recommend_internal::Measured;
+using recommend_internal::OnTarget;
+using recommend_internal::target_of;
 using schema::column;
-
-// A row read once.
-struct Measured {
-  std::string group;  // model, seq, target_seq, audio_s
-  Choice choice;
-  bool ok = false;  // status ok with a peak
-  bool cuda = false;
-  std::optional<double> device_memory, context;
-  bool emulated = false;
-  int64_t budget = 0;
-  std::optional<double> limit;  // what an OOM ran into: the budget, else the device's memory
-  const Row* row = nullptr;
-  bool train() const { return choice.mode == Mode::kTrain; }
-  bool oom() const { return choice.status == Status::kOom; }
-  // Measured not to fit `usable`: it peaked above it, or it ran out of memory under a limit
-  // at least as large (an OOM under a smaller limit says nothing about a larger card).
-  bool exceeds(int64_t usable) const {
-    if (ok) return choice.peak_reserved_bytes > usable;
-    return oom() && (!limit || *limit >= static_cast<double>(usable));
-  }
-};
 
 int64_t as_int(const Row& r, std::size_t col, int64_t fallback) {
   auto v = r.number(col);
@@ -120,8 +104,6 @@ std::optional<Choice> largest_batch(const std::vector<Choice>& v) {
   });
 }
 
-using OnTarget = std::function<bool(const Measured&)>;
-
 // What rows of one group look like under one budget.
 struct Budgeted {
   std::vector<Measured> rows;  // the group's rows, on_target set
@@ -147,81 +129,6 @@ Budgeted budgeted(const std::vector<const Measured*>& rows, int64_t usable, cons
     b.rows.back().choice.on_target = on(*m);
   }
   return b;
-}
-
-Target resolve_target(const std::vector<Measured>& rows, const RecommendOptions& o,
-                      OnTarget& on_target) {
-  Target t;
-  t.margin = o.margin;
-  const bool any_cuda = std::any_of(rows.begin(), rows.end(), [](auto& m) { return m.cuda; });
-  if (!o.gpu.empty()) {
-    const GpuSpec* g = find_gpu(o.gpu);
-    if (!g) {
-      std::string known;
-      for (const auto& s : gpus()) known += (known.empty() ? "" : ", ") + std::string(s.key);
-      throw UserError("--gpu", 0, "", "unknown GPU '" + o.gpu + "'",
-                           "known GPUs: " + known + "; for another card give --memory-gib N");
-    }
-    t.name = g->name;
-    t.gpu = g;
-    t.memory_bytes = memory_bytes(*g);
-    t.memory_as_sold = g->reported_bytes == 0;
-    on_target = [g](const Measured& m) { return find_gpu(m.choice.measured_on) == g; };
-  } else if (o.memory_gib) {
-    if (!(*o.memory_gib > 0 && *o.memory_gib <= kMaxMemoryGib))
-      throw UserError("--memory-gib", 0, "", "'" + std::to_string(*o.memory_gib) + "' is not a card's memory",
-                      "give the card's memory in GiB, e.g. --memory-gib 24");
-    std::ostringstream s;
-    s << *o.memory_gib << " GiB";
-    t.name = s.str();
-    t.memory_bytes = std::llround(*o.memory_gib * kGiB);
-    t.cuda = any_cuda || rows.empty();
-    // The same card when the memory matches within what drivers and ECC reserve.
-    on_target = [mem = static_cast<double>(t.memory_bytes), cuda = t.cuda](const Measured& m) {
-      return m.cuda == cuda && m.device_memory && std::abs(*m.device_memory - mem) <= 0.02 * mem;
-    };
-  } else {
-    std::map<std::string, double> devices;
-    for (const auto& m : rows)
-      if (m.device_memory) devices[m.choice.measured_on] = *m.device_memory;
-    if (devices.empty())
-      throw UserError("", 0, "", "the results do not record the device's memory",
-                           "say which card to recommend for: --gpu NAME or --memory-gib N");
-    std::set<double> sizes;
-    for (const auto& [name, mem] : devices) sizes.insert(mem);
-    if (sizes.size() > 1) {
-      std::string list;
-      for (const auto& [name, mem] : devices)
-        list += (list.empty() ? "" : ", ") + name + " (" + format_bytes(mem) + ")";
-      throw UserError("", 0, "", "the results were measured on several devices: " + list,
-                           "say which card to recommend for: --gpu NAME or --memory-gib N");
-    }
-    t.name = devices.begin()->first;
-    t.gpu = find_gpu(t.name);
-    t.memory_bytes = std::llround(devices.begin()->second);
-    t.cuda = any_cuda;
-    on_target = [](const Measured&) { return true; };
-  }
-  if (o.context_gib) {
-    t.context_bytes = std::llround(*o.context_gib * kGiB);
-    t.context_source = "given with --context-gib";
-  } else if (t.cuda) {
-    std::vector<double> ctx;
-    for (const auto& m : rows)
-      if (m.context) ctx.push_back(*m.context);
-    if (ctx.empty()) {
-      t.context_bytes = kDefaultCudaContextBytes;
-      t.context_source = "default for CUDA; no row measured it";
-    } else {
-      const std::size_t n = ctx.size();
-      t.context_bytes = std::llround(median(ctx));
-      t.context_source =
-          "measured: median of device_used - peak_reserved over " + std::to_string(n) + " ok rows";
-    }
-  } else {
-    t.context_source = "none on the CPU";
-  }
-  return t;
 }
 
 // The "nothing fits" walk: step k may use the first k changes; accumulation is free
@@ -431,13 +338,6 @@ std::vector<std::string> notes_for(const Recommendation& r, const std::vector<Me
 
 }  // namespace
 
-int64_t usable_bytes(int64_t memory, double margin, int64_t context) {
-  // The epsilon keeps 10 GiB x 0.8 from landing one byte under 8 GiB.
-  auto kept =
-      static_cast<int64_t>(std::floor(static_cast<long double>(memory) * (1 - margin) + 1e-6L));
-  return kept - context;
-}
-
 int Choice::techniques() const {
   return (precision != Precision::kFp32) + (checkpointing != Checkpointing::kNone) +
          (accumulation > 1) +
@@ -473,7 +373,7 @@ std::string GroupRecommendation::label() const {
   return axes.empty() ? model : model + " (" + axes + ")";
 }
 
-namespace {
+namespace recommend_internal {
 
 std::vector<Measured> measure_all(const std::vector<Results>& results) {
   std::vector<Measured> rows;
@@ -484,24 +384,7 @@ std::vector<Measured> measure_all(const std::vector<Results>& results) {
   return rows;
 }
 
-Target target_of(const std::vector<Measured>& rows, const RecommendOptions& options,
-                 OnTarget& on_target) {
-  Target t = resolve_target(rows, options, on_target);
-  t.usable_bytes = usable_bytes(t.memory_bytes, t.margin, t.context_bytes);
-  if (t.usable_bytes <= 0)
-    throw UserError("", 0, "", "no usable memory: " + format_bytes(static_cast<double>(t.memory_bytes)) +
-                                   " x (1 - margin " + std::to_string(t.margin) + ") - context " +
-                                   format_bytes(static_cast<double>(t.context_bytes)) + " <= 0",
-                    "give a larger --memory-gib, or a smaller --margin or --context-gib");
-  return t;
-}
-
-}  // namespace
-
-Target card_target(const std::vector<Results>& results, const RecommendOptions& options) {
-  OnTarget on_target;
-  return target_of(measure_all(results), options, on_target);
-}
+}  // namespace recommend_internal
 
 Recommendation recommend(const std::vector<Results>& results, const RecommendOptions& options) {
   const std::vector<Measured> rows = measure_all(results);

@@ -4,9 +4,11 @@
 // report.cc owns the header, the failure list and the files; this is what it calls.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "reports/markup.h"
@@ -121,6 +123,40 @@ T most_common(const std::vector<T>& values) {
       best_count = n;
     }
   return best ? *best : T{};
+}
+
+// How the sections order, pick and label points (report_points.cc).
+
+// Order: precision, checkpointing (none first), accumulation, optimizer, adapter (none
+// first), then batch; unknown values after the known ones. Inline: technique_section keys a
+// map by the type it returns.
+inline auto technique_key(const Point& p) {
+  const auto checkpointing_rank = p.checkpointing ? static_cast<int>(*p.checkpointing) : 2;
+  return std::make_tuple(precision_rank(p.precision), p.precision, checkpointing_rank,
+                         p.checkpointing, p.accumulation, optimizer_rank(p.optimizer), p.optimizer,
+                         p.adapter, p.lora_r, !p.use_cache, p.offload, p.weights_axis);
+}
+bool by_technique(const Point& a, const Point& b);
+
+// The points a line chart over batch size shows: accumulation 1 (or the most common) and
+// the most common optimizer, so each line varies only in batch. Sorted by technique.
+struct Selection {
+  std::vector<Point> points;
+  int accumulation = 1;
+  std::optional<OptimizerKind> optimizer;
+  std::string held;  // "mode train, accumulation 1, optimizer adamw"
+  std::vector<std::string> pairs;
+};
+Selection select_lines(const Group& g);
+
+// "batch 4, fp16-amp / block", naming only the technique axes that vary across `points`.
+std::vector<std::string> short_labels(const std::vector<Point>& points);
+
+// A right-aligned column.
+template <class T>
+Field<T> right(std::string header, std::function<std::string(const T&)> cell, bool keep = false) {
+  return {
+      .header = std::move(header), .cell = std::move(cell), .align = Align::kRight, .keep = keep};
 }
 
 // Table columns naming a point's batch, technique and status; hidden where they do not vary.

@@ -1,0 +1,122 @@
+// Which card a recommendation or report is for, and its usable memory by the one rule for "fits".
+#include "reports/recommend.h"
+
+#include "reports/recommend_rows.h"
+#include "reports/results/stats.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace sweep::reports {
+
+int64_t usable_bytes(int64_t memory, double margin, int64_t context) {
+  // The epsilon keeps 10 GiB x 0.8 from landing one byte under 8 GiB.
+  auto kept =
+      static_cast<int64_t>(std::floor(static_cast<long double>(memory) * (1 - margin) + 1e-6L));
+  return kept - context;
+}
+
+namespace recommend_internal {
+namespace {
+
+Target resolve_target(const std::vector<Measured>& rows, const RecommendOptions& o,
+                      OnTarget& on_target) {
+  Target t;
+  t.margin = o.margin;
+  const bool any_cuda = std::any_of(rows.begin(), rows.end(), [](auto& m) { return m.cuda; });
+  if (!o.gpu.empty()) {
+    const GpuSpec* g = find_gpu(o.gpu);
+    if (!g) {
+      std::string known;
+      for (const auto& s : gpus()) known += (known.empty() ? "" : ", ") + std::string(s.key);
+      throw UserError("--gpu", 0, "", "unknown GPU '" + o.gpu + "'",
+                           "known GPUs: " + known + "; for another card give --memory-gib N");
+    }
+    t.name = g->name;
+    t.gpu = g;
+    t.memory_bytes = memory_bytes(*g);
+    t.memory_as_sold = g->reported_bytes == 0;
+    on_target = [g](const Measured& m) { return find_gpu(m.choice.measured_on) == g; };
+  } else if (o.memory_gib) {
+    if (!(*o.memory_gib > 0 && *o.memory_gib <= kMaxMemoryGib))
+      throw UserError("--memory-gib", 0, "", "'" + std::to_string(*o.memory_gib) + "' is not a card's memory",
+                      "give the card's memory in GiB, e.g. --memory-gib 24");
+    std::ostringstream s;
+    s << *o.memory_gib << " GiB";
+    t.name = s.str();
+    t.memory_bytes = std::llround(*o.memory_gib * kGiB);
+    t.cuda = any_cuda || rows.empty();
+    // The same card when the memory matches within what drivers and ECC reserve.
+    on_target = [mem = static_cast<double>(t.memory_bytes), cuda = t.cuda](const Measured& m) {
+      return m.cuda == cuda && m.device_memory && std::abs(*m.device_memory - mem) <= 0.02 * mem;
+    };
+  } else {
+    std::map<std::string, double> devices;
+    for (const auto& m : rows)
+      if (m.device_memory) devices[m.choice.measured_on] = *m.device_memory;
+    if (devices.empty())
+      throw UserError("", 0, "", "the results do not record the device's memory",
+                           "say which card to recommend for: --gpu NAME or --memory-gib N");
+    std::set<double> sizes;
+    for (const auto& [name, mem] : devices) sizes.insert(mem);
+    if (sizes.size() > 1) {
+      std::string list;
+      for (const auto& [name, mem] : devices)
+        list += (list.empty() ? "" : ", ") + name + " (" + format_bytes(mem) + ")";
+      throw UserError("", 0, "", "the results were measured on several devices: " + list,
+                           "say which card to recommend for: --gpu NAME or --memory-gib N");
+    }
+    t.name = devices.begin()->first;
+    t.gpu = find_gpu(t.name);
+    t.memory_bytes = std::llround(devices.begin()->second);
+    t.cuda = any_cuda;
+    on_target = [](const Measured&) { return true; };
+  }
+  if (o.context_gib) {
+    t.context_bytes = std::llround(*o.context_gib * kGiB);
+    t.context_source = "given with --context-gib";
+  } else if (t.cuda) {
+    std::vector<double> ctx;
+    for (const auto& m : rows)
+      if (m.context) ctx.push_back(*m.context);
+    if (ctx.empty()) {
+      t.context_bytes = kDefaultCudaContextBytes;
+      t.context_source = "default for CUDA; no row measured it";
+    } else {
+      const std::size_t n = ctx.size();
+      t.context_bytes = std::llround(median(ctx));
+      t.context_source =
+          "measured: median of device_used - peak_reserved over " + std::to_string(n) + " ok rows";
+    }
+  } else {
+    t.context_source = "none on the CPU";
+  }
+  return t;
+}
+
+}  // namespace
+
+Target target_of(const std::vector<Measured>& rows, const RecommendOptions& options,
+                 OnTarget& on_target) {
+  Target t = resolve_target(rows, options, on_target);
+  t.usable_bytes = usable_bytes(t.memory_bytes, t.margin, t.context_bytes);
+  if (t.usable_bytes <= 0)
+    throw UserError("", 0, "", "no usable memory: " + format_bytes(static_cast<double>(t.memory_bytes)) +
+                                   " x (1 - margin " + std::to_string(t.margin) + ") - context " +
+                                   format_bytes(static_cast<double>(t.context_bytes)) + " <= 0",
+                    "give a larger --memory-gib, or a smaller --margin or --context-gib");
+  return t;
+}
+
+}  // namespace recommend_internal
+
+Target card_target(const std::vector<Results>& results, const RecommendOptions& options) {
+  recommend_internal::OnTarget on_target;
+  return recommend_internal::target_of(recommend_internal::measure_all(results), options,
+                                       on_target);
+}
+
+}  // namespace sweep::reports
