@@ -140,7 +140,8 @@ double checked_number(const Row& row, std::string_view column, std::string_view 
 // Every enumerated axis cell names a value of its vocabulary (or is empty: an older file).
 template <Vocabulary E>
 void check_name(const Row& row) {
-  const std::string& cell = row.at(schema::find_column(VocabTable<E>::key));
+  static constexpr std::size_t kColumn = schema::find_column(VocabTable<E>::key);
+  const std::string& cell = row.at(kColumn);
   if (!cell.empty() && !parse_as<E>(cell))
     bad_cell(row, VocabTable<E>::key, "'" + cell + "' is not one of " + choices<E>());
 }

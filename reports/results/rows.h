@@ -56,7 +56,8 @@ struct Row {
   // the cell is empty and has no fallback. read_results has checked that the name is known.
   template <Vocabulary E>
   std::optional<E> value() const {
-    const std::string_view name = axis(schema::find_column(VocabTable<E>::key));
+    static constexpr std::size_t kColumn = schema::find_column(VocabTable<E>::key);
+    const std::string_view name = axis(kColumn);
     if (name.empty()) return std::nullopt;
     const auto v = parse_as<E>(name);
     SWEEP_CHECK(v.has_value(), "a row whose " + std::string(VocabTable<E>::key) + " was not checked");
