@@ -22,7 +22,8 @@ enum class OptimizerKind { kAdamW, kAdamWFused, kSgd, kAdafactor, kAdamW8bit, kN
 enum class Adapter { kNone, kLora };
 enum class Offload { kNone, kOptimizer };
 enum class Weights { kFull, kInt8 };
-enum class Device { kCpu, kCuda };
+// kEmulated: a named CUDA card predicted on any machine, without computing (sweeps/worker/emulate/).
+enum class Device { kCpu, kCuda, kEmulated };
 enum class Status { kOk, kOom, kCrash, kTimeout, kSkipped };
 
 // Each enum's names, in the order of its enumerators, and the key (config key, column) whose
@@ -46,7 +47,7 @@ SWEEP_VOCABULARY(OptimizerKind, kNone, "optimizer", "adamw", "adamw-fused", "sgd
 SWEEP_VOCABULARY(Adapter, kLora, "adapter", "none", "lora")
 SWEEP_VOCABULARY(Offload, kOptimizer, "offload", "none", "optimizer")
 SWEEP_VOCABULARY(Weights, kInt8, "weights", "full", "int8")
-SWEEP_VOCABULARY(Device, kCuda, "device", "cpu", "cuda")
+SWEEP_VOCABULARY(Device, kEmulated, "device", "cpu", "cuda", "emulated")
 SWEEP_VOCABULARY(Status, kSkipped, "status", "ok", "oom", "crash", "timeout", "skipped")
 #undef SWEEP_VOCABULARY
 

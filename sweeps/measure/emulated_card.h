@@ -16,6 +16,10 @@ struct EmulatedCard {
   int64_t context_bytes = 0;
   int cc_major = 9, cc_minor = 0;  // compute capability (sm_90 = 9, 0)
   int sms = 132;                   // streaming multiprocessors
+  // The CPU's choices instead of CUDA's (for-loop optimizers, the CPU's SDPA choice and
+  // autocast lists, no allocator rounding, no workspaces): the differential check against
+  // the CPU tracking allocator, never a user's card.
+  bool cpu = false;
 
   int sm() const { return cc_major * 10 + cc_minor; }  // 90 for sm_90
 };

@@ -239,6 +239,14 @@ void to_json(nlohmann::json& j, const Point& p) {
   SWEEP_POINT_AXES(X)
   SWEEP_POINT_SETTINGS(X)
 #undef X
+  if (p.device == Device::kEmulated)
+    j["card"] = {{"name", p.card.name},
+                 {"memory_bytes", p.card.memory_bytes},
+                 {"context_bytes", p.card.context_bytes},
+                 {"cc_major", p.card.cc_major},
+                 {"cc_minor", p.card.cc_minor},
+                 {"sms", p.card.sms},
+                 {"cpu", p.card.cpu}};
 }
 
 void from_json(const nlohmann::json& j, Point& p) {
@@ -246,6 +254,16 @@ void from_json(const nlohmann::json& j, Point& p) {
   SWEEP_POINT_AXES(X)
   SWEEP_POINT_SETTINGS(X)
 #undef X
+  if (j.contains("card")) {
+    const auto& c = j.at("card");
+    get(c, "name", p.card.name);
+    get(c, "memory_bytes", p.card.memory_bytes);
+    get(c, "context_bytes", p.card.context_bytes);
+    get(c, "cc_major", p.card.cc_major);
+    get(c, "cc_minor", p.card.cc_minor);
+    get(c, "sms", p.card.sms);
+    get(c, "cpu", p.card.cpu);
+  }
 }
 
 }  // namespace sweep

@@ -13,6 +13,7 @@
 #include "reports/results/rows.h"
 #include "reports/results/schema.h"
 #include "reports/results/vocab.h"
+#include "sweeps/measure/emulated_card.h"
 
 namespace sweep {
 
@@ -52,6 +53,8 @@ struct Point {
   bool budget_emulated = false;
   double timeout_s = 600;
   Device device = Device::kCpu;
+  // device emulated: the card whose memory the emulation predicts (the config's gpu:).
+  EmulatedCard card;
   double lr = 1e-3;            // optimizer settings (not part of the identity's axes list)
   double weight_decay = 0.01;
   uint64_t seed = 0;
