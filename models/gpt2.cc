@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "models/emulation.h"
 #include "models/holder.h"
 #include "models/int8.h"
 
@@ -83,7 +84,7 @@ torch::Tensor GPT2BlockImpl::forward(const torch::Tensor& x, KVCache* cache) {
     query_states = query_states.view({B, T, -1, D}).transpose(1, 2);
     if (cache) std::tie(key_states, value_states) = cache->update(key_states, value_states);
     // sdpa_attention_forward: no mask for an unpadded batch, so is_causal; scaling head_dim^-0.5.
-    auto out = at::scaled_dot_product_attention(query_states, key_states, value_states,
+    auto out = sdpa(query_states, key_states, value_states,
                                                 /*attn_mask=*/{}, train ? c_.attn_pdrop : 0.0,
                                                 /*is_causal=*/true, std::pow(double(D), -0.5));
     out = out.reshape({out.size(0), -1, T, value_states.size(-1)});
@@ -91,7 +92,7 @@ torch::Tensor GPT2BlockImpl::forward(const torch::Tensor& x, KVCache* cache) {
     // back in GPT2Attention.forward
     attn_output = out.reshape({B, T, -1}).contiguous();
     attn_output = attn_c_proj(attn_output);
-    attn_output = torch::dropout(attn_output, c_.resid_pdrop, train);
+    attn_output = apply_dropout(attn_output, c_.resid_pdrop, train);
   }
   hidden_states = attn_output + residual;
   auto residual2 = hidden_states;
@@ -102,7 +103,7 @@ torch::Tensor GPT2BlockImpl::forward(const torch::Tensor& x, KVCache* cache) {
     auto h = c_fc(hidden_states);
     h = gelu_new(h);
     h = mlp_c_proj(h);
-    feed_forward_hidden_states = torch::dropout(h, c_.resid_pdrop, train);
+    feed_forward_hidden_states = apply_dropout(h, c_.resid_pdrop, train);
   }
   hidden_states = residual2 + feed_forward_hidden_states;
   return hidden_states;
@@ -137,7 +138,7 @@ torch::Tensor GPT2LMHeadModelImpl::hidden(const torch::Tensor& input_ids, KVCach
   position_ids = position_ids.unsqueeze(0);
   auto position_embeds = wpe(position_ids);
   auto hidden_states = inputs_embeds + position_embeds;
-  hidden_states = torch::dropout(hidden_states, c_.embd_pdrop, is_training());  // (B, T, C)
+  hidden_states = apply_dropout(hidden_states, c_.embd_pdrop, is_training());  // (B, T, C)
   for (auto& m : *h) {
     auto* block = m->as<GPT2BlockImpl>();
     hidden_states = run_block([block, cache](const std::vector<torch::Tensor>& in) {

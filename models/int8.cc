@@ -8,6 +8,7 @@
 
 #include <map>
 
+#include "models/emulation.h"
 #include "models/gpt2.h"
 #include "models/lora.h"
 
@@ -27,7 +28,7 @@ Quantized vectorwise_quant(torch::Tensor A, double threshold) {
   torch::Tensor outlier_cols, outliers, outlier_restore;
   if (threshold > 0.0) {
     outliers = A.abs() >= threshold;
-    if (outliers.any().item<bool>()) {
+    if (any_value(outliers)) {  // a Meta tensor (emulated device) has none
       // Columns holding an outlier; the outliers are zeroed before the row maxima are taken.
       outlier_cols = torch::argwhere(outliers.any(0)).view(-1);
       outlier_restore = A.index({outliers}).clone();
@@ -56,7 +57,7 @@ Quantized vectorwise_quant(torch::Tensor A, double threshold) {
 
 // int8_linear_matmul (A (n, k) int8, B (m, k) int8 -> (n, m) int32).
 torch::Tensor int8_linear_matmul(const torch::Tensor& A, const torch::Tensor& B) {
-  if (A.is_cuda()) {
+  if (acts_cuda(A)) {
     // backends/cuda/ops.py:_int8_linear_matmul_impl runs cuBLASLt's igemmlt (cigemmlt_32) into
     // an int32 output, falling back to an fp32 matmul when k % 4 != 0. Here torch's cuBLASLt
     // int8 GEMM, at::_int_mm, under its own shape rules (n > 16, k and m multiples of 8), and
@@ -254,7 +255,7 @@ torch::Tensor int8_matmul(const torch::Tensor& x, const torch::Tensor& CB, const
   // autograd/_functions.py:matmul: MatMul8bitFp when training on the CPU (or XPU). The bias
   // is an optional argument, not an input (a frozen one has no gradient either way).
   const auto b = bias.defined() ? std::optional<at::Tensor>(bias) : std::nullopt;
-  if (training && x.device().is_cpu()) return MatMul8bitFp::apply(x, CB, SCB, b);
+  if (training && device_type_of(x) == c10::kCPU) return MatMul8bitFp::apply(x, CB, SCB, b);
   return MatMul8bitLt::apply(x, CB, SCB, b);
 }
 

@@ -6,6 +6,7 @@
 
 #include <ATen/autocast_mode.h>
 
+#include "models/emulation.h"
 #include "models/gpt2.h"
 #include "models/int8.h"
 
@@ -55,7 +56,7 @@ LoraImpl::LoraImpl(int64_t in_features, int64_t out_features, const LoraSettings
 torch::Tensor LoraImpl::forward(const torch::Tensor& x, torch::Tensor result) {
   // peft/tuners/lora/layer.py Linear.forward. A Python temporary dies as soon as it is
   // consumed, a C++ one only at the end of its full expression, so the nested expression
-  // `result + lora_B(lora_A(dropout(x))) * scaling` is one statement per call here: each
+  // `result + lora_B(lora_A(apply_dropout(x))) * scaling` is one statement per call here: each
   // intermediate is released as the next one exists, as in Python. The cast input is a local
   // there and lives until the function returns.
   const auto torch_result_dtype = result.scalar_type();
@@ -65,7 +66,7 @@ torch::Tensor LoraImpl::forward(const torch::Tensor& x, torch::Tensor result) {
                                : x.to(lora_A->weight.scalar_type());
   // nn.Dropout when lora_dropout > 0 (F.dropout in the module's mode), else nn.Identity;
   // nn.Linear is F.linear, i.e. at::linear.
-  torch::Tensor t = at::linear(dropout_ > 0 ? torch::dropout(xc, dropout_, is_training()) : xc,
+  torch::Tensor t = at::linear(dropout_ > 0 ? apply_dropout(xc, dropout_, is_training()) : xc,
                                lora_A->weight);
   t = at::linear(t, lora_B->weight);
   t = t * scaling_;
@@ -76,14 +77,14 @@ torch::Tensor LoraImpl::forward(const torch::Tensor& x, torch::Tensor result) {
 
 torch::Tensor LoraImpl::forward_bnb8(const torch::Tensor& x, torch::Tensor result) {
   // requires_conversion = not torch.is_autocast_enabled(): the CUDA autocast state only.
-  const bool requires_conversion = !at::autocast::is_autocast_enabled(at::kCUDA);
+  const bool requires_conversion = !autocast_enabled(at::kCUDA);
   const auto expected_dtype = result.scalar_type();
   const torch::Tensor xc = requires_conversion && x.scalar_type() != lora_A->weight.scalar_type()
                                ? x.to(lora_A->weight.scalar_type())
                                : x;
-  // output = lora_B(lora_A(dropout(x))) * scaling
+  // output = lora_B(lora_A(apply_dropout(x))) * scaling
   torch::Tensor output =
-      at::linear(dropout_ > 0 ? torch::dropout(xc, dropout_, is_training()) : xc, lora_A->weight);
+      at::linear(dropout_ > 0 ? apply_dropout(xc, dropout_, is_training()) : xc, lora_A->weight);
   output = at::linear(output, lora_B->weight);
   output = output * scaling_;
   if (requires_conversion) output = output.to(expected_dtype);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "models/emulation.h"
 #include "models/holder.h"
 
 namespace sweep::models {
@@ -159,7 +160,7 @@ std::pair<torch::Tensor, torch::Tensor> T5AttentionImpl::forward(
     } else {
       mask = position_bias.contiguous();
     }
-    auto out = at::scaled_dot_product_attention(query_states, key_states, value_states, mask,
+    auto out = sdpa(query_states, key_states, value_states, mask,
                                                 is_training() ? c_.dropout_rate : 0.0,
                                                 /*is_causal=*/false, /*scale=*/1.0);
     out = out.reshape({out.size(0), -1, Tq, value_states.size(-1)});
@@ -209,7 +210,7 @@ std::vector<torch::Tensor> T5BlockImpl::forward(const torch::Tensor& x,
                                                             position_bias, self_cache,
                                                             bias_requires_grad);
     self_attn_position_bias = bias;
-    attention_output = x + torch::dropout(attention_output, c_.dropout_rate, train);
+    attention_output = x + apply_dropout(attention_output, c_.dropout_rate, train);
     hidden_states = attention_output;
   }
   hidden_states = clamp_fp16(hidden_states);
@@ -219,7 +220,7 @@ std::vector<torch::Tensor> T5BlockImpl::forward(const torch::Tensor& x,
         cross_attention->forward(normed_hidden_states, encoder_hidden_states,
                         encoder_decoder_position_bias, cross_cache, bias_requires_grad);
     cross_attn_position_bias = bias;
-    auto layer_output = hidden_states + torch::dropout(attention_output, c_.dropout_rate, train);
+    auto layer_output = hidden_states + apply_dropout(attention_output, c_.dropout_rate, train);
     hidden_states = layer_output;
     hidden_states = clamp_fp16(hidden_states);
   }
@@ -231,12 +232,12 @@ std::vector<torch::Tensor> T5BlockImpl::forward(const torch::Tensor& x,
       // autocast that is an fp32 copy, which autocast casts back for the matmul).
       auto h = linear(wi, forwarded_states);
       h = torch::relu(h);
-      h = torch::dropout(h, c_.dropout_rate, train);
+      h = apply_dropout(h, c_.dropout_rate, train);
       if (h.scalar_type() != wo->weight.scalar_type()) h = h.to(wo->weight.scalar_type());
       h = linear(wo, h);
       forwarded_states = h;
     }
-    hidden_states = hidden_states + torch::dropout(forwarded_states, c_.dropout_rate, train);
+    hidden_states = hidden_states + apply_dropout(forwarded_states, c_.dropout_rate, train);
   }
   hidden_states = clamp_fp16(hidden_states);
   std::vector<torch::Tensor> out{hidden_states, self_attn_position_bias};
@@ -281,7 +282,7 @@ torch::Tensor T5ForConditionalGenerationImpl::run_stack(Stack& stack,
   const bool train = is_training();
   const bool bias_requires_grad = checkpointing() && train;
   auto inputs_embeds = input_embeddings_hook(shared(input_ids));
-  auto hidden_states = torch::dropout(inputs_embeds, c_.dropout_rate, train);
+  auto hidden_states = apply_dropout(inputs_embeds, c_.dropout_rate, train);
   // The first block computes the position biases (relative for self-attention, zeros for
   // cross-attention) and every later block takes them as inputs, as in transformers: under
   // checkpointing they are outputs of the first checkpointed block.
@@ -306,7 +307,7 @@ torch::Tensor T5ForConditionalGenerationImpl::run_stack(Stack& stack,
     if (out.size() > 2) encoder_decoder_position_bias = out[2];
   }
   hidden_states = stack.final_layer_norm(hidden_states);
-  hidden_states = torch::dropout(hidden_states, c_.dropout_rate, train);
+  hidden_states = apply_dropout(hidden_states, c_.dropout_rate, train);
   return hidden_states;
 }
 

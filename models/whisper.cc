@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "models/emulation.h"
 #include "models/holder.h"
 
 namespace sweep::models {
@@ -71,7 +72,7 @@ torch::Tensor WhisperEncoderLayerImpl::forward(const torch::Tensor& x) {
     auto value_states = linear(v_proj, hidden_states);
     value_states = value_states.view({B, -1, H, hd}).transpose(1, 2).contiguous();
     // sdpa_attention_forward
-    auto out = at::scaled_dot_product_attention(query_states, key_states, value_states,
+    auto out = sdpa(query_states, key_states, value_states,
                                                 /*attn_mask=*/{},
                                                 train ? c_.attention_dropout : 0.0,
                                                 /*is_causal=*/false, /*scale=*/1.0);
@@ -82,15 +83,15 @@ torch::Tensor WhisperEncoderLayerImpl::forward(const torch::Tensor& x) {
     attn_output = linear(out_proj, attn_output);
     hidden_states = attn_output;
   }
-  hidden_states = torch::dropout(hidden_states, c_.dropout, train);
+  hidden_states = apply_dropout(hidden_states, c_.dropout, train);
   hidden_states = residual + hidden_states;
   auto residual2 = hidden_states;
   hidden_states = final_layer_norm(hidden_states);
   // One Python statement: the norm's output is released only after the activation exists.
   hidden_states = torch::gelu(linear(fc1, hidden_states));
-  hidden_states = torch::dropout(hidden_states, c_.activation_dropout, train);
+  hidden_states = apply_dropout(hidden_states, c_.activation_dropout, train);
   hidden_states = linear(fc2, hidden_states);
-  hidden_states = torch::dropout(hidden_states, c_.dropout, train);
+  hidden_states = apply_dropout(hidden_states, c_.dropout, train);
   hidden_states = residual2 + hidden_states;
   if (hidden_states.scalar_type() == torch::kHalf)
     hidden_states = torch::clamp(hidden_states, -64504.0, 64504.0);
@@ -139,7 +140,7 @@ torch::Tensor WhisperForAudioClassificationImpl::encode(const torch::Tensor& inp
   // windows, we take shorter audio too and use the first T rows.
   auto all_positions = torch::arange(c_.max_source_positions, input_features.options().dtype(torch::kLong));
   auto hidden_states = inputs_embeds + embed_positions(all_positions).slice(0, 0, T);
-  hidden_states = torch::dropout(hidden_states, c_.dropout, is_training());
+  hidden_states = apply_dropout(hidden_states, c_.dropout, is_training());
   for (auto& m : *layers) {
     auto* layer = m->as<WhisperEncoderLayerImpl>();
     hidden_states = run_block([layer](const std::vector<torch::Tensor>& in) {

@@ -148,6 +148,8 @@ void trace_alloc_note(const std::string& note) {
   if (FILE* t = TrackingCpuAllocator::trace()) std::fprintf(t, "# %s\n", note.c_str());
 }
 
+bool in_host_scope() { return t_host_scope; }
+
 HostScope::HostScope() : outer_(!t_host_scope) { t_host_scope = true; }
 HostScope::~HostScope() {
   if (outer_) t_host_scope = false;

@@ -87,6 +87,8 @@ class HostScope {
  private:
   bool outer_;
 };
+// Whether this thread is in a HostScope (the emulated device's allocator asks too).
+bool in_host_scope();
 // Host bytes allocated in HostScopes and still alive, and the most since reset_host_peak().
 int64_t host_allocated();
 int64_t host_peak();
@@ -104,6 +106,15 @@ void trace_alloc_note(const std::string& note);
 // first CUDA tensor would) before any allocator call. Compiled on every build (the torch wheel
 // is a CUDA build); only called when a GPU is present.
 std::unique_ptr<MemoryTracker> make_cuda_tracker();
+
+// Tracker of the emulated device (device: emulated): installs an allocator for the Meta device
+// (once per process) whose every storage is replayed through a model of the card's caching
+// allocator (sweeps/measure/emulated_allocator.h), or counted exactly when the card stands for
+// the CPU. Allocations in a HostScope are host memory and not counted. Out of memory throws
+// c10::OutOfMemoryError at the allocation where the card's allocator would fail.
+struct EmulatedCard;
+std::unique_ptr<MemoryTracker> make_emulated_tracker(const EmulatedCard& card,
+                                                     const std::string& alloc_conf);
 
 // Times one step: CUDA events on the current stream on a GPU, a steady clock on the CPU.
 class StepTimer {

@@ -16,6 +16,7 @@
 
 #include "models/zoo.h"
 #include "sweeps/worker/checkpoint.h"
+#include "sweeps/worker/emulate/emulation.h"
 #include "sweeps/worker/offload.h"
 #include "sweeps/worker/optim.h"
 #include "sweeps/worker/precision.h"
@@ -125,6 +126,7 @@ struct Workload {
   std::unique_ptr<GradScaler> scaler;
   std::vector<models::Batch> batches;  // one per micro-batch
   bool train = true, autocast = false;
+  bool emulated = false;  // Meta tensors standing for an emulated device's (nothing computed)
   at::ScalarType autocast_dtype = at::kBFloat16;
   torch::Device device = torch::kCPU;
   int64_t k = 1;  // micro-batches per step
@@ -134,13 +136,29 @@ struct Workload {
 Workload build(const Point& p, Ledger& ledger, MemoryTracker& mem) {
   Workload w;
   const int64_t base = mem.allocated();
-  w.device = p.device == Device::kCuda ? torch::Device(torch::kCUDA, 0) : torch::kCPU;
+  w.emulated = p.device == Device::kEmulated;
+  w.device = p.device == Device::kCuda ? torch::Device(torch::kCUDA, 0)
+             : w.emulated              ? torch::Device(torch::kMeta)
+                                       : torch::Device(torch::kCPU);
   w.train = p.mode == Mode::kTrain;
   w.k = w.train ? p.accumulation : 1;
   const auto* spec = models::find_model(p.model);
   TORCH_CHECK(spec, "unknown model ", p.model);
-  w.model = spec->make();
-  w.model->to(w.device);
+  // Emulated: the model is built on Meta (its parameters are sizes only). A CUDA card's model
+  // is built in host memory, as the reference builds it on the CPU, and then moved; the CPU's
+  // is built where it stays. LoRA's adapters, made further down, are made on Meta too.
+  std::optional<emu::MetaFactories> on_meta;
+  if (w.emulated) on_meta.emplace();
+  if (w.emulated && !p.card.cpu) {
+    {
+      HostScope host;
+      w.model = spec->make();
+    }
+    emu::move_to_device(*w.model);
+  } else {
+    w.model = spec->make();
+    w.model->to(w.device);
+  }
   if (p.precision == Precision::kBf16) w.model->to(torch::kBFloat16);
   // from_pretrained(quantization_config=BitsAndBytesConfig(load_in_8bit=True)): the frozen
   // base's linear weights in 8 bit (models/int8.h), before PEFT adds its adapters.
@@ -169,6 +187,7 @@ Workload build(const Point& p, Ledger& ledger, MemoryTracker& mem) {
     if (!w.train) t.set_requires_grad(false);
     if (t.requires_grad()) w.params.push_back(t);
   }
+  on_meta.reset();  // the optimizer's CPU step counters stay on the CPU, as on the device
   w.weights_bytes = mem.allocated() - base;
   ledger.weights = w.weights_bytes;
   w.grad_counts.reset(new GradCounts{ledger, std::vector<int64_t>(w.params.size(), 0)});
@@ -306,7 +325,11 @@ void train_step(Workload& w, Ledger& ledger, MemoryTracker& mem, PeakMeter& mete
     }
     loss = loss / static_cast<double>(w.k);  // the reference divides even by 1
     const int64_t fwd_peak = meter.enter("backward");
-    (w.scaler ? w.scaler->scale(loss) : loss).backward();
+    {
+      std::optional<emu::BackwardThread> engine_thread;  // CUDA runs backward on its own thread
+      if (w.emulated) engine_thread.emplace();
+      (w.scaler ? w.scaler->scale(loss) : loss).backward();
+    }
     const int64_t bwd_peak = meter.enter("idle");
     // Activations: what the micro-batch held above its start, less the gradients it
     // created (those are counted as gradients).
@@ -363,7 +386,12 @@ Measurement run_burst(const Point& p, MemoryTracker& mem, StepTimer& timer,
     for (int i = 0; i < p.warmup_steps; ++i) step();
     if (hooks.after_warmup) hooks.after_warmup();
     if (w.offload) w.offload->reset_transfer();
-    time_steps(p, timer, step, m);
+    if (w.emulated) {
+      // Nothing to time: the same steps, for the memory they allocate; no throughput.
+      for (int i = 0; i < p.steps * p.repetitions; ++i) step();
+    } else {
+      time_steps(p, timer, step, m);
+    }
     if (w.offload) {
       m.host_peak_bytes = w.offload->host_peak_bytes();
       if (w.offload->transfer_steps() > 0)
@@ -372,7 +400,8 @@ Measurement run_burst(const Point& p, MemoryTracker& mem, StepTimer& timer,
     meter.close();
     // The loss is read once, after the timed steps: a read per micro-batch would add a device
     // sync to every step that the reference loop does not have.
-    if (state.last_loss.defined()) m.loss = state.last_loss.item<double>() * static_cast<double>(w.k);
+    if (state.last_loss.defined() && !w.emulated)
+      m.loss = state.last_loss.item<double>() * static_cast<double>(w.k);
     if (w.scaler) m.skipped_steps = w.scaler->skipped_steps();  // after the timed steps: may sync
     throughput(p, w, m);
     m.leak_bytes_per_step = leak_per_step(state.allocated_after);

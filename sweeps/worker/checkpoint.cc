@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 
+#include "models/emulation.h"
 #include "sweeps/worker/precision.h"
 
 namespace sweep {
@@ -179,10 +180,11 @@ std::vector<torch::Tensor> checkpoint_block(const models::BlockFn& fn,
       break;
     }
   }
-  f->cpu_autocast = at::autocast::is_autocast_enabled(at::kCPU);
-  f->cpu_dtype = at::autocast::get_autocast_dtype(at::kCPU);
-  f->dev_autocast = at::autocast::is_autocast_enabled(at::kCUDA);
-  f->dev_dtype = at::autocast::get_autocast_dtype(at::kCUDA);
+  // The emulated device's autocast counts as its device's (models/emulation.h).
+  f->cpu_autocast = models::autocast_enabled(at::kCPU);
+  f->cpu_dtype = models::autocast_dtype(at::kCPU);
+  f->dev_autocast = models::autocast_enabled(at::kCUDA);
+  f->dev_dtype = models::autocast_dtype(at::kCUDA);
   ModeGuard mode(Mode::kForward, f);
   return fn(inputs);
 }

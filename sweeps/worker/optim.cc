@@ -3,6 +3,7 @@
 // optimizer step's temporaries can be the peak of a small-batch point.
 #include "sweeps/worker/optim.h"
 
+#include "models/emulation.h"
 #include "sweeps/worker/optim8bit.h"
 
 #include <algorithm>
@@ -20,9 +21,10 @@ int64_t bytes_of(const std::vector<torch::Tensor>& ts) {
 }
 
 // optimizer.py _default_to_fused_or_foreach (fused only when asked for): foreach where the
-// parameters are on a foreach device (CUDA), the for-loop elsewhere (the CPU).
+// parameters are on a foreach device (CUDA, an emulated card's included), the for-loop
+// elsewhere (the CPU).
 bool use_foreach(Impl impl, const torch::Tensor& param) {
-  return impl == Impl::kDefault ? param.is_cuda() : impl == Impl::kForeach;
+  return impl == Impl::kDefault ? models::acts_cuda(param) : impl == Impl::kForeach;
 }
 
 class AdamW final : public Optimizer {
@@ -90,7 +92,7 @@ class AdamW final : public Optimizer {
       if (wd_ != 0) p[i].mul_(1 - lr_ * wd_);
       m[i].lerp_(g[i], 1 - kBeta1);
       v[i].mul_(kBeta2).addcmul_(g[i], g[i], 1 - kBeta2);
-      const double step = s[i].item<double>();
+      const double step = models::scalar_value(s[i]);
       const double bc1 = 1 - std::pow(kBeta1, step), bc2 = 1 - std::pow(kBeta2, step);
       denom = (v[i].sqrt() / std::pow(bc2, 0.5)).add_(kEps);  // Python's x**0.5
       p[i].addcdiv_(m[i], denom, -lr_ / bc1);
@@ -109,7 +111,7 @@ class AdamW final : public Optimizer {
     at::_foreach_addcmul_(v, g, g, 1 - kBeta2);
     std::vector<at::Scalar> step_size, bc2_sqrt;
     for (const auto& t : s) {
-      const double step = t.item<double>();
+      const double step = models::scalar_value(t);
       step_size.emplace_back(-lr_ / (1 - std::pow(kBeta1, step)));
       bc2_sqrt.emplace_back(std::pow(1 - std::pow(kBeta2, step), 0.5));
     }
@@ -228,11 +230,11 @@ class Adafactor final : public Optimizer {
                           : param.scalar_type() == torch::kHalf   ? 0.0009765625
                                                                   : std::numeric_limits<float>::epsilon();
       steps_[i].add_(1);
-      const double step_float = steps_[i].item<double>();
+      const double step_float = models::scalar_value(steps_[i]);
       const double one_minus_beta2_t = std::pow(step_float, kBeta2Decay);
       const double rho_t = std::min(lr_, 1.0 / std::pow(step_float, 0.5));  // Python's x**0.5
       const double alpha =
-          std::max(kEps2, param.norm(2).item<double>() / std::pow(double(param.numel()), 0.5)) * rho_t;
+          std::max(kEps2, models::scalar_value(param.norm(2)) / std::pow(double(param.numel()), 0.5)) * rho_t;
       if (wd_ != 0) param.mul_(1 - lr_ * wd_);
       if (grad.dim() > 1) {
         row_mean = torch::norm(grad, 2, {-1}, true).square_().div_(grad.size(-1));
@@ -249,7 +251,7 @@ class Adafactor final : public Optimizer {
       update = var_estimate.clamp_(eps1 * eps1).rsqrt_();
       update.mul_(grad);
       const double denom =
-          std::max(1.0, update.norm(2).item<double>() / std::pow(double(update.numel()), 0.5));
+          std::max(1.0, models::scalar_value(update.norm(2)) / std::pow(double(update.numel()), 0.5));
       param.add_(update, -alpha / denom);
     }
   }

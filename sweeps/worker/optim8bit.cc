@@ -21,6 +21,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include "models/emulation.h"
 #include "sweeps/worker/adamw8bit_cuda.h"
 #endif
 
@@ -231,7 +232,9 @@ int64_t adamw8bit_param_state_bytes(int64_t numel) {
 
 void adamw8bit_update(const torch::Tensor& p, const torch::Tensor& g, AdamW8bitState& s,
                       const QMaps& maps, const AdamW8bitHyper& h, bool force_cpu_arithmetic) {
-  if (p.is_cuda() && !force_cpu_arithmetic) {
+  if (models::acts_cuda(p) && !force_cpu_arithmetic) {
+    // An emulated card: bitsandbytes' kernel updates in place and allocates nothing.
+    if (p.is_meta()) return;
 #ifdef SWEEP_CUDA_KERNELS
     update_cuda(p, g, s, maps, h);
     return;

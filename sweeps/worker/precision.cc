@@ -3,20 +3,40 @@
 
 #include <ATen/autocast_mode.h>
 
+#include "models/emulation.h"
+#include "sweeps/worker/emulate/emulation.h"
 #include "sweeps/worker/optim.h"
 
 namespace sweep {
 
+namespace {
+thread_local int t_emulated_nesting = 0;  // autocast_mode.cpp's nesting, for the emulated autocast
+}
+
 AutocastScope::AutocastScope(at::DeviceType device, bool enabled, at::ScalarType dtype)
     : device_(device),
-      prev_enabled_(at::autocast::is_autocast_enabled(device)),
-      prev_dtype_(at::autocast::get_autocast_dtype(device)) {
+      // The emulated device's own autocast: Meta tensors stand for its tensors.
+      emulated_(device == at::kMeta || (models::emulating() && device == models::emulated_device())),
+      prev_enabled_(emulated_ ? models::emulated_autocast().enabled
+                              : at::autocast::is_autocast_enabled(device)),
+      prev_dtype_(emulated_ ? models::emulated_autocast().dtype
+                            : at::autocast::get_autocast_dtype(device)) {
+  if (emulated_) {
+    emu::set_emulated_autocast(enabled, dtype);
+    ++t_emulated_nesting;
+    return;
+  }
   at::autocast::set_autocast_enabled(device, enabled);
   at::autocast::set_autocast_dtype(device, dtype);
   at::autocast::increment_nesting();
 }
 
 AutocastScope::~AutocastScope() {
+  if (emulated_) {
+    if (--t_emulated_nesting == 0) emu::clear_autocast_cache();
+    emu::set_emulated_autocast(prev_enabled_, prev_dtype_);
+    return;
+  }
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
   at::autocast::set_autocast_enabled(device_, prev_enabled_);
   at::autocast::set_autocast_dtype(device_, prev_dtype_);
@@ -44,7 +64,8 @@ void GradScaler::step(Optimizer& opt) {
   // read of found_inf, which decides whether optimizer.step() runs.
   auto inv_scale = scale_.to(torch::kDouble).reciprocal().to(torch::kFloat);
   at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf_, inv_scale);
-  if (found_inf_.item<float>() == 0.0f) opt.step();
+  // A Meta tensor (emulated device) holds no inf: the step runs, as with finite gradients.
+  if (found_inf_.is_meta() || found_inf_.item<float>() == 0.0f) opt.step();
   else ++skipped_;
 }
 
@@ -54,7 +75,7 @@ void GradScaler::update() {
 }
 
 int64_t GradScaler::skipped_steps() const {
-  return skipped_ + (fused_skipped_.defined() ? fused_skipped_.item<int64_t>() : 0);
+  return skipped_ + (fused_skipped_.defined() && !fused_skipped_.is_meta() ? fused_skipped_.item<int64_t>() : 0);
 }
 
 }  // namespace sweep

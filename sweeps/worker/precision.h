@@ -19,6 +19,7 @@ class AutocastScope {
 
  private:
   at::DeviceType device_;
+  bool emulated_;
   bool prev_enabled_;
   at::ScalarType prev_dtype_;
 };

@@ -10,6 +10,7 @@
 
 #include "sweeps/worker/burst.h"
 #include "sweeps/measure/env.h"
+#include "sweeps/worker/emulate/emulation.h"
 #include "sweeps/worker/fault.h"
 
 namespace sweep {
@@ -87,11 +88,22 @@ int worker_main(const std::string& point_json, int result_fd) {
       TORCH_CHECK(torch::cuda::is_available(), "device cuda requested but no GPU is visible");
       mem = make_cuda_tracker();  // initialises CUDA before any allocator call
       timer = make_cuda_timer();
+    } else if (p.device == Device::kEmulated) {
+      // Before any tensor: the card's kernels and choices, then its allocator for Meta.
+      emu::start_emulation(p.card);
+      mem = make_emulated_tracker(p.card, p.alloc_conf);
+      timer = make_cpu_timer();  // never read: nothing is timed on an emulated device
     } else {
       mem = make_cpu_tracker();  // before any tensor exists, so every byte is counted
       timer = make_cpu_timer();
     }
-    const DeviceInfo dev = query_device(p.device);
+    DeviceInfo dev;
+    if (p.device == Device::kEmulated) {
+      dev.name = p.card.name + " (emulated)";
+      dev.memory_bytes = p.card.memory_bytes;
+    } else {
+      dev = query_device(p.device);
+    }
     // --snapshot: the runner names the file prefix; CUDA records the allocator history of
     // the build and the warm-up steps, and stops before the timed steps, which recording
     // stacks would slow down. An OOM in the timed steps still writes PREFIX.oom.pickle: the

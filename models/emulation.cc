@@ -1,0 +1,57 @@
+// What code asks of its device under emulation; see emulation.h.
+#include "models/emulation.h"
+
+#include <ATen/autocast_mode.h>
+
+#include <atomic>
+
+namespace sweep::models {
+namespace {
+std::atomic<c10::DeviceType> g_emulated{c10::kMeta};
+std::atomic<AttentionFn> g_attention{nullptr};
+}  // namespace
+
+void set_emulated_device(c10::DeviceType as) { g_emulated = as; }
+bool emulating() { return g_emulated.load() != c10::kMeta; }
+c10::DeviceType emulated_device() { return g_emulated.load(); }
+
+c10::DeviceType device_type_of(const at::Tensor& t) {
+  const auto type = t.device().type();
+  return type == c10::kMeta && emulating() ? g_emulated.load() : type;
+}
+
+EmulatedAutocast& emulated_autocast() {
+  thread_local EmulatedAutocast state;
+  return state;
+}
+
+bool autocast_enabled(c10::DeviceType device) {
+  if (emulating() && device == emulated_device()) return emulated_autocast().enabled;
+  return at::autocast::is_autocast_enabled(device);
+}
+
+at::ScalarType autocast_dtype(c10::DeviceType device) {
+  if (emulating() && device == emulated_device()) return emulated_autocast().dtype;
+  return at::autocast::get_autocast_dtype(device);
+}
+
+void set_attention(AttentionFn fn) { g_attention = fn; }
+
+at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
+                std::optional<double> scale) {
+  if (auto fn = g_attention.load(); fn && q.is_meta()) return fn(q, k, v, mask, dropout_p, is_causal, scale);
+  return at::scaled_dot_product_attention(q, k, v, mask, dropout_p, is_causal, scale);
+}
+
+at::Tensor apply_dropout(const at::Tensor& input, double p, bool train) {
+  // aten/src/ATen/native/Dropout.cpp: dropout() and is_fused_kernel_acceptable().
+  if (train && input.is_meta() && acts_cuda(input) && p > 0 && p < 1 && input.numel() > 0)
+    return std::get<0>(at::native_dropout(input, p, train));
+  return at::dropout(input, p, train);
+}
+
+double scalar_value(const at::Tensor& t) { return t.is_meta() ? 1.0 : t.item<double>(); }
+bool any_value(const at::Tensor& t) { return t.is_meta() ? false : t.any().item<bool>(); }
+
+}  // namespace sweep::models

@@ -1,0 +1,152 @@
+// The emulated device's tracker; see trackers.h. Every Meta storage is one allocation of the
+// emulated device, in the order and at the moment PyTorch makes it (the note in
+// shared/notes/meta-device-in-libtorch.md: an allocator registered for Meta sees every
+// storage, and its deleter runs when the last tensor holding the storage dies). The tracker
+// replays them through DeviceMemory: the card's caching allocator (emulated_allocator.h), or
+// exact counting for the CPU. Its data pointers are null (Meta storages hold no data); the
+// context carries the allocation's handle for the free.
+#include <c10/core/Allocator.h>
+#include <c10/util/Exception.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+
+#include "sweeps/measure/emulated_allocator.h"
+#include "sweeps/measure/emulated_card.h"
+#include "sweeps/measure/trackers.h"
+
+namespace sweep {
+namespace {
+
+class EmulatedAllocator final : public c10::Allocator {
+ public:
+  static EmulatedAllocator& instance() {
+    static EmulatedAllocator a;
+    return a;
+  }
+  // A new device for a new burst (one per worker process; tests run several in one process).
+  void reset(std::unique_ptr<emu::DeviceMemory> mem) {
+    std::lock_guard lock(mu_);
+    mem_ = std::move(mem);
+    peak_seen_ = 0;
+  }
+
+  c10::DataPtr allocate(size_t n) override {
+    // Zero bytes: no block (CUDACachingAllocator allocates nothing for size 0). Host scope:
+    // the model's build before it moves to the device (CPU memory on a real GPU).
+    if (n == 0 || in_host_scope()) return {nullptr, nullptr, &release, c10::Device(c10::kMeta)};
+    std::lock_guard lock(mu_);
+    TORCH_CHECK(mem_, "the emulated device is not set up (make_emulated_tracker)");
+    const auto handle = mem_->malloc(n);
+    if (!handle) {
+      gap_at_oom_ = mem_->reserved() - mem_->allocated();
+      TORCH_CHECK_WITH(OutOfMemoryError, false, mem_->last_oom_message());
+    }
+    if (FILE* t = trace()) std::fprintf(t, "%zu\n", n);
+    if (mem_->allocated() > peak_seen_) {
+      peak_seen_ = mem_->allocated();
+      if (ledger_) at_peak_ = {ledger_->weights.load(), ledger_->grads.load(), ledger_->optimizer.load()};
+    }
+    return {nullptr, reinterpret_cast<void*>(static_cast<uintptr_t>(*handle)), &release,
+            c10::Device(c10::kMeta)};
+  }
+  static void release(void* ctx) {
+    if (!ctx) return;
+    auto& a = instance();
+    std::lock_guard lock(a.mu_);
+    const auto handle = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(ctx));
+    if (FILE* t = trace()) std::fprintf(t, "-%lld\n", static_cast<long long>(a.mem_->size_of(handle)));
+    a.mem_->free(handle);
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+  void copy_data(void*, const void*, std::size_t) const override {}
+
+  // SWEEP_TRACE_ALLOC=FILE, as on the CPU (cpu_trackers.cc): each allocation and free.
+  static FILE* trace() {
+    static FILE* f = [] {
+      const char* path = std::getenv("SWEEP_TRACE_ALLOC");
+      return path && *path ? std::fopen(path, "w") : nullptr;
+    }();
+    return f;
+  }
+
+  std::mutex mu_;
+  std::unique_ptr<emu::DeviceMemory> mem_;
+  int64_t peak_seen_ = 0;
+  std::atomic<int64_t> gap_at_oom_{0};
+  const Ledger* ledger_ = nullptr;
+  Breakdown at_peak_;
+};
+
+class EmulatedTracker final : public MemoryTracker {
+  template <class F>
+  auto locked(F&& f) {
+    auto& a = EmulatedAllocator::instance();
+    std::lock_guard lock(a.mu_);
+    return f(*a.mem_);
+  }
+
+ public:
+  int64_t allocated() override { return locked([](auto& m) { return m.allocated(); }); }
+  int64_t reserved() override { return locked([](auto& m) { return m.reserved(); }); }
+  int64_t peak_allocated() override { return locked([](auto& m) { return m.peak_allocated(); }); }
+  int64_t peak_reserved() override { return locked([](auto& m) { return m.peak_reserved(); }); }
+  void reset_peaks() override {
+    auto& a = EmulatedAllocator::instance();
+    std::lock_guard lock(a.mu_);
+    a.mem_->reset_peaks();
+    a.peak_seen_ = a.mem_->allocated();
+    a.at_peak_ = read_ledger();
+  }
+  void set_ledger(const Ledger* ledger) override {
+    MemoryTracker::set_ledger(ledger);
+    auto& a = EmulatedAllocator::instance();
+    std::lock_guard lock(a.mu_);
+    a.ledger_ = ledger;
+  }
+  Breakdown peak_breakdown() override {
+    auto& a = EmulatedAllocator::instance();
+    std::lock_guard lock(a.mu_);
+    return a.at_peak_;
+  }
+  // What the card would show in use: the context and what the allocator reserves.
+  int64_t device_used() override { return reserved() + context_; }
+  void set_budget(int64_t bytes) override {
+    locked([&](auto& m) { m.set_budget(bytes); return 0; });
+  }
+  std::string allocator_settings() override { return settings_; }
+  int64_t alloc_retries() override { return locked([](auto& m) { return m.alloc_retries(); }); }
+  int64_t gap_at_oom() override { return EmulatedAllocator::instance().gap_at_oom_.load(); }
+  void empty_cache() override {
+    locked([](auto& m) { m.empty_cache(); return 0; });
+  }
+  bool record_history(const std::string& prefix) override {
+    prefix_ = prefix;
+    return locked([](auto& m) { return m.record_history(); });
+  }
+  void write_snapshot(const std::string& path) override {
+    locked([&](auto& m) { m.write_snapshot(path); return 0; });
+  }
+
+  int64_t context_ = 0;
+  std::string settings_, prefix_;
+
+};
+
+}  // namespace
+
+std::unique_ptr<MemoryTracker> make_emulated_tracker(const EmulatedCard& card,
+                                                     const std::string& alloc_conf) {
+  static std::once_flag once;
+  // Above c10's own Meta allocator (priority 0), so every Meta storage from now on is ours.
+  std::call_once(once, [] { c10::SetAllocator(c10::DeviceType::Meta, &EmulatedAllocator::instance(), 100); });
+  EmulatedAllocator::instance().reset(emu::make_device_memory(card, alloc_conf));
+  auto t = std::make_unique<EmulatedTracker>();
+  t->context_ = card.cpu ? 0 : card.context_bytes;
+  t->settings_ = card.cpu ? "" : alloc_conf;
+  return t;
+}
+
+}  // namespace sweep

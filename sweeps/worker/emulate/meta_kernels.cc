@@ -1,0 +1,177 @@
+// Meta kernels that LibTorch 2.11's C++ lacks (Python registers them in
+// torch/_meta_registrations.py; shared/notes/meta-device-in-libtorch.md lists what was found
+// missing), for the ops the zoo runs. Each allocates what the emulated device's kernel
+// allocates, at its final size (a Meta storage grown by resize_ bypasses the allocator), in
+// the kernel's order; what a CUDA kernel allocates inside that is not modelled is named where
+// it happens. Registered at run time, only in an emulated worker.
+#include <ATen/native/ConvUtils.h>
+#include <ATen/AccumulateType.h>
+#include <ATen/ExpandUtils.h>
+#include <torch/library.h>
+
+#include "models/emulation.h"
+#include "sweeps/worker/emulate/emulation.h"
+
+namespace sweep::emu {
+namespace {
+
+bool cuda() { return models::emulated_device() == c10::kCUDA; }
+
+// aten/src/ATen/native/TensorAdvancedIndexing.cpp index_select_out_{cpu_,cuda}: the output
+// (self's sizes, dim replaced by the index's length).
+at::Tensor index_select(const at::Tensor& self, int64_t dim, const at::Tensor& index) {
+  auto sizes = self.sizes().vec();
+  dim = c10::maybe_wrap_dim(dim, self.dim());
+  if (!sizes.empty()) sizes[dim] = index.numel();
+  return at::empty(sizes, self.options());
+}
+
+// embedding_dense_backward: CUDA (Embedding.cu embedding_dense_backward_cuda) sorts the
+// indices (sorted_indices, orig_indices: int64 copies of the indices; cub's radix-sort scratch
+// is not modelled) and then embedding_backward_cuda_kernel builds the (num_weights, C)
+// gradient; the CPU (Embedding.cpp) only the gradient.
+at::Tensor embedding_dense_backward(const at::Tensor& grad, const at::Tensor& indices,
+                                    c10::SymInt num_weights, c10::SymInt, bool) {
+  at::Tensor sorted, orig;
+  if (cuda()) {
+    sorted = at::empty({indices.numel()}, indices.options());
+    orig = at::empty({indices.numel()}, indices.options());
+  }
+  return at::zeros({num_weights.expect_int(), grad.size(-1)}, grad.options());
+}
+
+// layer_norm_cuda / layer_norm_cpu (layer_norm.cpp, cuda/layer_norm_kernel.cu): Y like X, then
+// mean and rstd of M rows: CUDA in the accumulate type (fp32 for half inputs), the CPU in
+// param_scalar_type (fp32 when the weights are fp32, else the input's type).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(
+    const at::Tensor& input, c10::SymIntArrayRef normalized_shape,
+    const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>&, double) {
+  const int64_t axis = input.dim() - static_cast<int64_t>(normalized_shape.size());
+  int64_t M = 1;
+  for (int64_t i = 0; i < axis; ++i) M *= input.size(i);
+  auto y = at::empty_like(input, at::MemoryFormat::Contiguous);
+  at::ScalarType stat = input.scalar_type();
+  if (cuda())
+    stat = at::toAccumulateType(stat, /*is_cuda=*/true);
+  else if (at::isReducedFloatingType(stat) && weight && weight->defined() &&
+           weight->scalar_type() == at::kFloat)
+    stat = at::kFloat;  // is_mixed_type: param_scalar_type is fp32
+  auto mean = at::empty({M}, input.options().dtype(stat));
+  auto rstd = at::empty({M}, input.options().dtype(stat));
+  std::vector<int64_t> stat_shape(input.sizes().begin(), input.sizes().begin() + axis);
+  for (int64_t i = axis; i < input.dim(); ++i) stat_shape.push_back(1);
+  return {y, mean.view(stat_shape), rstd.view(stat_shape)};
+}
+
+// layer_norm_backward_{cuda,cpu}: dX like X, dgamma and dbeta like gamma, each when asked.
+// CUDA's gamma/beta reduction over many rows may use a partial-sums buffer that is not modelled.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm_backward(
+    const at::Tensor& grad_out, const at::Tensor& input, c10::SymIntArrayRef, const at::Tensor&,
+    const at::Tensor&, const std::optional<at::Tensor>& weight,
+    const std::optional<at::Tensor>& bias, std::array<bool, 3> mask) {
+  at::Tensor dx, dw, db;
+  if (mask[0]) dx = at::empty_like(input, at::MemoryFormat::Contiguous);
+  if (mask[1] && weight && weight->defined()) dw = at::empty_like(*weight, at::MemoryFormat::Contiguous);
+  if (mask[2] && bias && bias->defined()) db = at::empty_like(*bias, at::MemoryFormat::Contiguous);
+  (void)grad_out;
+  return {dx, dw, db};
+}
+
+// relu: CUDA and CPU run clamp_min(self, 0) (Activation.cpp relu): a new tensor like self.
+at::Tensor relu(const at::Tensor& self) { return at::empty_like(self); }
+at::Tensor& relu_(at::Tensor& self) { return self; }
+
+// abs's composite allocates its result (unary_op_impl_with_complex_to_float) and calls abs.out.
+at::Tensor& abs_out(const at::Tensor&, at::Tensor& out) { return out; }
+
+// where.self: the broadcast shape, in the promoted type (TensorCompare.cpp where).
+at::Tensor where_self(const at::Tensor& cond, const at::Tensor& self, const at::Tensor& other) {
+  const auto shape = at::infer_size(at::infer_size(cond.sizes(), self.sizes()), other.sizes());
+  return at::empty(shape, self.options().dtype(at::result_type(self, other)));
+}
+
+// where.self_out: _safe_softmax (SDPA's math path) writes into its softmax in place.
+at::Tensor& where_self_out(const at::Tensor&, const at::Tensor&, const at::Tensor&, at::Tensor& out) {
+  return out;
+}
+
+// native_dropout (Dropout.cu fused_dropout / dropout_cuda): the output, then a bool mask of
+// the same shape; its backward (masked_scale_cuda) a tensor like the gradient.
+std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, double,
+                                                  std::optional<bool>) {
+  auto out = at::empty_like(input);
+  auto mask = at::empty_like(input, input.options().dtype(at::kBool));
+  return {out, mask};
+}
+at::Tensor native_dropout_backward(const at::Tensor& grad, const at::Tensor&, double) {
+  return at::empty_like(grad);
+}
+
+// convolution (Convolution.cpp): the output of the conv's shape. On CUDA, cuDNN's workspace
+// (chosen by its heuristics, through the caching allocator) is not modelled.
+at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight,
+                       const std::optional<at::Tensor>&, c10::SymIntArrayRef stride,
+                       c10::SymIntArrayRef padding, c10::SymIntArrayRef dilation, bool,
+                       c10::SymIntArrayRef, c10::SymInt) {
+  const auto out = at::native::conv_output_size(input.sizes(), weight.sizes(),
+                                                C10_AS_INTARRAYREF_SLOW(padding),
+                                                C10_AS_INTARRAYREF_SLOW(stride),
+                                                C10_AS_INTARRAYREF_SLOW(dilation));
+  return at::empty(out, input.options());
+}
+std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+    at::OptionalSymIntArrayRef, c10::SymIntArrayRef, c10::SymIntArrayRef, c10::SymIntArrayRef,
+    bool, c10::SymIntArrayRef, c10::SymInt, std::array<bool, 3> mask) {
+  at::Tensor gi, gw, gb;
+  if (mask[0]) gi = at::empty_like(input);
+  if (mask[1]) gw = at::empty_like(weight);
+  if (mask[2]) gb = at::empty({grad_output.size(1)}, grad_output.options());
+  return {gi, gw, gb};
+}
+
+// _int_mm (the CPU's AVX512 path and cuBLASLt's int8 GEMM): an (n, m) int32 result. On a CUDA
+// card cublas.cc registers it again, with the workspaces.
+at::Tensor int_mm(const at::Tensor& a, const at::Tensor& b) {
+  return at::empty({a.size(0), b.size(1)}, a.options().dtype(at::kInt));
+}
+
+// In-place ops with nothing to allocate: fused AdamW/Adam (one kernel over every tensor
+// list), the loss scaler's check-and-unscale. They return nothing, or their first argument.
+void in_place_void(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  torch::jit::drop(*stack, op.schema().arguments().size());
+}
+void in_place_self(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto n = op.schema().arguments().size();
+  c10::IValue self = (*stack)[stack->size() - n];
+  torch::jit::drop(*stack, n);
+  stack->push_back(std::move(self));
+}
+
+}  // namespace
+
+void register_meta_kernels() {
+  static std::unique_ptr<torch::Library> lib;
+  lib = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::Meta,
+                                         __FILE__, __LINE__);
+  lib->impl("index_select", TORCH_FN(index_select));
+  lib->impl("embedding_dense_backward", TORCH_FN(embedding_dense_backward));
+  lib->impl("native_layer_norm", TORCH_FN(native_layer_norm));
+  lib->impl("native_layer_norm_backward", TORCH_FN(native_layer_norm_backward));
+  lib->impl("relu", TORCH_FN(relu));
+  lib->impl("relu_", TORCH_FN(relu_));
+  lib->impl("abs.out", TORCH_FN(abs_out));
+  lib->impl("where.self", TORCH_FN(where_self));
+  lib->impl("where.self_out", TORCH_FN(where_self_out));
+  lib->impl("native_dropout", TORCH_FN(native_dropout));
+  lib->impl("native_dropout_backward", TORCH_FN(native_dropout_backward));
+  lib->impl("convolution", TORCH_FN(convolution));
+  lib->impl("convolution_backward", TORCH_FN(convolution_backward));
+  lib->impl("_int_mm", TORCH_FN(int_mm));
+  for (const char* op : {"_fused_adamw_", "_fused_adamw_.tensor_lr", "_fused_adam_",
+                         "_fused_adam_.tensor_lr", "_amp_foreach_non_finite_check_and_unscale_"})
+    lib->impl(op, torch::CppFunction::makeFromBoxedFunction<&in_place_void>());
+  lib->impl("_amp_update_scale_", torch::CppFunction::makeFromBoxedFunction<&in_place_self>());
+}
+
+}  // namespace sweep::emu
