@@ -110,7 +110,7 @@ TEST(CachingAllocatorModel, ConfRejectsWhatTorchRejects) {
 TEST(CachingAllocatorModel, RoundSizeWithPowerOfTwoDivisions) {
   const AllocatorSettings s = accepted("roundup_power2_divisions:4");
   EXPECT_EQ(CachingAllocatorModel::round_size(s, 1200), 1536u);
-  EXPECT_EQ(CachingAllocatorModel::round_size(s, 3000), 3072u);  // 2048 + k * 512
+  EXPECT_EQ(CachingAllocatorModel::round_size(s, 3000), 3072u);        // 2048 + k * 512
   EXPECT_EQ(CachingAllocatorModel::round_size(s, 1153434), 1310720u);  // 1.1 -> 1.25 MiB
   EXPECT_EQ(CachingAllocatorModel::round_size(s, 1310720), 1310720u);
   EXPECT_EQ(CachingAllocatorModel::round_size(s, 1048576), 1048576u);

@@ -1,12 +1,12 @@
 // The caching-allocator model (sweeps/measure/caching_allocator.h), one test per rule of
 // DeviceCachingAllocator (c10/cuda/CUDACachingAllocator.cpp, torch 2.11), each with the numbers
 // worked out by hand from the rule it cites. Config parsing: caching_allocator_conf_test.cc.
+#include "sweeps/measure/caching_allocator.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
 #include <variant>
-
-#include "sweeps/measure/caching_allocator.h"
 
 namespace sweep::emu {
 namespace {
@@ -199,7 +199,7 @@ TEST(CachingAllocatorModel, OomRetryAfterEmptyingTheCacheSucceeds) {
   CachingAllocatorModel m(GiB, 100 * int64_t(MiB));
   auto a = m.malloc(60 * MiB);
   ASSERT_TRUE(a);
-  m.free(*a);  // 60 MiB cached
+  m.free(*a);                   // 60 MiB cached
   auto b = m.malloc(80 * MiB);  // 60 + 80 > 100: empty the cache, retry
   ASSERT_TRUE(b);
   EXPECT_EQ(m.stats().reserved, int64_t(80 * MiB));
@@ -216,7 +216,7 @@ TEST(CachingAllocatorModel, OomFailsCleanlyWithPyTorchsMessage) {
   auto a = m.malloc(60 * MiB);
   auto x = m.malloc(20 * MiB);
   ASSERT_TRUE(a && x);
-  m.free(*x);  // reserved 80, allocated 60
+  m.free(*x);                        // reserved 80, allocated 60
   EXPECT_FALSE(m.malloc(50 * MiB));  // 80 + 50 > 100; emptied: 60 + 50 > 100 still
   const AllocatorStats s = m.stats();
   EXPECT_EQ(s.allocated, int64_t(60 * MiB));
@@ -226,15 +226,16 @@ TEST(CachingAllocatorModel, OomFailsCleanlyWithPyTorchsMessage) {
   EXPECT_EQ(s.num_ooms, 1);
   EXPECT_EQ(m.last_oom().tried_to_allocate, 50 * MiB);
   EXPECT_EQ(m.last_oom().device_free, int64_t(40 * MiB));
-  EXPECT_EQ(m.last_oom_message(),
-            "CUDA out of memory. Tried to allocate 50.00 MiB. GPU 0 has a total capacity of 1024.00 "
-            "MiB of which 40.00 MiB is free. Including non-PyTorch memory, this process has "
-            "984.00 MiB memory in use. Of the allocated memory 60.00 MiB is allocated by PyTorch, "
-            "and 0 bytes is reserved by PyTorch but unallocated. If reserved but unallocated "
-            "memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to "
-            "avoid fragmentation.  See documentation for Memory Management  "
-            "(https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-"
-            "pytorch-cuda-alloc-conf)");
+  EXPECT_EQ(
+      m.last_oom_message(),
+      "CUDA out of memory. Tried to allocate 50.00 MiB. GPU 0 has a total capacity of 1024.00 "
+      "MiB of which 40.00 MiB is free. Including non-PyTorch memory, this process has "
+      "984.00 MiB memory in use. Of the allocated memory 60.00 MiB is allocated by PyTorch, "
+      "and 0 bytes is reserved by PyTorch but unallocated. If reserved but unallocated "
+      "memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to "
+      "avoid fragmentation.  See documentation for Memory Management  "
+      "(https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-"
+      "pytorch-cuda-alloc-conf)");
   EXPECT_EQ(m.trace().back().action, TraceEntry::Action::kOom);
   EXPECT_TRUE(m.malloc(30 * MiB));  // 60 + 30 fits: the model goes on after an OOM
 }
@@ -277,7 +278,7 @@ TEST(CachingAllocatorModel, ExpandableSegmentsMapPagesAsNeeded) {
   ASSERT_TRUE(a);
   EXPECT_EQ(m.stats().reserved, int64_t(20 * MiB));
   EXPECT_EQ(m.stats().segments, 0);  // map_block counts reserved bytes, not segments
-  auto b = m.malloc(25 * MiB);  // the free 17 MiB tail plus page 1: 25 MiB at a + 3 MiB
+  auto b = m.malloc(25 * MiB);       // the free 17 MiB tail plus page 1: 25 MiB at a + 3 MiB
   ASSERT_TRUE(b);
   EXPECT_EQ(*b, *a + 3 * MiB);
   EXPECT_EQ(m.stats().reserved, int64_t(40 * MiB));  // without: 20 + 26 MiB
@@ -342,20 +343,20 @@ TEST(CachingAllocatorModel, TraceRecordsEachAction) {
 // A step-like sequence, every number by hand (S1..S5 are the segments in address order).
 TEST(CachingAllocatorModel, MixedSequencePeaks) {
   auto m = big();
-  auto w1 = m.malloc(4 * MiB);     // S1 20 MiB: w1 4 | free 16
-  auto w2 = m.malloc(4 * MiB);     // S1: w1 4 | w2 4 | free 12
-  auto bias = m.malloc(4096);      // S2 2 MiB (small pool)
-  auto x = m.malloc(12 * MiB);     // S1's free 12 exactly: S1 full
-  auto h = m.malloc(30 * MiB);     // S3 30 MiB
-  auto y = m.malloc(6 * MiB);      // S4 20 MiB: y 6 | free 14
+  auto w1 = m.malloc(4 * MiB);  // S1 20 MiB: w1 4 | free 16
+  auto w2 = m.malloc(4 * MiB);  // S1: w1 4 | w2 4 | free 12
+  auto bias = m.malloc(4096);   // S2 2 MiB (small pool)
+  auto x = m.malloc(12 * MiB);  // S1's free 12 exactly: S1 full
+  auto h = m.malloc(30 * MiB);  // S3 30 MiB
+  auto y = m.malloc(6 * MiB);   // S4 20 MiB: y 6 | free 14
   ASSERT_TRUE(w1 && w2 && bias && x && h && y);
   EXPECT_EQ(m.stats().allocated, int64_t(56 * MiB + 4096));
   EXPECT_EQ(m.stats().reserved, int64_t(72 * MiB));
   m.free(*h);
-  auto g = m.malloc(30 * MiB);     // S3 again
-  m.free(*x);                      // S1: w1 | w2 | free 12
-  auto gw = m.malloc(8 * MiB);     // best fit 12 (not S4's 14): S1 ... gw 8 | free 4
-  auto t = m.malloc(25 * MiB);     // nothing cached fits: S5 26 MiB, 1 MiB left: unsplit
+  auto g = m.malloc(30 * MiB);  // S3 again
+  m.free(*x);                   // S1: w1 | w2 | free 12
+  auto gw = m.malloc(8 * MiB);  // best fit 12 (not S4's 14): S1 ... gw 8 | free 4
+  auto t = m.malloc(25 * MiB);  // nothing cached fits: S5 26 MiB, 1 MiB left: unsplit
   ASSERT_TRUE(g && gw && t);
   EXPECT_EQ(*gw, kBase + 8 * MiB);
   EXPECT_EQ(m.stats().allocated, int64_t(78 * MiB + 4096));  // 4+4+4K+30+6+8+26

@@ -1,6 +1,8 @@
 // The model's memory snapshot (sweeps/measure/memory_viz.h) read back as torch 2.11's own
 // pickle: with python's pickle module, which is what memory_viz tooling uses, and with
 // LibTorch's unpickler. Kept apart from caching_allocator_test.cc so that file needs no torch.
+#include "sweeps/measure/memory_viz.h"
+
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <unistd.h>
@@ -9,8 +11,6 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
-
-#include "sweeps/measure/memory_viz.h"
 
 namespace sweep::emu {
 namespace {
@@ -87,8 +87,11 @@ TEST(MemoryVizSnapshot, LibTorchUnpicklesIt) {
   CachingAllocatorModel plain(int64_t{80} << 30, int64_t{79} << 30);
   const std::string b2 = memory_viz_pickle(plain);
   EXPECT_EQ(torch::jit::unpickle(b2.data(), b2.size())
-                .toGenericDict().at("allocator_settings").toGenericDict()
-                .at("max_split_size").toInt(),
+                .toGenericDict()
+                .at("allocator_settings")
+                .toGenericDict()
+                .at("max_split_size")
+                .toInt(),
             -1);
 }
 

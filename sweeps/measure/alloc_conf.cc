@@ -88,14 +88,22 @@ class Tokens {
 // AcceleratorAllocatorConfig::getMutableKeys (AllocatorConfig.h:238-248) plus the keys the CUDA
 // hook registers (CUDAAllocatorConfig.h:146-161): the union both parsers check against.
 const std::unordered_set<std::string>& known_keys() {
-  static const std::unordered_set<std::string> keys{
-      "large_segment_size_mb", "max_split_size_mb", "max_non_split_rounding_mb",
-      "garbage_collection_threshold", "roundup_power2_divisions", "expandable_segments",
-      "pinned_use_background_threads", "backend", "release_lock_on_cudamalloc",
-      "pinned_use_cuda_host_register", "release_lock_on_hipmalloc",
-      "pinned_use_hip_host_register", "graph_capture_record_stream_reuse",
-      "pinned_reserve_segment_size_mb", "pinned_num_register_threads",
-      "per_process_memory_fraction"};
+  static const std::unordered_set<std::string> keys{"large_segment_size_mb",
+                                                    "max_split_size_mb",
+                                                    "max_non_split_rounding_mb",
+                                                    "garbage_collection_threshold",
+                                                    "roundup_power2_divisions",
+                                                    "expandable_segments",
+                                                    "pinned_use_background_threads",
+                                                    "backend",
+                                                    "release_lock_on_cudamalloc",
+                                                    "pinned_use_cuda_host_register",
+                                                    "release_lock_on_hipmalloc",
+                                                    "pinned_use_hip_host_register",
+                                                    "graph_capture_record_stream_reuse",
+                                                    "pinned_reserve_segment_size_mb",
+                                                    "pinned_num_register_threads",
+                                                    "per_process_memory_fraction"};
   return keys;
 }
 
@@ -112,9 +120,11 @@ size_t parse_roundup(const Tokens& t, size_t i, std::vector<size_t>& divisions) 
       t.check_token(++i);
       const size_t value = t.to_size_t(++i);
       if (value != 0 && !is_power_of_2(value))
-        throw ConfError{"For roundups, the divisions has to be power of 2 or 0 to disable roundup "};
+        throw ConfError{
+            "For roundups, the divisions has to be power of 2 or 0 to disable roundup "};
       if (t[value_index] == ">") {
-        std::fill(divisions.begin() + static_cast<std::ptrdiff_t>(std::min(last_index + 1, divisions.size())),
+        std::fill(divisions.begin() +
+                      static_cast<std::ptrdiff_t>(std::min(last_index + 1, divisions.size())),
                   divisions.end(), value);
       } else {
         const size_t boundary = t.to_size_t(value_index);
@@ -122,7 +132,8 @@ size_t parse_roundup(const Tokens& t, size_t i, std::vector<size_t>& divisions) 
           throw ConfError{"For roundups, the intervals have to be power of 2 "};
         const size_t index = std::min(log2_floor(boundary), divisions.size() - 1);
         if (first_value) {
-          std::fill(divisions.begin(), divisions.begin() + static_cast<std::ptrdiff_t>(index), value);
+          std::fill(divisions.begin(), divisions.begin() + static_cast<std::ptrdiff_t>(index),
+                    value);
           first_value = false;
         }
         divisions[index] = value;
@@ -163,8 +174,8 @@ void parse_accelerator(const Tokens& t, AllocatorSettings& s) {
       t.check_token(++i);
       const size_t mb = t.to_size_t(++i);
       if (mb < min_split_mb)
-        throw ConfError{"CachingAllocator option " + key + " too small, must be >= " +
-                        std::to_string(min_split_mb)};
+        throw ConfError{"CachingAllocator option " + key +
+                        " too small, must be >= " + std::to_string(min_split_mb)};
       (key == "max_split_size_mb" ? s.max_split_size : s.max_non_split_rounding_size) =
           std::min(mb, max_mb) * kMiB;
     } else if (key == "garbage_collection_threshold") {
@@ -201,8 +212,9 @@ void parse_cuda(const Tokens& t, AllocatorSettings& s) {
       if (v != "native" && v != "cudaMallocAsync")
         throw ConfError{"Unknown allocator backend, options are native and cudaMallocAsync"};
       if (v == "cudaMallocAsync")
-        throw ConfError{"backend:cudaMallocAsync selects CUDA's stream-ordered allocator, "
-                        "which this model of the native caching allocator does not emulate"};
+        throw ConfError{
+            "backend:cudaMallocAsync selects CUDA's stream-ordered allocator, "
+            "which this model of the native caching allocator does not emulate"};
     } else if (key == "release_lock_on_hipmalloc" || key == "release_lock_on_cudamalloc") {
       t.check_token(++i);
       s.release_lock_on_cudamalloc = t.to_bool(++i);
@@ -213,7 +225,8 @@ void parse_cuda(const Tokens& t, AllocatorSettings& s) {
       t.check_token(++i);
       const size_t v = t.to_size_t(++i);
       if (!is_power_of_2(v))
-        throw ConfError{"Number of register threads has to be power of 2, got " + std::to_string(v)};
+        throw ConfError{"Number of register threads has to be power of 2, got " +
+                        std::to_string(v)};
       if (v > 128)  // CUDAAllocatorConfig::pinned_max_register_threads()
         throw ConfError{"Number of register threads should be less than or equal to 128, got " +
                         std::to_string(v)};

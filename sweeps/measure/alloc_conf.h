@@ -19,25 +19,26 @@ namespace sweep::emu {
 
 inline constexpr size_t kMiB = size_t{1} << 20;
 // c10/core/AllocatorConfig.h:16-25 (2.11.0 wheel).
-inline constexpr size_t kSmallBuffer = 2 * kMiB;  // small allocations packed in 2 MiB segments
-inline constexpr size_t kMinBlockSize = 512;      // every size is rounded to at least 512 B
-inline constexpr size_t kSmallSize = 1 * kMiB;    // largest small-pool request
+inline constexpr size_t kSmallBuffer = 2 * kMiB;     // small allocations packed in 2 MiB segments
+inline constexpr size_t kMinBlockSize = 512;         // every size is rounded to at least 512 B
+inline constexpr size_t kSmallSize = 1 * kMiB;       // largest small-pool request
 inline constexpr size_t kMinLargeAlloc = 10 * kMiB;  // 1..10 MiB requests get a large segment
 inline constexpr size_t kRoundLarge = 2 * kMiB;      // larger requests rounded to 2 MiB
-// CUDACachingAllocator.cpp's kLargeBuffer; the default of large_segment_size_ (AllocatorConfig.h:338).
+// kLargeBuffer (CUDACachingAllocator.cpp): large_segment_size_'s default, AllocatorConfig.h:338.
 inline constexpr size_t kLargeBuffer = 20 * kMiB;
-// AllocatorConfig.cpp: one roundup_power2_divisions entry per power-of-two interval [1 MiB, 64 GiB).
+// AllocatorConfig.cpp: one roundup_power2_divisions entry per power-of-two interval.
 inline constexpr size_t kRoundUpPowerOfTwoIntervals = 16;
 
 // What PYTORCH_CUDA_ALLOC_CONF sets, in the units PyTorch stores (bytes, not MB).
 struct AllocatorSettings {
   // AcceleratorAllocatorConfig (AllocatorConfig.h:336-351).
-  size_t large_segment_size = kLargeBuffer;                      // large_segment_size_mb
-  size_t max_split_size = std::numeric_limits<size_t>::max();   // max_split_size_mb
-  size_t max_non_split_rounding_size = kLargeBuffer;            // max_non_split_rounding_mb
+  size_t large_segment_size = kLargeBuffer;                    // large_segment_size_mb
+  size_t max_split_size = std::numeric_limits<size_t>::max();  // max_split_size_mb
+  size_t max_non_split_rounding_size = kLargeBuffer;           // max_non_split_rounding_mb
   // Divisions per interval: [0] is sizes below 2 MiB, [i] is [2^i MiB, 2^(i+1) MiB), [15]
   // everything from 32 GiB up; 0 or 1 = plain 512 B rounding.
-  std::vector<size_t> roundup_power2_divisions = std::vector<size_t>(kRoundUpPowerOfTwoIntervals, 0);
+  std::vector<size_t> roundup_power2_divisions =
+      std::vector<size_t>(kRoundUpPowerOfTwoIntervals, 0);
   double garbage_collection_threshold = 0;  // (0, 1); 0 = off
   bool expandable_segments = false;
   // CUDAAllocatorConfig (CUDAAllocatorConfig.h:192-201): the allocator applies this one as

@@ -5,13 +5,13 @@
 // cite their function, read in the stored copy described in caching_allocator.h.
 #include "sweeps/measure/caching_allocator.h"
 
-#include "reports/results/error.h"
-
 #include <bit>
 #include <cstdio>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
+
+#include "reports/results/error.h"
 
 namespace sweep::emu {
 
@@ -63,15 +63,24 @@ void Stat::decrease(size_t amount) {
 const char* action_name(TraceEntry::Action action) {
   // memory_snapshot.cpp's action_to_str.
   switch (action) {
-    case TraceEntry::Action::kAlloc: return "alloc";
-    case TraceEntry::Action::kFreeRequested: return "free_requested";
-    case TraceEntry::Action::kFreeCompleted: return "free_completed";
-    case TraceEntry::Action::kSegmentAlloc: return "segment_alloc";
-    case TraceEntry::Action::kSegmentFree: return "segment_free";
-    case TraceEntry::Action::kSegmentMap: return "segment_map";
-    case TraceEntry::Action::kSegmentUnmap: return "segment_unmap";
-    case TraceEntry::Action::kSnapshot: return "snapshot";
-    case TraceEntry::Action::kOom: return "oom";
+    case TraceEntry::Action::kAlloc:
+      return "alloc";
+    case TraceEntry::Action::kFreeRequested:
+      return "free_requested";
+    case TraceEntry::Action::kFreeCompleted:
+      return "free_completed";
+    case TraceEntry::Action::kSegmentAlloc:
+      return "segment_alloc";
+    case TraceEntry::Action::kSegmentFree:
+      return "segment_free";
+    case TraceEntry::Action::kSegmentMap:
+      return "segment_map";
+    case TraceEntry::Action::kSegmentUnmap:
+      return "segment_unmap";
+    case TraceEntry::Action::kSnapshot:
+      return "snapshot";
+    case TraceEntry::Action::kOom:
+      return "oom";
   }
   return "?";
 }
@@ -98,8 +107,7 @@ void CachingAllocatorModel::set_memory_fraction(double fraction) {
                                 ". Please set within [0, 1].");
   allowed_memory_maximum_.reset();
   if (fraction < 1.0)
-    allowed_memory_maximum_ =
-        static_cast<size_t>(fraction * static_cast<double>(memory_.total()));
+    allowed_memory_maximum_ = static_cast<size_t>(fraction * static_cast<double>(memory_.total()));
 }
 
 // DeviceCachingAllocator::round_size: under 512 B -> 512 B; with roundup_power2_divisions set
@@ -127,7 +135,7 @@ std::array<bool, kNumStatTypes> CachingAllocatorModel::stat_types(const BlockPoo
   return t;
 }
 
-// DeviceCachingAllocator::malloc (CCA.cpp:~1400-1530; the OOM branch asserts at :1482).
+// DeviceCachingAllocator::malloc (its OOM branch asserts at CCA.cpp:1482).
 std::optional<uint64_t> CachingAllocatorModel::malloc(size_t orig_size) {
   // NativeCachingAllocator::allocate: size 0 never reaches the device allocator, and a
   // request of 1 EB or more fails before it (no OOM counted).
@@ -150,7 +158,8 @@ std::optional<uint64_t> CachingAllocatorModel::malloc(size_t orig_size) {
       garbage_collect_cached_blocks();
     // cudaMalloc; else free enough oversize cached blocks and retry; else free every
     // unsplit cached block and retry (the one attempt counted in num_alloc_retries).
-    found = alloc_block(p, false) || (release_available_cached_blocks(p) && alloc_block(p, false)) ||
+    found = alloc_block(p, false) ||
+            (release_available_cached_blocks(p) && alloc_block(p, false)) ||
             (release_cached_blocks() && alloc_block(p, true));
   }
   if (!found) {
@@ -169,8 +178,8 @@ void CachingAllocatorModel::record_oom(const AllocParams& p, size_t size) {
   stats_.num_ooms += 1;
   const int64_t allocated = stats_.allocated_bytes[kAggregate].current;
   const int64_t reserved = stats_.reserved_bytes[kAggregate].current;
-  last_oom_ = OomInfo{p.alloc_size, device_total, device_free, allowed_memory_maximum_, allocated,
-                      reserved - allocated, {}};
+  last_oom_ = OomInfo{p.alloc_size, device_total,         device_free, allowed_memory_maximum_,
+                      allocated,    reserved - allocated, {}};
   std::string allowed_info;
   if (allowed_memory_maximum_) allowed_info = format_size(*allowed_memory_maximum_) + " allowed; ";
   // reportProcessMemoryInfo (NVML); see the header for what this assumes.
@@ -189,8 +198,8 @@ void CachingAllocatorModel::record_oom(const AllocParams& p, size_t size) {
       "cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)";
 }
 
-// DeviceCachingAllocator::get_free_block: the smallest cached block that fits, lowest address
-// first among equal sizes, unless the oversize rules refuse it.
+// DeviceCachingAllocator::get_free_block (after get_pool, CCA.cpp:3086): the smallest cached block
+// that fits, lowest address first among equal sizes, unless the oversize rules refuse it.
 bool CachingAllocatorModel::get_free_block(AllocParams& p) {
   BlockPool& pool = *p.pool;
   // Block ages for the garbage collector count only when it can run.
@@ -240,8 +249,8 @@ bool CachingAllocatorModel::should_split(const Block* block, size_t size, bool e
 // DeviceCachingAllocator::alloc_found_block (CCA.cpp:1651): split off the remainder, count
 // the WHOLE block as allocated (so an unsplit block counts all its bytes).
 CachingAllocatorModel::Block* CachingAllocatorModel::alloc_found_block(const AllocParams& p,
-                                                                      size_t orig_size,
-                                                                      bool split_remainder) {
+                                                                       size_t orig_size,
+                                                                       bool split_remainder) {
   Block* block = p.block;
   const bool already_split = block->is_split();
   if (split_remainder) {
@@ -256,7 +265,8 @@ CachingAllocatorModel::Block* CachingAllocatorModel::alloc_found_block(const All
     remaining->size -= p.size;
     p.pool->insert_into_blocks(remaining);
     if (already_split && !block->expandable_segment) {
-      for_each_stat(p.stat_types, [&](size_t t) { stats_.inactive_split_bytes[t].decrease(block->size); });
+      for_each_stat(p.stat_types,
+                    [&](size_t t) { stats_.inactive_split_bytes[t].decrease(block->size); });
     } else if (!block->expandable_segment) {
       for_each_stat(p.stat_types, [&](size_t t) {
         stats_.inactive_split_bytes[t].increase(remaining->size);

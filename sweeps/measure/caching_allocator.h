@@ -70,8 +70,17 @@ struct AllocatorStats {
 
 // TraceEntry (c10/core/CachingDeviceAllocator.h:108): one allocator action for device_traces.
 struct TraceEntry {
-  enum class Action { kAlloc, kFreeRequested, kFreeCompleted, kSegmentAlloc, kSegmentFree,
-                      kSegmentMap, kSegmentUnmap, kSnapshot, kOom };
+  enum class Action {
+    kAlloc,
+    kFreeRequested,
+    kFreeCompleted,
+    kSegmentAlloc,
+    kSegmentFree,
+    kSegmentMap,
+    kSegmentUnmap,
+    kSnapshot,
+    kOom
+  };
   Action action;
   uint64_t addr;  // for kOom: the free device memory CUDA reported
   size_t size;
@@ -119,9 +128,9 @@ class CachingAllocatorModel {
   // (emptying the cache, counting the retry and the OOM), with last_oom() filled.
   std::optional<uint64_t> malloc(size_t size);
   void free(uint64_t handle);
-  void empty_cache();                       // torch.cuda.empty_cache()
+  void empty_cache();                         // torch.cuda.empty_cache()
   void set_memory_fraction(double fraction);  // DeviceCachingAllocator::setMemoryFraction
-  void reset_peak_stats();                  // torch.cuda.reset_peak_memory_stats()
+  void reset_peak_stats();                    // torch.cuda.reset_peak_memory_stats()
 
   AllocatorStats stats() const;
   const DeviceStats& device_stats() const { return stats_; }
@@ -149,6 +158,7 @@ class CachingAllocatorModel {
     std::array<bool, kNumStatTypes> stat_types{};
   };
 
+  // get_pool (CCA.cpp:3086): <= 1 MiB after rounding is the small pool.
   BlockPool& get_pool(size_t size) { return size <= kSmallSize ? small_blocks_ : large_blocks_; }
   std::array<bool, kNumStatTypes> stat_types(const BlockPool& pool) const;
   bool get_free_block(AllocParams& p);
@@ -181,10 +191,10 @@ class CachingAllocatorModel {
 
   AllocatorSettings settings_;
   detail::DeviceMemory memory_;
-  BlockPool large_blocks_{false};  // free blocks of segments > 1 MiB requests
-  BlockPool small_blocks_{true};   // free blocks of the 2 MiB small segments
+  BlockPool large_blocks_{false};                // free blocks of segments > 1 MiB requests
+  BlockPool small_blocks_{true};                 // free blocks of the 2 MiB small segments
   std::unordered_map<uint64_t, Block*> active_;  // handed-out blocks by address
-  std::unordered_set<Block*> owned_;              // every Block, for deletion
+  std::unordered_set<Block*> owned_;             // every Block, for deletion
   std::vector<std::unique_ptr<detail::ExpandableSegment>> expandable_segments_;
   DeviceStats stats_;
   size_t total_allocated_memory_ = 0;  // bytes held from the driver (segments + mapped pages)

@@ -166,7 +166,7 @@ detail::Block* CachingAllocatorModel::try_allocate_expandable_block(BlockPool* p
   return candidate;
 }
 
-// DeviceCachingAllocator::unmap_block (CCA.cpp:~3560-3620): give back the whole pages of a
+// DeviceCachingAllocator::unmap_block (CCA.cpp:3607): give back the whole pages of a
 // free block; the partial pages at either end stay mapped as free blocks.
 void CachingAllocatorModel::unmap_block(Block* block) {
   const auto [ptr, unmapped] = block->expandable_segment->unmap(block->ptr, block->size);

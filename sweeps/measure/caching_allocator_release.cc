@@ -8,8 +8,8 @@
 
 namespace sweep::emu {
 
-// DeviceCachingAllocator::alloc_block (CCA.cpp:~3280-3385; the cudaMalloc'd block asserts at
-// :3369): a new segment of alloc_size, unless the memory fraction or the driver refuses it.
+// DeviceCachingAllocator::alloc_block (the cudaMalloc'd block asserts at CCA.cpp:3369): a new
+// segment of alloc_size, unless the memory fraction or the driver refuses it.
 bool CachingAllocatorModel::alloc_block(AllocParams& p, bool is_retry) {
   const size_t size = p.alloc_size;
   if (is_retry) stats_.num_alloc_retries += 1;
@@ -65,7 +65,7 @@ bool CachingAllocatorModel::release_available_cached_blocks(const AllocParams& p
   return true;
 }
 
-// DeviceCachingAllocator::release_cached_blocks (CCA.cpp:~3450-3485) for the default pool:
+// DeviceCachingAllocator::release_cached_blocks (CCA.cpp:3473-3478) for the default pool:
 // synchronize_and_free_events (nothing outstanding here), then every unsplit cached segment
 // of both pools back to the driver.
 bool CachingAllocatorModel::release_cached_blocks() {

@@ -53,8 +53,8 @@ Dict segment_dict(const SegmentInfo& seg) {
     bd.insert("address", i64(address));
     bd.insert("size", i64(b.size));
     bd.insert("requested_size", i64(b.requested_size));
-    bd.insert("state", b.allocated ? "active_allocated"
-                                   : (b.active ? "active_pending_free" : "inactive"));
+    bd.insert("state",
+              b.allocated ? "active_allocated" : (b.active ? "active_pending_free" : "inactive"));
     bd.insert("frames", new_list());
     address += b.size;
     blocks.push_back(bd);
