@@ -6,10 +6,12 @@
 // No torch header here, on purpose: the model is plain C++ (memory_viz.h pickles it).
 //
 // Transcribed rule by rule; each rule's comment names the function of CUDACachingAllocator.cpp
-// it comes from. The copy read is the stored index copy of that file with the 2.11 API (the
-// one whose DeviceCachingAllocator takes per_process_memory_fraction, large_segment_size and
-// skip_actions and still orders free blocks by (stream, size, address)); v2.11.0 itself
-// (git 70d99e99) is not stored. Constants and config keys are from the 2.11.0 wheel's headers.
+// it comes from. v2.11.0 itself (git 70d99e99, the wheel's torch.version.git_version) was not
+// to be had as source; the copy read is a stored main-branch copy with exactly the 2.11 API
+// (per_process_memory_fraction, large_segment_size, skip_actions; free blocks still ordered by
+// (stream, size, address): the registration-counter order came in May 2026, after 2.11). Line
+// numbers "CCA.cpp:N" are v2.11.0's, taken from the wheel's assertion strings; the messages
+// and config keys were checked against the strings in the wheel's libc10*.so.
 //
 // What is modelled: one device, one stream, no CUDA graphs or private pools, no record_stream
 // (so no events and no deferred frees), no free-memory callbacks (none frees memory outside
@@ -21,7 +23,8 @@
 //    multiples of 2 MiB unless large_segment_size_mb is odd).
 //  - the OOM message's "this process has X memory in use" counts all memory CUDA reports used
 //    (device_total - free) as this process's; NVML would exclude other processes and the driver.
-//  - trace time_us is an event counter, not a clock.
+//  - the trace is always recorded, unbounded (PyTorch: only under _record_memory_history, in a
+//    ring buffer), and time_us is an event counter, not a clock. Neither moves any number.
 #pragma once
 
 #include <array>
