@@ -1,7 +1,9 @@
 // Memory fidelity on the CPU: our bursts' peak allocated bytes (overall and per phase)
 // against PyTorch + transformers' at the same points, measured with torch.profiler's memory
 // events by tests/fixtures/make_memory_fixtures.py (tests/fixtures/memory_fidelity.json).
-// The bar is 1% for every case; the table printed for each family shows both sides.
+// The bar is 1% for every case; the table printed for each family shows both sides. The same
+// cases run again on the emulated device configured as the CPU (its Meta execution, kernels
+// and allocator replay, with the CPU's choices): it must land on the same peaks.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,7 +13,9 @@
 #include <nlohmann/json.hpp>
 
 #include "models/zoo.h"
+#include "sweeps/measure/emulated_card.h"
 #include "sweeps/worker/burst.h"
+#include "sweeps/worker/emulate/emulation.h"
 
 namespace sweep {
 namespace {
@@ -67,11 +71,10 @@ Point point_of(const nlohmann::json& c) {
   return p;
 }
 
-class MemoryFidelity : public testing::TestWithParam<std::string> {};
-
-TEST_P(MemoryFidelity, PeaksWithinOnePercentOfTransformers) {
-  static auto mem = make_cpu_tracker();
-  static auto timer = make_cpu_timer();
+// Runs every case of a family on `mem` (the CPU's tracking allocator, or the emulated device's)
+// and holds each to 1% of transformers' peaks, overall and per phase.
+void check_family(const std::string& family, MemoryTracker& mem, StepTimer& timer,
+                  const std::optional<EmulatedCard>& emulated) {
   int cases = 0, failures = 0;
   double worst = 0;
   std::printf("%-44s %12s %12s %8s  %s\n", "case", "sweep", "transformers", "error",
@@ -81,13 +84,17 @@ TEST_P(MemoryFidelity, PeaksWithinOnePercentOfTransformers) {
   const char* only = std::getenv("SWEEP_FIDELITY_CASE");
   int index = -1;
   for (const auto& c : fixture().at("cases")) {
-    if (c.at("model") != GetParam()) continue;
+    if (c.at("model") != family) continue;
     if (++index, only && *only && std::atoi(only) != index) continue;
-    const Point p = point_of(c);
-    const int64_t base = mem->allocated();
+    Point p = point_of(c);
+    if (emulated) {
+      p.device = Device::kEmulated;
+      p.card = *emulated;
+    }
+    const int64_t base = mem.allocated();
     BurstHooks hooks;
     hooks.on_phase = [](const std::string& phase, MemoryTracker&) { trace_alloc_note(phase); };
-    const Measurement m = run_burst(p, *mem, *timer, hooks);
+    const Measurement m = run_burst(p, mem, timer, hooks);
     ASSERT_EQ(m.status, Status::kOk) << p.label() << ": " << m.message;
     auto error = [](int64_t ours, int64_t ref) {
       return ref ? static_cast<double>(ours - ref) / static_cast<double>(ref) : 0.0;
@@ -118,9 +125,33 @@ TEST_P(MemoryFidelity, PeaksWithinOnePercentOfTransformers) {
     ++cases;
     failures += ok ? 0 : 1;
   }
-  std::printf("%s: %d cases, %d over 1%%, worst peak error %.3f%%\n", GetParam().c_str(), cases,
-              failures, 100 * worst);
-  EXPECT_GT(cases, 0) << "no fixture cases for " << GetParam();
+  std::printf("%s%s: %d cases, %d over 1%%, worst peak error %.3f%%\n", family.c_str(),
+              emulated ? " (emulated as the CPU)" : "", cases, failures, 100 * worst);
+  EXPECT_GT(cases, 0) << "no fixture cases for " << family;
+}
+
+class MemoryFidelity : public testing::TestWithParam<std::string> {};
+
+TEST_P(MemoryFidelity, PeaksWithinOnePercentOfTransformers) {
+  static auto mem = make_cpu_tracker();
+  static auto timer = make_cpu_timer();
+  check_family(GetParam(), *mem, *timer, std::nullopt);
+}
+
+// The emulated device's differential check: configured as the CPU (for-loop optimizers, the
+// CPU's SDPA choice and autocast lists, exact counting without rounding or workspaces), the
+// same bursts on Meta allocate what the CPU allocates. What differs by design, a few hundred
+// bytes a case: the optimizers' step counters and checkpointing's saved RNG state are CPU
+// tensors in both runs, counted by the CPU's tracking allocator and outside the emulated
+// device.
+TEST_P(MemoryFidelity, EmulatedAsTheCpuWithinOnePercentOfTransformers) {
+  EmulatedCard cpu;
+  cpu.name = "cpu";
+  cpu.cpu = true;
+  emu::start_emulation(cpu);
+  static auto mem = make_emulated_tracker(cpu, "");
+  static auto timer = make_cpu_timer();
+  check_family(GetParam(), *mem, *timer, cpu);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, MemoryFidelity,

@@ -4,7 +4,16 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include <c10/util/Exception.h>
+#include <c10/util/env.h>
+
+#include <fstream>
+#include <variant>
+
+#include "sweeps/measure/alloc_conf.h"
+#include "sweeps/measure/caching_allocator.h"
 #include "sweeps/measure/emulated_card.h"
+#include "sweeps/measure/memory_viz.h"
 
 namespace sweep::emu {
 namespace {
@@ -51,13 +60,76 @@ class ExactMemory final : public DeviceMemory {
   std::string oom_;
 };
 
+// A CUDA card: torch 2.11's caching allocator (caching_allocator.h) over what the driver can
+// hand out, the card's memory less its CUDA context.
+class CachingMemory final : public DeviceMemory {
+ public:
+  CachingMemory(const EmulatedCard& card, AllocatorSettings settings)
+      : total_(card.memory_bytes),
+        model_(card.memory_bytes, card.memory_bytes - card.context_bytes, std::move(settings)) {}
+  std::optional<uint64_t> malloc(std::size_t n) override {
+    auto h = model_.malloc(n);
+    if (h) sizes_[*h] = static_cast<int64_t>(n);
+    return h;
+  }
+  void free(uint64_t handle) override {
+    sizes_.erase(handle);
+    model_.free(handle);
+  }
+  int64_t size_of(uint64_t handle) const override {
+    auto it = sizes_.find(handle);
+    return it == sizes_.end() ? 0 : it->second;
+  }
+  const std::string& last_oom_message() const override { return model_.last_oom_message(); }
+  int64_t allocated() const override { return model_.stats().allocated; }
+  int64_t reserved() const override { return model_.stats().reserved; }
+  int64_t peak_allocated() const override { return model_.stats().peak_allocated; }
+  int64_t peak_reserved() const override { return model_.stats().peak_reserved; }
+  void reset_peaks() override { model_.reset_peak_stats(); }
+  // As the CUDA tracker (cuda_trackers.cc): a memory fraction of the card's total; 1.0 clears it.
+  void set_budget(int64_t bytes) override {
+    if (bytes <= 0) {
+      if (capped_) model_.set_memory_fraction(1.0);
+      capped_ = false;
+      return;
+    }
+    TORCH_CHECK(bytes <= total_, "budget of ", bytes, " bytes exceeds the card's memory (", total_,
+                " bytes): a cap cannot add memory");
+    model_.set_memory_fraction(static_cast<double>(bytes) / static_cast<double>(total_));
+    capped_ = true;
+  }
+  int64_t alloc_retries() const override { return model_.stats().num_alloc_retries; }
+  void empty_cache() override { model_.empty_cache(); }
+  bool record_history() override { return true; }  // the model keeps its whole trace
+  void write_snapshot(const std::string& path) override {
+    std::ofstream(path, std::ios::binary) << memory_viz_pickle(model_);
+  }
+
+ private:
+  int64_t total_;
+  CachingAllocatorModel model_;
+  std::unordered_map<uint64_t, int64_t> sizes_;
+  bool capped_ = false;
+};
+
 }  // namespace
 
 std::unique_ptr<DeviceMemory> make_device_memory(const EmulatedCard& card,
                                                  const std::string& alloc_conf) {
-  (void)alloc_conf;
   if (card.cpu) return std::make_unique<ExactMemory>();
-  return std::make_unique<ExactMemory>();  // replaced by the caching allocator model
+  // The point's allocator settings, else the environment's, as a PyTorch process reads them
+  // (PYTORCH_ALLOC_CONF first, then PYTORCH_CUDA_ALLOC_CONF).
+  std::string conf = alloc_conf;
+  if (conf.empty())
+    for (const char* var : {"PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"})
+      if (auto v = c10::utils::get_env(var); v && !v->empty()) {
+        conf = *v;
+        break;
+      }
+  auto parsed = parse_alloc_conf(conf);
+  if (auto* error = std::get_if<std::string>(&parsed))
+    TORCH_CHECK(false, "alloc_conf '", conf, "': ", *error);
+  return std::make_unique<CachingMemory>(card, std::get<AllocatorSettings>(std::move(parsed)));
 }
 
 }  // namespace sweep::emu

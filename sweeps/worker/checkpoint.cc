@@ -31,6 +31,7 @@ struct Frame {
   torch::Tensor cpu_rng, dev_rng;     // preserve_rng_state
   std::optional<at::Generator> dev_gen;
   bool cpu_autocast = false, dev_autocast = false;
+  models::EmulatedAutocast emulated_autocast;  // the emulated device's, when emulating
   at::ScalarType cpu_dtype = at::kBFloat16, dev_dtype = at::kHalf;
   std::vector<std::weak_ptr<Holder>> holders;  // weak_holders, in the order saved
   std::size_t recomp_counter = 0;
@@ -152,6 +153,9 @@ void recompute(const std::shared_ptr<Frame>& frame) {
     torch::AutoGradMode grad(true);
     AutocastScope cpu(at::kCPU, f.cpu_autocast, f.cpu_dtype);
     AutocastScope cuda(at::kCUDA, f.dev_autocast, f.dev_dtype);
+    std::optional<AutocastScope> emulated;  // the emulated device's, as its forward ran
+    if (models::emulating())
+      emulated.emplace(at::kMeta, f.emulated_autocast.enabled, f.emulated_autocast.dtype);
     try {
       f.fn(f.inputs);
     } catch (const StopRecomputation&) {
@@ -180,11 +184,11 @@ std::vector<torch::Tensor> checkpoint_block(const models::BlockFn& fn,
       break;
     }
   }
-  // The emulated device's autocast counts as its device's (models/emulation.h).
-  f->cpu_autocast = models::autocast_enabled(at::kCPU);
-  f->cpu_dtype = models::autocast_dtype(at::kCPU);
-  f->dev_autocast = models::autocast_enabled(at::kCUDA);
-  f->dev_dtype = models::autocast_dtype(at::kCUDA);
+  f->cpu_autocast = at::autocast::is_autocast_enabled(at::kCPU);
+  f->cpu_dtype = at::autocast::get_autocast_dtype(at::kCPU);
+  f->dev_autocast = at::autocast::is_autocast_enabled(at::kCUDA);
+  f->dev_dtype = at::autocast::get_autocast_dtype(at::kCUDA);
+  f->emulated_autocast = models::emulated_autocast();
   ModeGuard mode(Mode::kForward, f);
   return fn(inputs);
 }

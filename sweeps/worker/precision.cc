@@ -15,8 +15,8 @@ thread_local int t_emulated_nesting = 0;  // autocast_mode.cpp's nesting, for th
 
 AutocastScope::AutocastScope(at::DeviceType device, bool enabled, at::ScalarType dtype)
     : device_(device),
-      // The emulated device's own autocast: Meta tensors stand for its tensors.
-      emulated_(device == at::kMeta || (models::emulating() && device == models::emulated_device())),
+      // kMeta: the emulated device's own autocast (Meta tensors stand for its tensors).
+      emulated_(device == at::kMeta),
       prev_enabled_(emulated_ ? models::emulated_autocast().enabled
                               : at::autocast::is_autocast_enabled(device)),
       prev_dtype_(emulated_ ? models::emulated_autocast().dtype

@@ -9,7 +9,8 @@
 namespace sweep {
 
 // RAII torch.autocast(device_type, dtype, enabled): sets and restores the state, and
-// clears the cast cache when the outermost scope closes.
+// clears the cast cache when the outermost scope closes. kMeta: the emulated device's autocast
+// (sweeps/worker/emulate/autocast.cc), whichever device it emulates.
 class AutocastScope {
  public:
   AutocastScope(at::DeviceType device, bool enabled, at::ScalarType dtype);

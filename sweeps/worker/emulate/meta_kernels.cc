@@ -9,6 +9,8 @@
 #include <ATen/ExpandUtils.h>
 #include <torch/library.h>
 
+#include <cmath>
+
 #include "models/emulation.h"
 #include "sweeps/worker/emulate/emulation.h"
 
@@ -81,13 +83,41 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm_backward(
 at::Tensor relu(const at::Tensor& self) { return at::empty_like(self); }
 at::Tensor& relu_(at::Tensor& self) { return self; }
 
-// abs's composite allocates its result (unary_op_impl_with_complex_to_float) and calls abs.out.
+// abs's composite (UnaryOps.cpp unary_op_impl) makes empty({0}) and resizes it in abs.out: on a
+// device one allocation of self's size, made here directly; abs_ writes in place.
+at::Tensor abs(const at::Tensor& self) { return at::empty(self.sizes(), self.options()); }
 at::Tensor& abs_out(const at::Tensor&, at::Tensor& out) { return out; }
 
 // where.self: the broadcast shape, in the promoted type (TensorCompare.cpp where).
 at::Tensor where_self(const at::Tensor& cond, const at::Tensor& self, const at::Tensor& other) {
   const auto shape = at::infer_size(at::infer_size(cond.sizes(), self.sizes()), other.sizes());
   return at::empty(shape, self.options().dtype(at::result_type(self, other)));
+}
+
+// arange: ATen's composite makes empty({0}) and resizes it in arange_out (RangeFactories.cpp),
+// which on Meta grows the storage without the allocator (and Meta's arange_out leaves it
+// empty); on a device that resize is the one allocation. Here the tensor is made at its size:
+// RangeFactoriesKernel.cpp's size, ceil((end - start) / step).
+at::Tensor arange_start_step(const at::Scalar& start, const at::Scalar& end, const at::Scalar& step,
+                             std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+                             std::optional<at::Device> device, std::optional<bool> pin) {
+  const double n = std::ceil((end.toDouble() - start.toDouble()) / step.toDouble());
+  const auto type = dtype ? *dtype
+                          : (start.isFloatingPoint() || end.isFloatingPoint() || step.isFloatingPoint()
+                                 ? c10::get_default_dtype_as_scalartype()
+                                 : at::kLong);
+  return at::empty({static_cast<int64_t>(std::max(0.0, n))},
+                   at::TensorOptions().dtype(type).layout(layout).device(device).pinned_memory(pin));
+}
+at::Tensor arange_start(const at::Scalar& start, const at::Scalar& end,
+                        std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+                        std::optional<at::Device> device, std::optional<bool> pin) {
+  return arange_start_step(start, end, 1, dtype, layout, device, pin);
+}
+at::Tensor arange(const at::Scalar& end, std::optional<at::ScalarType> dtype,
+                  std::optional<at::Layout> layout, std::optional<at::Device> device,
+                  std::optional<bool> pin) {
+  return arange_start_step(0, end, 1, dtype, layout, device, pin);
 }
 
 // where.self_out: _safe_softmax (SDPA's math path) writes into its softmax in place.
@@ -160,7 +190,11 @@ void register_meta_kernels() {
   lib->impl("native_layer_norm_backward", TORCH_FN(native_layer_norm_backward));
   lib->impl("relu", TORCH_FN(relu));
   lib->impl("relu_", TORCH_FN(relu_));
+  lib->impl("abs", TORCH_FN(abs));
   lib->impl("abs.out", TORCH_FN(abs_out));
+  lib->impl("arange", TORCH_FN(arange));
+  lib->impl("arange.start", TORCH_FN(arange_start));
+  lib->impl("arange.start_step", TORCH_FN(arange_start_step));
   lib->impl("where.self", TORCH_FN(where_self));
   lib->impl("where.self_out", TORCH_FN(where_self_out));
   lib->impl("native_dropout", TORCH_FN(native_dropout));

@@ -1,0 +1,76 @@
+// The emulated device against an H100 running PyTorch + transformers: the 8 points of
+// tests/fixtures/h100-public.jsonl (measured on an H100 80GB HBM3 with torch 2.11.0+cu130 by
+// tests/fixtures/hf_h100_reference.py, one point per process; a copy of shared/ref/), each run
+// here as `sweep run` runs it, in its own worker process, emulating that card. The bar: peak
+// allocated within 1% and peak reserved within 3% of what the H100 measured.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+
+namespace sweep {
+namespace {
+
+// The H100 80GB HBM3 the points ran on: the total CUDA reported there (81559 MiB,
+// device_memory_bytes of bench/baselines/ci-gpu/results.csv), sm_90, 132 SMs.
+nlohmann::json h100() {
+  return {{"name", "H100 80GB HBM3"}, {"memory_bytes", 85017493504LL}, {"context_bytes", 0},
+          {"cc_major", 9}, {"cc_minor", 0}, {"sms", 132}, {"cpu", false}};
+}
+
+// The worker's point for a reference row: its steps (one warm-up and the rest), its loop.
+nlohmann::json point_for(const nlohmann::json& r) {
+  const std::string model = r.at("model");
+  const std::string family = model.rfind("gpt2", 0) == 0 ? "gpt2" : model.rfind("t5", 0) == 0 ? "t5" : "whisper";
+  nlohmann::json p = {{"model", model}, {"family", family}, {"batch", r.at("batch")},
+                      {"precision", r.at("precision")},
+                      {"checkpointing", r.at("ckpt").get<int>() ? "block" : "none"},
+                      {"accumulation", r.at("accum")}, {"optimizer", r.at("optimizer")},
+                      {"mode", r.at("mode")}, {"alloc_conf", r.at("alloc_conf")},
+                      {"device", "emulated"}, {"warmup_steps", 1},
+                      {"steps", r.at("steps").get<int>() - 1}, {"repetitions", 1}, {"card", h100()}};
+  // hf_h100_reference.py: T5 takes seq tokens in and seq label tokens; Whisper 30 s of audio.
+  if (family != "whisper") p["seq"] = r.at("seq");
+  if (family == "t5") p["target_seq"] = r.at("seq");
+  if (family == "whisper") p["audio_s"] = 30;
+  return p;
+}
+
+TEST(EmulatedH100, PublicPointsWithinOnePercentAllocatedThreeReserved) {
+  std::ifstream in(SWEEP_SOURCE_DIR "/tests/fixtures/h100-public.jsonl");
+  ASSERT_TRUE(in) << "tests/fixtures/h100-public.jsonl";
+  int points = 0;
+  std::printf("%-40s %14s %14s %8s %14s %14s %8s\n", "point", "H100 alloc", "emulated", "ratio",
+              "H100 reserved", "emulated", "ratio");
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    const auto r = nlohmann::json::parse(line);
+    const auto p = point_for(r);
+    const auto run = testing::run_sweep_cli_split("worker --point '" + p.dump() + "' --result-fd 1");
+    ASSERT_EQ(run.exit_code, 0) << p.dump() << "\n" << run.out << run.err;
+    const auto m = nlohmann::json::parse(run.out.substr(run.out.rfind('{')));
+    ASSERT_EQ(m.at("status"), "ok") << p.dump() << ": " << m.dump();
+    const double alloc = m.at("peak_allocated_bytes").get<double>() / r.at("peak_alloc").get<double>();
+    const double reserved = m.at("peak_reserved_bytes").get<double>() / r.at("peak_reserved").get<double>();
+    const std::string label = r.at("model").get<std::string>() + " b" + r.at("batch").dump() + " " +
+                              r.at("precision").get<std::string>() + (r.at("ckpt").get<int>() ? " ckpt" : "") +
+                              " " + r.at("optimizer").get<std::string>() +
+                              (r.at("alloc_conf").get<std::string>().empty() ? "" : " expandable");
+    std::printf("%-40s %14lld %14lld %8.4f %14lld %14lld %8.4f\n", label.c_str(),
+                r.at("peak_alloc").get<long long>(), m.at("peak_allocated_bytes").get<long long>(), alloc,
+                r.at("peak_reserved").get<long long>(), m.at("peak_reserved_bytes").get<long long>(), reserved);
+    EXPECT_NEAR(alloc, 1.0, 0.01) << label << ": peak allocated";
+    EXPECT_NEAR(reserved, 1.0, 0.03) << label << ": peak reserved";
+    // The weights as the model holds them once on the device, to the byte.
+    EXPECT_EQ(m.at("weights_bytes"), r.at("after_load_alloc")) << label;
+    ++points;
+  }
+  EXPECT_EQ(points, 8);
+}
+
+}  // namespace
+}  // namespace sweep
