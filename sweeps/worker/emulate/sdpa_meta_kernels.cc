@@ -315,7 +315,7 @@ Tensor alloc_with_matching_layout(const Tensor& q, std::vector<int64_t> shape) {
 // workspace (mha_graph.get_workspace_size(), through the caching allocator, freed on return):
 // not known without cuDNN; taken as 0 bytes here.
 std::tuple<Tensor, Tensor, Tensor, Tensor, c10::SymInt, c10::SymInt, Tensor, Tensor, Tensor>
-cudnn_attention_forward(const Tensor& query, const Tensor& key, const Tensor& value,
+cudnn_attention_forward(const Tensor& query, const Tensor& /*key*/, const Tensor& value,
                         const optional<Tensor>& /*attn_bias*/, const optional<Tensor>& cum_seq_q,
                         const optional<Tensor>& /*cum_seq_k*/, c10::SymInt max_q, c10::SymInt max_k,
                         bool compute_log_sumexp, double /*dropout_p*/, bool /*is_causal*/,
