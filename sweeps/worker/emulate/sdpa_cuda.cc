@@ -1,7 +1,7 @@
 // The choice of sdp_utils.cpp and the dispatch of attention.cpp, PyTorch 2.11 on CUDA, for
-// Meta tensors (see sdpa_cuda.h for the sources). Line references: sdp_utils.cpp at
-// 001f694aef6f, sdp_utils_cpp.h and ATen/Context.h of the 2.11.0 wheel, attention.cpp as in
-// the annotated copy of pytorch's attention.cpp (lines 720-916 there).
+// Meta tensors (see sdpa_cuda.h for the sources). Functions of sdp_utils.cpp (at 001f694aef6f)
+// are cited by name; line numbers are those of the 2.11.0 wheel's sdp_utils_cpp.h and
+// ATen/Context.h, and of attention.cpp as numbered in an annotated copy of it (720-916).
 #include "sweeps/worker/emulate/sdpa_cuda.h"
 
 #include <ATen/ATen.h>
@@ -31,7 +31,7 @@ struct Params {  // sdp::sdp_params
 
 bool is_half(at::ScalarType t) { return t == at::kHalf || t == at::kBFloat16; }
 
-// sdp_utils_cpp.h input_requires_grad
+// sdp_utils_cpp.h:59 input_requires_grad
 bool input_requires_grad(const Params& p) {
   return (p.q.requires_grad() || p.k.requires_grad() || p.v.requires_grad()) &&
          at::GradMode::is_enabled();
@@ -43,8 +43,9 @@ bool same_dtype_in(const Params& p, std::initializer_list<at::ScalarType> allowe
   return std::find(allowed.begin(), allowed.end(), t) != allowed.end();
 }
 
-// sdp_utils_cpp.h check_tensor_shapes, check_batch_size_and_num_heads_dense (GQA supported,
-// same kv heads), check_nonzero_sequence_lengths_dense, check_last_dim_stride_equals_1_dense.
+// sdp_utils_cpp.h check_tensor_shapes (304), check_batch_size_and_num_heads_dense (379; GQA
+// supported, same kv heads), check_nonzero_sequence_lengths_dense (477),
+// check_last_dim_stride_equals_1_dense (493: the mask's last stride too on GPU).
 bool dense_checks(const Params& p, bool ignore_singleton_dim) {
   if (p.q.dim() != 4 || p.k.dim() != 4 || p.v.dim() != 4) return false;
   if (p.q.size(0) != p.k.size(0) || p.q.size(0) != p.v.size(0)) return false;
@@ -64,8 +65,8 @@ bool dense_checks(const Params& p, bool ignore_singleton_dim) {
 // sdp_utils.cpp check_sm_version<lower, upper> on major * 10 + minor.
 bool sm_in(const EmulatedCard& c, int lo, int hi) { return c.sm() >= lo && c.sm() <= hi; }
 
-// sdp_utils.cpp can_use_flash_attention (lines ~1003-1047): general constraints in order, then
-// the dense ones. FA3 is off by default (userEnabledFA3SDP), so the dtypes are the sm80 ones.
+// sdp_utils.cpp can_use_flash_attention: its general constraints in order, then the dense ones. FA3
+// is off by default (userEnabledFA3SDP), so the dtypes are the sm80 ones.
 bool can_use_flash(const EmulatedCard& card, const Params& p) {
   if (p.q.dim() != 4 || p.k.dim() != 4 || p.v.dim() != 4) return false;  // check_tensor_shapes
   if (p.attn_mask.has_value()) return false;                             // check_for_attn_mask
@@ -96,8 +97,8 @@ int64_t minimum_gemm_alignment(const EmulatedCard& card, const Params& p) {
   return align;
 }
 
-// sdp_utils.cpp can_use_mem_efficient_attention (lines ~1049-1130). The 2.11 binary has no
-// storage-offset alignment check (its warning string is absent), so none here.
+// sdp_utils.cpp can_use_mem_efficient_attention. The 2.11 binary has no storage-offset
+// alignment check (check_data_ptr_alignment_mem_efficient: its warning string is absent).
 bool can_use_mem_efficient(const EmulatedCard& card, const Params& p) {
   if (!sm_in(card, 50, 121)) return false;  // check_mem_efficient_hardware_support
   if (p.q.dim() != 4 || p.k.dim() != 4 || p.v.dim() != 4) return false;
@@ -111,8 +112,8 @@ bool can_use_mem_efficient(const EmulatedCard& card, const Params& p) {
                             : same_dtype_in(p, {at::kHalf, at::kFloat});
 }
 
-// sdp_utils_cpp.h check_attn_mask_shape: a mask that requires grad rules cuDNN out (the cuDNN
-// op is not differentiable in attn_bias).
+// sdp_utils_cpp.h:270-302 check_attn_mask_shape: a mask that requires grad (275) rules cuDNN out
+// (the cuDNN op is not differentiable in attn_bias).
 bool cudnn_mask_ok(const Params& p) {
   if (!p.attn_mask.has_value()) return true;
   const Tensor& m = *p.attn_mask;
@@ -124,8 +125,8 @@ bool cudnn_mask_ok(const Params& p) {
   return m.dim() == 4 && (m.size(0) == 1 || m.size(0) == b) && (m.size(1) == 1 || m.size(1) == h);
 }
 
-// sdp_utils.cpp can_use_cudnn_attention (lines ~905-960) and check_cudnn_tensor_shapes, as the
-// 2.11 binary has them: no 1/16 dropout check and no d256-backward check (strings absent).
+// sdp_utils.cpp can_use_cudnn_attention and check_cudnn_tensor_shapes, as the 2.11 binary has them:
+// no 1/16 dropout check and no d256-backward check (strings absent).
 bool can_use_cudnn(const EmulatedCard& card, const Params& p, const SdpSoftware& sw) {
   if (p.dropout > 0.0 && sw.cudnn_version > 91100 && sw.cudnn_version < 91400) return false;
   if (p.q.dim() != 4 || p.k.dim() != 4 || p.v.dim() != 4) return false;

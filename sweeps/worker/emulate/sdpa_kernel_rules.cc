@@ -57,9 +57,10 @@ int flash_num_splits(int64_t batch, int64_t heads, int64_t seqlen_q, int64_t seq
                               static_cast<int>(num_n_blocks), 128);
 }
 
-// dispatch_cutlassB (cutlassB.h): sm80..sm120 take the Sm80 lists, sm75 the Sm75 list; within a
-// list the first kernel that passes launchKernel's tests (attention_backward.cu) runs: kMaxK >=
-// max(K, Kv); a kernel without dropout is skipped when dropout is on; the
+// dispatch_cutlassB (cutlassB.h): sm80..sm120 take the Sm80 lists (bf16 228, f16 318, f32 869),
+// sm75 the Sm75 ones (f16 707, f32 800; their aligned kernels: the zoo's strides are aligned);
+// within a list the first kernel that passes launchKernel's tests (attention_backward.cu) runs:
+// kMaxK >= max(K, Kv); a kernel without dropout is skipped when dropout is on; the
 // kKeysQueriesAlignedToBlockSize variants need M % kBlockSizeI == 0 and N % kBlockSizeJ == 0;
 // stride alignment (taken as met: the zoo's head dims are multiples of 8); shared memory.
 // Assumed from shared memory alone (sizeof(SharedStorage) needs CUTLASS, not in the wheel): the
@@ -118,17 +119,17 @@ MemEffBackwardKernel mem_eff_backward_kernel(int sm, bool is_half, int64_t max_k
     k.block_i = c.bi;
     k.block_j = c.bj;
     k.max_k = c.max_k;
-    k.output_in_rf = is_half && c.max_k <= c.bi;  // kOutputInRF
-    // kKernelComputesDelta = kIsHalf && (kOutputInRF || kMinComputeCapability != 70)
+    k.output_in_rf = is_half && c.max_k <= c.bi;  // kOutputInRF (kernel_backward.h:251)
+    // kKernelComputesDelta = kIsHalf && (kOutputInRF || kMinComputeCapability != 70) (272)
     k.computes_delta = is_half;
-    k.needs_accum_grad_q = true;  // kEnableSplitKeys (kMinSm >= 70) || output_accum_t != output_t
+    k.needs_accum_grad_q = true;  // kEnableSplitKeys (kMinSm >= 70) || ... (614-620)
     k.needs_accum_grad_kv = !k.output_in_rf && is_half;  // and output_accum_t (float) != scalar_t
     return k;
   }
   return {};
 }
 
-// kernel_backward.h Params::workspace_size with attention_backward.cu's num_splits_key
+// kernel_backward.h Params::workspace_size (857-893) with attention_backward.cu's num_splits_key
 // heuristic (num_splits_key not given, deterministic mode off). GradQTempStorage holds
 // {lock, counter, pad[2]} and an fp32 tile of kNumThreads * FragmentC::kElements = kBlockSizeI
 // * kBlockSizeJ elements (32x32 warp tiles, one warp per 32x32 of the block).

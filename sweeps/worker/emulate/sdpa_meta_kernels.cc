@@ -172,8 +172,9 @@ std::tuple<Tensor, Tensor, Tensor> sdpa_flash_backward(
 
 // attention.cu _efficient_attention_forward, CUDA path: seed/offset are host tensors outside
 // graph capture (no device memory); res (b, m, h, kv) contiguous; logsumexp padded to
-// kAlignLSE = 32 (kernel_forward.h); output_accum fp32 only for a half kernel that cannot keep
-// the output in registers (kMaxK > kKeysPerBlock: head dims above 128 in cutlassF.h's lists).
+// kAlignLSE = 32 (kernel_forward.h:114); output_accum fp32 only for a half kernel that cannot
+// keep the output in registers (kNeedsOutputAccumulatorBuffer, 119: kMaxK > kKeysPerBlock, the
+// gmem kernels cutlassF.h lists for head dims above 128, e.g. dispatch_cutlassF_f16_sm80, 152).
 std::tuple<Tensor, Tensor, Tensor, Tensor, c10::SymInt, c10::SymInt> efficient_attention_forward(
     const Tensor& query, const Tensor& key, const Tensor& value, const optional<Tensor>& bias,
     const optional<Tensor>& cu_seqlens_q, const optional<Tensor>& /*cu_seqlens_k*/,
