@@ -156,10 +156,14 @@ std::pair<torch::Tensor, torch::Tensor> T5AttentionImpl::forward(
         default: min = std::numeric_limits<float>::lowest();
       }
       mask = torch::where(causal_mask, position_bias, min);
-      mask = mask.contiguous();
     } else {
-      mask = position_bias.contiguous();
+      mask = position_bias;
     }
+    // The mask keeps the bias's layout (compute_bias's permute; torch.where follows it): its last
+    // dimension is not contiguous, which on CUDA keeps SDPA off every fused kernel
+    // (sdp_utils_cpp.h check_last_dim_stride_equals_1_dense) and on the math path, as the
+    // CPU's check does not apply there. Measured in transformers 5.17 on the CPU: the masks
+    // reach scaled_dot_product_attention with strides (4, 1, 32, 4) for 4 heads x 8 x 8.
     auto out = sdpa(query_states, key_states, value_states, mask,
                                                 is_training() ? c_.dropout_rate : 0.0,
                                                 /*is_causal=*/false, /*scale=*/1.0);

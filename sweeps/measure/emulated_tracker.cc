@@ -23,8 +23,10 @@ namespace {
 class EmulatedAllocator final : public c10::Allocator {
  public:
   static EmulatedAllocator& instance() {
-    static EmulatedAllocator a;
-    return a;
+    // Never destroyed: storages that live to the process's end (cuBLAS's workspaces) are freed
+    // into it during static destruction, or never.
+    static auto* a = new EmulatedAllocator;
+    return *a;
   }
   // A new device for a new burst (one per worker process; tests run several in one process).
   void reset(std::unique_ptr<emu::DeviceMemory> mem) {

@@ -65,7 +65,9 @@ bool lt_unified() { return c10::utils::check_env("TORCH_CUBLASLT_UNIFIED_WORKSPA
 struct Handle {
   at::Tensor cublas, cublaslt;
 };
-Handle handles[2];
+// Kept for the process and never destroyed, as CublasHandlePool.cpp keeps its map (a leaked
+// singleton): their storages must not be freed after the emulated device is gone.
+Handle* handles = new Handle[2];
 std::mutex mu;
 
 void take_workspaces(bool lt) {

@@ -3,10 +3,12 @@
 // missing), for the ops the zoo runs. Each allocates what the emulated device's kernel
 // allocates, at its final size (a Meta storage grown by resize_ bypasses the allocator), in
 // the kernel's order; what a CUDA kernel allocates inside that is not modelled is named where
-// it happens. Registered at run time, only in an emulated worker.
+// it happens. Registered at run time, only in an emulated worker. (Attention's, where's and
+// dropout's are in sdpa_meta_kernels.cc.)
 #include <ATen/native/ConvUtils.h>
 #include <ATen/AccumulateType.h>
 #include <ATen/ExpandUtils.h>
+#include <ATen/OpMathType.h>
 #include <torch/library.h>
 
 #include <cmath>
@@ -88,12 +90,6 @@ at::Tensor& relu_(at::Tensor& self) { return self; }
 at::Tensor abs(const at::Tensor& self) { return at::empty(self.sizes(), self.options()); }
 at::Tensor& abs_out(const at::Tensor&, at::Tensor& out) { return out; }
 
-// where.self: the broadcast shape, in the promoted type (TensorCompare.cpp where).
-at::Tensor where_self(const at::Tensor& cond, const at::Tensor& self, const at::Tensor& other) {
-  const auto shape = at::infer_size(at::infer_size(cond.sizes(), self.sizes()), other.sizes());
-  return at::empty(shape, self.options().dtype(at::result_type(self, other)));
-}
-
 // arange: ATen's composite makes empty({0}) and resizes it in arange_out (RangeFactories.cpp),
 // which on Meta grows the storage without the allocator (and Meta's arange_out leaves it
 // empty); on a device that resize is the one allocation. Here the tensor is made at its size:
@@ -120,23 +116,6 @@ at::Tensor arange(const at::Scalar& end, std::optional<at::ScalarType> dtype,
   return arange_start_step(0, end, 1, dtype, layout, device, pin);
 }
 
-// where.self_out: _safe_softmax (SDPA's math path) writes into its softmax in place.
-at::Tensor& where_self_out(const at::Tensor&, const at::Tensor&, const at::Tensor&, at::Tensor& out) {
-  return out;
-}
-
-// native_dropout (Dropout.cu fused_dropout / dropout_cuda): the output, then a bool mask of
-// the same shape; its backward (masked_scale_cuda) a tensor like the gradient.
-std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, double,
-                                                  std::optional<bool>) {
-  auto out = at::empty_like(input);
-  auto mask = at::empty_like(input, input.options().dtype(at::kBool));
-  return {out, mask};
-}
-at::Tensor native_dropout_backward(const at::Tensor& grad, const at::Tensor&, double) {
-  return at::empty_like(grad);
-}
-
 // convolution (Convolution.cpp): the output of the conv's shape. On CUDA, cuDNN's workspace
 // (chosen by its heuristics, through the caching allocator) is not modelled.
 at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight,
@@ -158,6 +137,28 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
   if (mask[1]) gw = at::empty_like(weight);
   if (mask[2]) gb = at::empty({grad_output.size(1)}, grad_output.options());
   return {gi, gw, gb};
+}
+
+// The CPU's flash attention (transformers/attention.cpp _scaled_dot_product_flash_attention_cpu
+// and its backward): the output and logsumexp allocated (B, L, H, D) and (B, L, H) and returned
+// transposed; the backward's three gradients zero-filled in the same layout. The kernels'
+// per-thread scratch buffers (cpu/FlashAttentionKernel.cpp) are not modelled.
+std::tuple<at::Tensor, at::Tensor> flash_attention_for_cpu(
+    const at::Tensor& q, const at::Tensor&, const at::Tensor&, double, bool,
+    const std::optional<at::Tensor>&, std::optional<double>) {
+  auto out = at::empty({q.size(0), q.size(2), q.size(1), q.size(3)}, q.options());
+  auto lse = at::empty({q.size(0), q.size(2), q.size(1)},
+                       q.options().dtype(at::toOpMathType(q.scalar_type())));
+  return {out.transpose(1, 2), lse.transpose(1, 2)};
+}
+std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_for_cpu_backward(
+    const at::Tensor&, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+    const at::Tensor&, const at::Tensor&, double, bool, const std::optional<at::Tensor>&,
+    std::optional<double>) {
+  auto gq = at::zeros({q.size(0), q.size(2), q.size(1), q.size(3)}, q.options());
+  auto gk = at::zeros({k.size(0), k.size(2), k.size(1), k.size(3)}, k.options());
+  auto gv = at::zeros({v.size(0), v.size(2), v.size(1), v.size(3)}, v.options());
+  return {gq.transpose(1, 2), gk.transpose(1, 2), gv.transpose(1, 2)};
 }
 
 // _int_mm (the CPU's AVX512 path and cuBLASLt's int8 GEMM): an (n, m) int32 result. On a CUDA
@@ -195,13 +196,12 @@ void register_meta_kernels() {
   lib->impl("arange", TORCH_FN(arange));
   lib->impl("arange.start", TORCH_FN(arange_start));
   lib->impl("arange.start_step", TORCH_FN(arange_start_step));
-  lib->impl("where.self", TORCH_FN(where_self));
-  lib->impl("where.self_out", TORCH_FN(where_self_out));
-  lib->impl("native_dropout", TORCH_FN(native_dropout));
-  lib->impl("native_dropout_backward", TORCH_FN(native_dropout_backward));
   lib->impl("convolution", TORCH_FN(convolution));
   lib->impl("convolution_backward", TORCH_FN(convolution_backward));
   lib->impl("_int_mm", TORCH_FN(int_mm));
+  lib->impl("_scaled_dot_product_flash_attention_for_cpu", TORCH_FN(flash_attention_for_cpu));
+  lib->impl("_scaled_dot_product_flash_attention_for_cpu_backward",
+            TORCH_FN(flash_attention_for_cpu_backward));
   for (const char* op : {"_fused_adamw_", "_fused_adamw_.tensor_lr", "_fused_adam_",
                          "_fused_adam_.tensor_lr", "_amp_foreach_non_finite_check_and_unscale_"})
     lib->impl(op, torch::CppFunction::makeFromBoxedFunction<&in_place_void>());
