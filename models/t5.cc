@@ -159,11 +159,14 @@ std::pair<torch::Tensor, torch::Tensor> T5AttentionImpl::forward(
     } else {
       mask = position_bias;
     }
-    // The mask keeps the bias's layout (compute_bias's permute; torch.where follows it): its last
-    // dimension is not contiguous, which on CUDA keeps SDPA off every fused kernel
-    // (sdp_utils_cpp.h check_last_dim_stride_equals_1_dense) and on the math path, as the
-    // CPU's check does not apply there. Measured in transformers 5.17 on the CPU: the masks
-    // reach scaled_dot_product_attention with strides (4, 1, 32, 4) for 4 heads x 8 x 8.
+    // transformers 5.17 (the version of the H100 reference, tests/fixtures/h100-public.jsonl)
+    // passes the mask in the bias's layout (compute_bias's permute; torch.where follows it):
+    // strides (4, 1, 32, 4) for 4 heads x 8 x 8, printed there. Its last dimension is not
+    // contiguous, which on CUDA keeps SDPA off every fused kernel (sdp_utils_cpp.h
+    // check_last_dim_stride_equals_1_dense) and on the math path; the CPU does not check it.
+    // transformers 5.23 makes the mask contiguous (create_position_bias_mask ends in
+    // .contiguous()), and CUDA then runs the memory-efficient kernel: docs/fidelity.md says by
+    // how much that lowers T5's peak.
     auto out = sdpa(query_states, key_states, value_states, mask,
                                                 is_training() ? c_.dropout_rate : 0.0,
                                                 /*is_causal=*/false, /*scale=*/1.0);

@@ -1,0 +1,41 @@
+// Times one point on the emulated device as `sweep run` pays for it: a whole worker process
+// (`sweep worker --point ...`, LibTorch's start included) that builds the model on Meta, runs
+// its steps and replays the caching allocator. The issue's bar: gpt2-large batch 4 x 1024
+// bf16-amp with checkpointing in under 5 s on the project's 2-core machine.
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+namespace {
+
+void run_point(benchmark::State& state, const std::string& point) {
+  const std::string cmd = std::string(SWEEP_BINARY) + " worker --point '" + point +
+                          "' --result-fd 1 >/dev/null 2>&1";
+  for (auto _ : state) {
+    if (std::system(cmd.c_str()) != 0) state.SkipWithError("the worker failed");
+  }
+}
+
+// An H100 80GB HBM3 (tests/emulated_h100_test.cc) and an RTX 3060 (sm_86, 28 SMs, 11.75 GiB).
+const char* kH100 = R"("card":{"name":"H100","memory_bytes":85017493504,"cc_major":9,"cc_minor":0,"sms":132})";
+const char* kRtx3060 = R"("card":{"name":"RTX 3060","memory_bytes":12616466432,"cc_major":8,"cc_minor":6,"sms":28})";
+
+void BM_EmulatedGpt2LargeB4x1024Bf16AmpCkpt(benchmark::State& state) {
+  run_point(state, std::string(R"({"model":"gpt2-large","family":"gpt2","batch":4,"seq":1024,)") +
+                       R"("precision":"bf16-amp","checkpointing":"block","device":"emulated",)" +
+                       R"("steps":3,"warmup_steps":2,"repetitions":2,)" + kH100 + "}");
+}
+BENCHMARK(BM_EmulatedGpt2LargeB4x1024Bf16AmpCkpt)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
+
+void BM_EmulatedWhisperLargeV3B8Bf16Amp(benchmark::State& state) {
+  run_point(state, std::string(R"({"model":"whisper-large-v3","family":"whisper","batch":8,)") +
+                       R"("audio_s":30,"precision":"bf16-amp","device":"emulated",)" +
+                       R"("steps":3,"warmup_steps":2,"repetitions":2,)" + kRtx3060 + "}");
+}
+BENCHMARK(BM_EmulatedWhisperLargeV3B8Bf16Amp)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
+
+}  // namespace
+
+BENCHMARK_MAIN();
