@@ -61,11 +61,14 @@ class TrackingCpuAllocator final : public c10::Allocator {
   }
   // Host memory: no budget (the device's), no device peak, not in the allocation trace.
   c10::DataPtr allocate_host(size_t n) {
-    const int64_t now = host_current_.fetch_add(static_cast<int64_t>(n)) + static_cast<int64_t>(n);
+    count_host(static_cast<int64_t>(n));
+    return block(n, true);
+  }
+  void count_host(int64_t n) {
+    const int64_t now = host_current_.fetch_add(n) + n;
     int64_t peak = host_peak_.load();
     while (now > peak && !host_peak_.compare_exchange_weak(peak, now)) {
     }
-    return block(n, true);
   }
   static c10::DataPtr block(size_t n, bool host) {
     auto* base = static_cast<char*>(c10::alloc_cpu(n + kHeader));
@@ -154,6 +157,8 @@ HostScope::HostScope() : outer_(!t_host_scope) { t_host_scope = true; }
 HostScope::~HostScope() {
   if (outer_) t_host_scope = false;
 }
+
+void count_host_bytes(int64_t delta) { TrackingCpuAllocator::instance().count_host(delta); }
 
 int64_t host_allocated() { return TrackingCpuAllocator::instance().host_current_.load(); }
 int64_t host_peak() { return TrackingCpuAllocator::instance().host_peak_.load(); }

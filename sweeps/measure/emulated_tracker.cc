@@ -36,9 +36,16 @@ class EmulatedAllocator final : public c10::Allocator {
   }
 
   c10::DataPtr allocate(size_t n) override {
-    // Zero bytes: no block (CUDACachingAllocator allocates nothing for size 0). Host scope:
-    // the model's build before it moves to the device (CPU memory on a real GPU).
-    if (n == 0 || in_host_scope()) return {nullptr, nullptr, &release, c10::Device(c10::kMeta)};
+    // Zero bytes: no block (CUDACachingAllocator allocates nothing for size 0).
+    if (n == 0) return {nullptr, nullptr, &release, c10::Device(c10::kMeta)};
+    // Host scope: host memory on a real GPU (the model's build before it moves, an offloaded
+    // optimizer's state), counted as the host's, never the device's. The context carries the
+    // size, tagged in its lowest bit; a device allocation's carries its handle shifted.
+    if (in_host_scope()) {
+      count_host_bytes(static_cast<int64_t>(n));
+      return {nullptr, reinterpret_cast<void*>(static_cast<uintptr_t>(n) << 1 | 1), &release,
+              c10::Device(c10::kMeta)};
+    }
     std::lock_guard lock(mu_);
     TORCH_CHECK(mem_, "the emulated device is not set up (make_emulated_tracker)");
     const auto handle = mem_->malloc(n);
@@ -51,14 +58,19 @@ class EmulatedAllocator final : public c10::Allocator {
       peak_seen_ = mem_->allocated();
       if (ledger_) at_peak_ = {ledger_->weights.load(), ledger_->grads.load(), ledger_->optimizer.load()};
     }
-    return {nullptr, reinterpret_cast<void*>(static_cast<uintptr_t>(*handle)), &release,
+    return {nullptr, reinterpret_cast<void*>(static_cast<uintptr_t>(*handle) << 1), &release,
             c10::Device(c10::kMeta)};
   }
   static void release(void* ctx) {
     if (!ctx) return;
+    const auto tagged = reinterpret_cast<uintptr_t>(ctx);
+    if (tagged & 1) {
+      count_host_bytes(-static_cast<int64_t>(tagged >> 1));
+      return;
+    }
     auto& a = instance();
     std::lock_guard lock(a.mu_);
-    const auto handle = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(ctx));
+    const auto handle = static_cast<uint64_t>(tagged >> 1);
     if (FILE* t = trace()) std::fprintf(t, "-%lld\n", static_cast<long long>(a.mem_->size_of(handle)));
     a.mem_->free(handle);
   }

@@ -89,6 +89,9 @@ class HostScope {
 };
 // Whether this thread is in a HostScope (the emulated device's allocator asks too).
 bool in_host_scope();
+// Counts host memory that another allocator made in a HostScope (the emulated device's host
+// tensors); negative when it is freed.
+void count_host_bytes(int64_t delta);
 // Host bytes allocated in HostScopes and still alive, and the most since reset_host_peak().
 int64_t host_allocated();
 int64_t host_peak();

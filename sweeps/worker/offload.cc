@@ -18,8 +18,11 @@
 #include <ATen/core/CachingHostAllocator.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <c10/util/llvmMathExtras.h>
+
 #include <chrono>
 
+#include "models/emulation.h"
 #include "sweeps/measure/trackers.h"
 
 namespace sweep {
@@ -45,31 +48,44 @@ double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_c
 OffloadOptimizer::OffloadOptimizer(std::vector<torch::Tensor> params, double lr,
                                    double weight_decay)
     : Optimizer(std::move(params)) {
-  cuda_ = !params_.empty() && params_[0].is_cuda();
+  cuda_ = !params_.empty() && models::acts_cuda(params_[0]);
+  // An emulated card: the host side is Meta tensors in a host scope (counted as host memory
+  // by the emulated device's allocator), pinned memory's rounding computed below.
+  emulated_ = cuda_ && params_[0].is_meta();
   // On CUDA the tracking allocator is not c10's CPU allocator yet: install it so that the host
   // scope counts the moments, counters and temporaries (pinned memory is counted apart).
   if (cuda_) install_cpu_tracking();
   reset_host_peak();
   host_base_ = host_allocated();
-  const int64_t pinned_before = cuda_ ? pinned_held() : 0;
+  const int64_t pinned_before = cuda_ && !emulated_ ? pinned_held() : 0;
   {
     torch::NoGradGuard no_grad;
     HostScope host;
-    const auto host_fp32 = torch::TensorOptions().dtype(torch::kFloat).pinned_memory(cuda_);
+    const auto host_fp32 = emulated_ ? torch::TensorOptions().dtype(torch::kFloat).device(torch::kMeta)
+                                     : torch::TensorOptions().dtype(torch::kFloat).pinned_memory(cuda_);
     for (const auto& p : params_) {
       master_.push_back(at::empty(p.sizes(), host_fp32));
       master_.back().copy_(p);  // the fp32 master copy, once, as the model is built
       grad_buf_.push_back(at::empty(p.sizes(), host_fp32));
     }
   }
-  if (cuda_) pinned_bytes_ = pinned_held() - pinned_before;
+  if (cuda_ && !emulated_) pinned_bytes_ = pinned_held() - pinned_before;
+  if (emulated_) {
+    // The pinned buffers were counted at their size; the caching host allocator holds each at
+    // the next power of two (CachingHostAllocator.h allocate: PowerOf2Ceil).
+    for (const auto* bufs : {&master_, &grad_buf_})
+      for (const auto& t : *bufs) {
+        const auto n = static_cast<int64_t>(t.nbytes());
+        pinned_bytes_ += n > 0 ? static_cast<int64_t>(c10::llvm::PowerOf2Ceil(n)) - n : 0;
+      }
+  }
   // The host step is torch.optim.AdamW's CPU default (the for-loop); its state is made on the
   // first step, inside the host scope, so it is host memory.
   host_adamw_ = make_optimizer({OptimizerKind::kAdamW, lr, weight_decay, Impl::kForLoop}, master_);
 }
 
 void OffloadOptimizer::wait_for_device() const {
-  if (cuda_) c10::cuda::getCurrentCUDAStream().synchronize();
+  if (cuda_ && !emulated_) c10::cuda::getCurrentCUDAStream().synchronize();
 }
 
 void OffloadOptimizer::step(const torch::Tensor&, const torch::Tensor&) {

@@ -36,6 +36,7 @@ class OffloadOptimizer final : public Optimizer {
   std::vector<torch::Tensor> master_, grad_buf_;  // host, fp32, one per parameter
   std::unique_ptr<Optimizer> host_adamw_;         // torch.optim.AdamW's for-loop, on master_
   bool cuda_ = false;
+  bool emulated_ = false;  // Meta tensors standing for a CUDA card's: nothing to wait for
   int64_t pinned_bytes_ = 0, host_base_ = 0;
   double transfer_ms_ = 0;
   int64_t transfer_steps_ = 0;
