@@ -394,7 +394,7 @@ Measurement run_burst(const Point& p, MemoryTracker& mem, StepTimer& timer,
     }
     if (w.offload) {
       m.host_peak_bytes = w.offload->host_peak_bytes();
-      if (w.offload->transfer_steps() > 0)
+      if (w.offload->transfer_steps() > 0 && !w.emulated)  // nothing moves on an emulated card
         m.offload_transfer_ms = w.offload->transfer_ms() / static_cast<double>(w.offload->transfer_steps());
     }
     meter.close();
