@@ -51,6 +51,9 @@ class EmulatedAllocator final : public c10::Allocator {
     const auto handle = mem_->malloc(n);
     if (!handle) {
       gap_at_oom_ = mem_->reserved() - mem_->allocated();
+      // As the CUDA tracker's out-of-memory observer: the segments that filled the card, taken
+      // before the exception unwinds the step.
+      if (!oom_snapshot_.empty()) mem_->write_snapshot(oom_snapshot_);
       TORCH_CHECK_WITH(OutOfMemoryError, false, mem_->last_oom_message());
     }
     if (FILE* t = trace()) std::fprintf(t, "%zu\n", n);
@@ -92,6 +95,7 @@ class EmulatedAllocator final : public c10::Allocator {
   std::atomic<int64_t> gap_at_oom_{0};
   const Ledger* ledger_ = nullptr;
   Breakdown at_peak_;
+  std::string oom_snapshot_;  // PREFIX.oom.pickle while history is recorded
 };
 
 class EmulatedTracker final : public MemoryTracker {
@@ -137,15 +141,18 @@ class EmulatedTracker final : public MemoryTracker {
     locked([](auto& m) { m.empty_cache(); return 0; });
   }
   bool record_history(const std::string& prefix) override {
-    prefix_ = prefix;
-    return locked([](auto& m) { return m.record_history(); });
+    auto& a = EmulatedAllocator::instance();
+    std::lock_guard lock(a.mu_);
+    if (!a.mem_->record_history()) return false;
+    a.oom_snapshot_ = prefix + ".oom.pickle";
+    return true;
   }
   void write_snapshot(const std::string& path) override {
     locked([&](auto& m) { m.write_snapshot(path); return 0; });
   }
 
   int64_t context_ = 0;
-  std::string settings_, prefix_;
+  std::string settings_;
 
 };
 
