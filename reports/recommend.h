@@ -25,9 +25,8 @@ namespace sweep::reports {
 
 // The most memory a card given with --memory-gib or --context-gib may have (1 PiB).
 inline constexpr double kMaxMemoryGib = 1024.0 * 1024.0;
-// Context allowance when none was measured or given: what the CUDA context, cuBLAS
-// workspaces and kernels take outside the caching allocator (nothing on the CPU).
-inline constexpr int64_t kDefaultCudaContextBytes = int64_t{512} << 20;
+// Context allowance when none was measured or given (reports/results/cards.h).
+using ::sweep::kDefaultCudaContextBytes;
 
 struct RecommendOptions {
   std::string gpu;                         // --gpu NAME, looked up in gpus(); "" = none

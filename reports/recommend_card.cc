@@ -30,10 +30,10 @@ Target resolve_target(const std::vector<Measured>& rows, const RecommendOptions&
   if (!o.gpu.empty()) {
     const GpuSpec* g = find_gpu(o.gpu);
     if (!g) {
-      std::string known;
-      for (const auto& s : gpus()) known += (known.empty() ? "" : ", ") + std::string(s.key);
+      const std::string near = nearest_card_key(o.gpu);
       throw UserError("--gpu", 0, "", "unknown GPU '" + o.gpu + "'",
-                           "known GPUs: " + known + "; for another card give --memory-gib N");
+                      (near.empty() ? "" : "did you mean " + near + "? ") +
+                          "known GPUs: " + card_keys() + "; for another card give --memory-gib N");
     }
     t.name = g->name;
     t.gpu = g;

@@ -8,6 +8,7 @@
 
 #include "models/zoo.h"
 #include "reports/compare.h"
+#include "reports/gpus.h"
 #include "reports/recommend.h"
 #include "reports/report.h"
 #include "reports/results/rows.h"
@@ -159,7 +160,8 @@ void register_commands(CLI::App& app, int& exit_code) {
       "fit", "What fits on a card and what is fastest: a max-batch search per technique, then the "
              "recommendation, measured");
   fit->add_option("model", fo->model, "Model (sweep models lists them)")->required();
-  fit->add_option("--gpu", fo->gpu, "The card, by name (e.g. rtx3060, a100-80gb)");
+  fit->add_option("--gpu", fo->gpu,
+                  "The card, by name (e.g. rtx3060, a100-80gb; `sweep gpus` lists them)");
   fit->add_option("--memory-gib", fo->memory_gib, "The card's memory in GiB, as CUDA reports it");
   fit->add_option("--seq", fo->seq, "Tokens per sample (GPT-2, T5 encoder)")->check(CLI::PositiveNumber);
   fit->add_option("--target-seq", fo->target_seq, "T5 decoder tokens")->check(CLI::PositiveNumber);
@@ -198,6 +200,7 @@ void register_commands(CLI::App& app, int& exit_code) {
   reports::register_report_command(app, exit_code);
   reports::register_recommend_command(app, exit_code);
   reports::register_compare_command(app, exit_code);
+  reports::register_gpus_command(app, exit_code);
 
   auto* models = app.add_subcommand("models", "List the model zoo");
   models->callback([] { print_models(); });
