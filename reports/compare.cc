@@ -35,13 +35,19 @@ constexpr std::string_view kRefreshHint =
 // are the same point for a comparison, whatever those settings were.
 constexpr std::array kMeasurementSettings =
     std::to_array<std::string_view>({"steps", "warmup_steps", "repetitions", "suite_version"});
+// The card an emulated row predicts belongs to the device, as `device` does: a prediction
+// joins the measurement of the same configuration (which compare then refuses to gate
+// unless --allow-predicted).
+constexpr std::string_view kDeviceAxis = "card";
 
 std::string configuration(const Row& row) {
   const bool lora = row.value<Adapter>() == Adapter::kLora;
   std::string key;
   for (const auto& a : schema::kAxes) {
     if (a.id == schema::Named::kNever || (a.id == schema::Named::kWithLora && !lora) ||
-        std::find(kMeasurementSettings.begin(), kMeasurementSettings.end(), a.column) != kMeasurementSettings.end())
+        a.column == kDeviceAxis ||
+        std::find(kMeasurementSettings.begin(), kMeasurementSettings.end(), a.column) !=
+            kMeasurementSettings.end())
       continue;
     // Numbers by value: "8" and "8.0" are one LoRA alpha.
     const std::size_t col = schema::find_column(a.column);
