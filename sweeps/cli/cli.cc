@@ -107,7 +107,9 @@ void register_commands(CLI::App& app, int& exit_code) {
   run->add_option("overrides", opts->overrides,
                   "key=value: set any config key or grid axis, e.g. grid.batch=[1,2] models=[gpt2]");
   run->add_option("--out", opts->out, "Output directory (default: the config's `out`)");
-  run->add_option("--device", opts->device, "Where to train")
+  run->add_option("--device", opts->device,
+                  "Where to train (emulated: predict the config's gpu: card on this machine, not "
+                  "measured)")
       ->check(CLI::IsMember(device_choices()))
       ->each([opts](const std::string&) { opts->device_given = true; });
   run->add_flag("--dry-run", opts->dry_run,
