@@ -1,13 +1,17 @@
 // Device emulated on the runner and CLI side: the config's `gpu:` in its three forms, the
 // errors a user gets for an unknown card or a missing one, the budget (the card's memory less
 // its context), point identity (the card in an emulated point's id, measured points' ids
-// untouched), the dry run and `sweep gpus`.
+// untouched), the dry run and `sweep gpus`, `fit`'s choice of device and its ranking by memory.
+// The tests named *EndToEnd* need the emulated worker (sweeps/worker/emulate): until it lands
+// the worker measures an emulated point on the CPU, and they skip.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
 #include "reports/results/cards.h"
 #include "reports/results/rows.h"
+#include "sweeps/cli/fit_analysis.h"
+#include "sweeps/measure/env.h"
 #include "sweeps/runner/budget.h"
 #include "sweeps/runner/config.h"
 #include "sweeps/runner/grid.h"
@@ -232,6 +236,102 @@ TEST(EmulatedCli, GpusListsTheCardTable) {
   const auto j = testing::run_sweep_cli_split("gpus --json");
   ASSERT_EQ(j.exit_code, 0) << j.err;
   EXPECT_EQ(nlohmann::json::parse(j.out).at("gpus").size(), cards().size());
+}
+
+TEST(EmulatedCli, FitRefusesEmulationWithoutANamedCard) {
+  auto r = testing::run_sweep_cli("fit gpt2-test --memory-gib 1 --device emulated");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--memory-gib names none"), std::string::npos) << r.output;
+  r = testing::run_sweep_cli("fit gpt2-test --gpu rtx3600 --device emulated");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("did you mean rtx3060?"), std::string::npos) << r.output;
+}
+
+// The ranking fit uses on an emulated card: nothing is timed, so the fewest changes from
+// plain training that fit, at their largest micro-batch reaching the effective batch.
+TEST(EmulatedFit, ThePickIsRankedByMemory) {
+  const auto dir = testing::temp_dir("pick_by_memory");
+  const int64_t budget = 100 << 20;
+  {
+    ResultsStore store(dir.string());
+    auto probe = [&](const std::string& precision, const std::string& ckpt, int batch,
+                     const char* status, double peak) {
+      nlohmann::json row = {{"schema_version", schema::kSchemaVersion},
+                            {"model", "gpt2-test"},
+                            {"family", "gpt2"},
+                            {"mode", "train"},
+                            {"batch", batch},
+                            {"precision", precision},
+                            {"checkpointing", ckpt},
+                            {"accumulation", 1},
+                            {"optimizer", "adamw"},
+                            {"use_cache", 1},
+                            {"adapter", "none"},
+                            {"offload", "none"},
+                            {"weights", "full"},
+                            {"search", "max_batch"},
+                            {"status", status},
+                            {"budget_bytes", budget},
+                            {"device", "emulated"},
+                            {"device_name", "RTX 3060 (emulated)"}};
+      row["point_id"] = fnv1a_hex(precision + ckpt + std::to_string(batch));
+      if (std::string(status) == "ok") row["peak_reserved_bytes"] = peak;
+      store.append(row);
+    };
+    for (int b : {1, 2, 4}) probe("fp32", "none", b, "ok", b * 20e6);
+    probe("fp32", "none", 8, "oom", 0);
+    for (int b : {1, 2, 4, 8, 16}) probe("bf16-amp", "block", b, "ok", b * 5e6);
+    probe("bf16-amp", "block", 32, "oom", 0);
+  }
+  const auto results = reports::read_results(dir.string());
+  std::vector<FitTechnique> wanted = {
+      {Precision::kFp32, Checkpointing::kNone, OptimizerKind::kAdamW},
+      {Precision::kBf16Amp, Checkpointing::kBlock, OptimizerKind::kAdamW}};
+  const Analysis a = analyse(results, "gpt2-test", budget, wanted);
+  auto p = pick_by_memory(a, std::nullopt, {});
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->technique->precision, Precision::kFp32);  // fewer changes, though a smaller batch
+  EXPECT_EQ(p->batch, 4);
+  EXPECT_EQ(p->peak_reserved, 80e6);
+  p = pick_by_memory(a, 16, {});
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->batch, 4);
+  EXPECT_EQ(p->accumulation, 4);
+  // Refused at its accumulation (out of memory once gradients accumulate): the next.
+  p = pick_by_memory(a, 16, {pick_id(*p)});
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->technique->precision, Precision::kFp32);
+  EXPECT_EQ(p->batch, 2);
+  EXPECT_EQ(technique_count(wanted[1]), 2);
+}
+
+// Needs the emulated worker: without a GPU, `fit --gpu` predicts the card, says so before it
+// starts, and answers by memory alone.
+TEST(EmulatedFit, FitWithoutAGpuPredictsTheCardEndToEnd) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a GPU is visible: fit measures on it";
+  const auto out = testing::temp_dir("fit_emulated") / "out";
+  const auto r = testing::run_sweep_cli_split(
+      "fit gpt2-test --gpu rtx3060 --seq 32 --precision fp32 --checkpointing none --optimizer "
+      "adamw --offload none "
+      "--max-batch 2 --out " +
+      out.string());
+  // Before anything runs (the first line of stderr).
+  EXPECT_EQ(r.err.rfind("fit gpt2-test on RTX 3060: " + predicted_by("RTX 3060"), 0), 0u) << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto rows = reports::read_results(out.string()).rows;
+  ASSERT_FALSE(rows.empty());
+  EXPECT_EQ(rows.front().at(column("device")), "emulated");
+  EXPECT_EQ(rows.front().at(column("card")), card_cell(facts_of(*find_card("rtx3060"))));
+  if (!rows.front().at(column("device_name")).ends_with("(emulated)"))
+    GTEST_SKIP() << "needs the emulated worker (sweeps/worker/emulate): this one measured on "
+                 << rows.front().at(column("device_name"));
+  for (const auto& row : rows) EXPECT_EQ(row.at(column("tokens_per_s")), "") << row.where();
+  EXPECT_NE(r.out.find("Predicted by emulation of RTX 3060, not measured"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("| not measured |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Recommended (" + predicted_by("RTX 3060") + ")"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("ranked by memory"), std::string::npos) << r.out;
 }
 
 }  // namespace

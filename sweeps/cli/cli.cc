@@ -186,8 +186,10 @@ void register_commands(CLI::App& app, int& exit_code) {
   fit->add_option("--weights", fo->weights,
                   "Base weights to try: full (the default), int8 (bitsandbytes' 8-bit, with lora only)")
       ->delimiter(',');
-  fit->add_option("--device", fo->device, "Where to measure (cpu: the tracking allocator enforces "
-                                          "the card's memory)")
+  fit->add_option("--device", fo->device,
+                  "Where to measure (auto: a GPU, else --gpu's card predicted by emulation, else "
+                  "the CPU; cpu: the tracking allocator enforces the card's memory; emulated: "
+                  "predict --gpu's card)")
       ->check(CLI::IsMember(device_choices()));
   fit->add_option("--margin", fo->margin, "Fraction of the card kept free")->capture_default_str();
   fit->add_option("--context-gib", fo->context_gib, "CUDA context allowance (default: measured)");
