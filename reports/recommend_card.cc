@@ -82,7 +82,13 @@ Target resolve_target(const std::vector<Measured>& rows, const RecommendOptions&
     std::vector<double> ctx;
     for (const auto& m : rows)
       if (m.context) ctx.push_back(*m.context);
-    if (ctx.empty()) {
+    std::vector<double> predicted;  // what emulated rows' cards allowed
+    for (const auto& m : rows)
+      if (m.card_context) predicted.push_back(*m.card_context);
+    if (ctx.empty() && !predicted.empty()) {
+      t.context_bytes = std::llround(median(predicted));
+      t.context_source = "the predicted card's allowance, as its emulated rows used it";
+    } else if (ctx.empty()) {
       t.context_bytes = kDefaultCudaContextBytes;
       t.context_source = "default for CUDA; no row measured it";
     } else {
