@@ -14,6 +14,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "reports/results/cards.h"
 #include "reports/results/stats.h"
 
 namespace sweep::reports {
@@ -35,13 +36,19 @@ constexpr std::string_view kRefreshHint =
 // are the same point for a comparison, whatever those settings were.
 constexpr std::array kMeasurementSettings =
     std::to_array<std::string_view>({"steps", "warmup_steps", "repetitions", "suite_version"});
+// The card an emulated row predicts belongs to the device, as `device` does: a prediction
+// joins the measurement of the same configuration (which compare then refuses to gate
+// unless --allow-predicted).
+constexpr std::string_view kDeviceAxis = "card";
 
 std::string configuration(const Row& row) {
   const bool lora = row.value<Adapter>() == Adapter::kLora;
   std::string key;
   for (const auto& a : schema::kAxes) {
     if (a.id == schema::Named::kNever || (a.id == schema::Named::kWithLora && !lora) ||
-        std::find(kMeasurementSettings.begin(), kMeasurementSettings.end(), a.column) != kMeasurementSettings.end())
+        a.column == kDeviceAxis ||
+        std::find(kMeasurementSettings.begin(), kMeasurementSettings.end(), a.column) !=
+            kMeasurementSettings.end())
       continue;
     // Numbers by value: "8" and "8.0" are one LoRA alpha.
     const std::size_t col = schema::find_column(a.column);
@@ -62,6 +69,15 @@ std::string settings_difference(const Row& b, const Row& n) {
       out += (out.empty() ? "" : ", ") + std::string(name) + " " + b.at(col) + " vs " + n.at(col);
   }
   return out;
+}
+
+bool predicted(const Row& row) { return row.value<Device>() == Device::kEmulated; }
+
+// "predicted by emulation of RTX 3060, not measured" or "measured on NVIDIA H100 80GB HBM3".
+std::string provenance(const Row& row) {
+  const std::string& device = row.at(column("device_name"));
+  if (predicted(row)) return predicted_by(emulated_card_name(device).value_or(device));
+  return "measured" + (device.empty() ? std::string() : " on " + device);
 }
 
 bool failing(Status status) {
@@ -300,7 +316,7 @@ CompareResult compare_results(const Results& base, const Results& next,
   for (const Row* row : next_rows) by_config[configuration(*row)] = row;
   std::unordered_map<std::string, const Row*> base_by_config;
   for (const Row* row : base_rows) base_by_config[configuration(*row)] = row;
-  std::size_t matched = 0, other_settings = 0, too_few_samples = 0;
+  std::size_t matched = 0, other_settings = 0, too_few_samples = 0, mixed = 0, both_predicted = 0;
   std::string settings_example;
   for (const Row* b : base_rows) {
     const std::string key = configuration(*b);
@@ -312,6 +328,19 @@ CompareResult compare_results(const Results& base, const Results& next,
     }
     const Row& n = *it->second;
     ++matched;
+    // A prediction is not a measurement: gating one against the other is asked for, or refused.
+    if (predicted(*b) != predicted(n)) {
+      if (!options.allow_predicted)
+        throw UserError(
+            next.path, static_cast<int>(n.line), "device",
+            n.where() + " is " + provenance(n) + ", and the baseline's " + b->where() + " is " +
+                provenance(*b) + ": compare does not gate a measurement against a prediction",
+            "compare predictions with predictions and measurements with measurements; to see how "
+            "far a prediction is from a measurement, pass --allow-predicted (memory is then "
+            "compared and gated as usual; a prediction has no step time)");
+      ++mixed;
+    }
+    both_predicted += predicted(*b) && predicted(n);
     if (const auto d = settings_difference(*b, n); !d.empty()) {
       ++other_settings;
       if (settings_example.empty()) settings_example = d;
@@ -338,6 +367,16 @@ CompareResult compare_results(const Results& base, const Results& next,
                         " point(s): a verdict needs " + std::to_string(kMinSamples) +
                         " samples per side (set repetitions to " + std::to_string(kMinSamples) +
                         " in the config); memory was compared.");
+  if (mixed)
+    out.notes.push_back(
+        std::to_string(mixed) +
+        " point(s) compare a prediction with a measurement (--allow-predicted): "
+        "a memory difference there is the prediction's error as much as a change; a prediction "
+        "has no step time to compare.");
+  if (both_predicted)
+    out.notes.push_back(std::to_string(both_predicted) +
+                        " point(s) are predicted by emulation on both sides, not "
+                        "measured: the comparison is between predictions.");
   const auto bv = distinct(base, column("suite_version"));
   const auto nv = distinct(next, column("suite_version"));
   if (!bv.empty() && !nv.empty() && bv != nv)
@@ -354,7 +393,7 @@ namespace {
 
 struct Args {
   std::string base, next, memory = "1%", throughput = "5%", format = "md", export_dir;
-  bool gate_reserved = false;
+  bool gate_reserved = false, allow_predicted = false;
 };
 
 // "5%" or "5" -> 0.05.
@@ -368,7 +407,7 @@ std::optional<double> parse_percent(std::string s) {
 }
 
 int run_compare(const Args& a) {
-  CompareOptions o{.gate_reserved = a.gate_reserved};
+  CompareOptions o{.gate_reserved = a.gate_reserved, .allow_predicted = a.allow_predicted};
   for (auto [flag, text, out] :
        {std::tuple{"--memory-threshold", &a.memory, &o.memory_threshold},
         {"--throughput-threshold", &a.throughput, &o.throughput_threshold}}) {
@@ -404,6 +443,10 @@ void register_compare_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_flag("--gate-reserved", a->gate_reserved,
                 "Fail on peak reserved memory growth too (default: warn)");
+  cmd->add_flag(
+      "--allow-predicted", a->allow_predicted,
+      "Compare rows predicted by emulation (device emulated) with measured ones (default: refused, "
+      "exit 2)");
   auto* format = cmd->add_option("--format", a->format, "Output on stdout")
                      ->check(CLI::IsMember({"md", "json", "csv"}))
                      ->capture_default_str();

@@ -33,6 +33,9 @@ struct CompareOptions {
   double memory_threshold = 0.01;      // fraction: 0.01 = 1%
   double throughput_threshold = 0.05;  // fraction of the median step time
   bool gate_reserved = false;          // peak_reserved_bytes growth fails too
+  // A row predicted by emulation (device emulated) joined with a measured one: refused
+  // (UserError, exit 2) unless allowed; allowed, its memory is compared and gated as usual.
+  bool allow_predicted = false;
 };
 
 enum class Verdict {
@@ -97,7 +100,8 @@ struct CompareResult {
 
 // Compares `next` against `base`, the last row of each point on either side
 // (latest_per_point). Throws UserError for files that cannot be compared (schema versions
-// differ, a required column is missing).
+// differ, a required column is missing, a measured row meets a predicted one without
+// options.allow_predicted).
 CompareResult compare_results(const Results& base, const Results& next,
                               const CompareOptions& options = {});
 
@@ -125,8 +129,9 @@ nlohmann::json bencher_json(const Results& results);
 bool write_compare_exports(const CompareResult& r, const Results& next, const std::string& dir);
 
 // `sweep compare BASELINE NEW [--memory-threshold 1%] [--throughput-threshold 5%]
-//  [--gate-reserved] [--format md|json|csv] [--export DIR]`. exit_code: 0 nothing
-// regressed, 1 something did, 2 bad input (`file:line: message` and a `hint:` on stderr).
+//  [--gate-reserved] [--allow-predicted] [--format md|json|csv] [--export DIR]`. exit_code:
+// 0 nothing regressed, 1 something did, 2 bad input (`file:line: message` and a `hint:` on
+// stderr, a measured row against a predicted one without --allow-predicted among them).
 void register_compare_command(CLI::App& app, int& exit_code);
 
 }  // namespace sweep::reports

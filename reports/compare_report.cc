@@ -259,6 +259,7 @@ json compare_json(const CompareResult& r) {
        {{"memory_threshold", r.options.memory_threshold},
         {"throughput_threshold", r.options.throughput_threshold},
         {"gate_reserved", r.options.gate_reserved},
+        {"allow_predicted", r.options.allow_predicted},
         {"allocator_slack_bytes", kAllocatorSlackBytes},
         {"min_samples", kMinSamples},
         {"alpha", kAlpha}}},

@@ -58,10 +58,19 @@ Measured measure(const Row& r) {
   auto peak = r.number(column("peak_reserved_bytes"));
   c.peak_reserved_bytes = peak ? std::llround(*peak) : 0;
   m.ok = c.status == Status::kOk && peak.has_value();
-  m.cuda = r.value<Device>() == Device::kCuda;
+  // An emulated row predicts a CUDA card: it counts as one, but measured nothing.
+  c.predicted = r.value<Device>() == Device::kEmulated;
+  m.cuda = r.value<Device>() == Device::kCuda || c.predicted;
   m.device_memory = r.number(column("device_memory_bytes"));
   auto used = r.number(column("device_used_bytes"));
-  if (m.cuda && m.ok && used) m.context = std::max(0.0, *used - *peak);
+  if (c.predicted) {
+    const auto card = parse_card_cell(r.at(column("card")));
+    m.card = card ? card->name : emulated_card_name(c.measured_on).value_or(c.measured_on);
+    if (card) m.card_context = static_cast<double>(card->context_bytes);
+    if (!m.device_memory && card) m.device_memory = static_cast<double>(card->memory_bytes);
+  } else if (m.cuda && m.ok && used) {
+    m.context = std::max(0.0, *used - *peak);
+  }
   m.emulated = r.number(column("budget_emulated")).value_or(0) == 1;
   m.budget = as_int(r, column("budget_bytes"), 0);
   m.limit = m.budget > 0 ? std::optional<double>(static_cast<double>(m.budget)) : m.device_memory;
@@ -96,6 +105,34 @@ std::optional<Choice> best_of(const std::vector<Choice>& v) {
   return *std::min_element(v.begin(), v.end(), ranks_before);
 }
 
+// Predicted rows carry no throughput: ranked by memory. Rows on the target first, then the
+// fewest changes from the plain configuration (each costs throughput on a real card), the
+// largest micro-batch (the fewest accumulation steps), the lower peak, a stable order.
+bool ranks_by_memory(const Choice& a, const Choice& b) {
+  if (a.on_target != b.on_target) return a.on_target;
+  if (a.techniques() != b.techniques()) return a.techniques() < b.techniques();
+  if (a.batch != b.batch) return a.batch > b.batch;
+  if (a.inferred != b.inferred) return !a.inferred;
+  if (a.peak_reserved_bytes != b.peak_reserved_bytes)
+    return a.peak_reserved_bytes < b.peak_reserved_bytes;
+  if (a.label() != b.label()) return a.label() < b.label();
+  return a.where < b.where;
+}
+
+// The best timed candidate; where none is timed, the best predicted one by memory.
+std::optional<Choice> best_timed_else_predicted(const std::vector<Choice>& v) {
+  std::vector<Choice> timed, predicted;
+  for (const auto& c : v) {
+    if (c.tokens_per_s > 0)
+      timed.push_back(c);
+    else if (c.predicted)
+      predicted.push_back(c);
+  }
+  if (!timed.empty()) return best_of(timed);
+  if (predicted.empty()) return std::nullopt;
+  return *std::min_element(predicted.begin(), predicted.end(), ranks_by_memory);
+}
+
 // The largest batch; among equal batches the one that ranks first.
 std::optional<Choice> largest_batch(const std::vector<Choice>& v) {
   if (v.empty()) return std::nullopt;
@@ -116,8 +153,7 @@ struct Budgeted {
     return out;
   }
   std::optional<Choice> fastest() const {
-    return best_of(
-        fitting([](const Measured& m) { return m.train() && m.choice.tokens_per_s > 0; }));
+    return best_timed_else_predicted(fitting([](const Measured& m) { return m.train(); }));
   }
 };
 
@@ -193,7 +229,7 @@ void effective_batch(const Budgeted& b, int64_t n, GroupRecommendation& g) {
     return same_configuration(x, y) && x.batch == y.batch;
   };
   for (const auto& m : b.rows) {
-    if (!b.fits(m) || !m.train() || m.choice.tokens_per_s <= 0) continue;
+    if (!b.fits(m) || !m.train() || (m.choice.tokens_per_s <= 0 && !m.choice.predicted)) continue;
     const Choice& c = m.choice;
     if (c.batch * c.accumulation == n) cand.push_back(c);
     if (c.accumulation != 1 || c.batch <= 0 || n % c.batch != 0 || n == c.batch) continue;
@@ -207,7 +243,7 @@ void effective_batch(const Budgeted& b, int64_t n, GroupRecommendation& g) {
     inferred.inferred = true;
     cand.push_back(inferred);
   }
-  g.effective = best_of(cand);
+  g.effective = best_timed_else_predicted(cand);
 }
 
 void eval_checks(const Budgeted& b, GroupRecommendation& g) {
@@ -329,6 +365,13 @@ std::vector<std::string> notes_for(const Recommendation& r, const std::vector<Me
                     "PyTorch allocates for that configuration (the CUDA context and the caching "
                     "allocator's rounding are not in it), their throughput is the CPU's and says "
                     "nothing about a GPU's. Run the sweep on a GPU for GPU answers.");
+  if (!r.predicted_cards.empty())
+    notes.push_back(
+        "Rows " + r.predicted_line() +
+        ": the memory CUDA's caching allocator would hold on that card, worked out without it; "
+        "no throughput is predicted, so configurations are ranked by memory (the fewest changes "
+        "from plain training that fit, then the largest batch), not by speed. Measure on the "
+        "card itself for its throughput.");
   if (std::none_of(rows.begin(), rows.end(), [](auto& m) { return m.ok && m.train(); }))
     notes.push_back(
         "No train row ran ok: nothing to recommend. Check the results' status and "
@@ -337,6 +380,12 @@ std::vector<std::string> notes_for(const Recommendation& r, const std::vector<Me
 }
 
 }  // namespace
+
+std::string Recommendation::predicted_line() const {
+  std::string cards;
+  for (const auto& c : predicted_cards) cards += (cards.empty() ? "" : ", ") + c;
+  return cards.empty() ? "" : predicted_by(cards);
+}
 
 int Choice::techniques() const {
   return (precision != Precision::kFp32) + (checkpointing != Checkpointing::kNone) +
@@ -410,6 +459,11 @@ Recommendation recommend(const std::vector<Results>& results, const RecommendOpt
     g.push_back(&m);
   }
   r.measured_on.assign(devices.begin(), devices.end());
+  for (const auto& m : rows)
+    if (m.choice.predicted && !m.card.empty() &&
+        std::find(r.predicted_cards.begin(), r.predicted_cards.end(), m.card) ==
+            r.predicted_cards.end())
+      r.predicted_cards.push_back(m.card);
 
   // Cross-GPU columns: the table's cards that could hold the smallest measured peak, one
   // column per memory size; their context is the target's (or CUDA's default).

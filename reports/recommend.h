@@ -25,9 +25,8 @@ namespace sweep::reports {
 
 // The most memory a card given with --memory-gib or --context-gib may have (1 PiB).
 inline constexpr double kMaxMemoryGib = 1024.0 * 1024.0;
-// Context allowance when none was measured or given: what the CUDA context, cuBLAS
-// workspaces and kernels take outside the caching allocator (nothing on the CPU).
-inline constexpr int64_t kDefaultCudaContextBytes = int64_t{512} << 20;
+// Context allowance when none was measured or given (reports/results/cards.h).
+using ::sweep::kDefaultCudaContextBytes;
 
 struct RecommendOptions {
   std::string gpu;                         // --gpu NAME, looked up in gpus(); "" = none
@@ -68,6 +67,9 @@ struct Choice {
   int64_t peak_reserved_bytes = 0;
   Status status = Status::kOk;  // of the row (ok unless an eval check found otherwise)
   std::string measured_on;  // device_name of the row
+  // Device emulated: predicted, not measured. Memory only: no throughput, so predicted
+  // configurations are ranked by memory (ranks_by_memory in recommend.cc).
+  bool predicted = false;
   std::string where;        // "results.csv:12"
   bool inferred = false;    // accumulation applied to the accumulation-1 row's measurement
   bool on_target = true;    // measured on the card recommended for
@@ -128,6 +130,8 @@ struct Recommendation {
   bool other_card = false;               // some rows used were measured on another card
   bool has_eval = false;
   std::vector<std::string> notes;  // warnings with advice
+  std::vector<std::string> predicted_cards;  // the cards emulated rows predict ("RTX 3060")
+  std::string predicted_line() const;  // predicted_by(those cards); "" when none
   std::vector<GroupRecommendation> groups;
   std::vector<GpuColumn> columns;
   int64_t column_context_bytes = 0;  // the target's allowance, or CUDA's default

@@ -30,10 +30,10 @@ Target resolve_target(const std::vector<Measured>& rows, const RecommendOptions&
   if (!o.gpu.empty()) {
     const GpuSpec* g = find_gpu(o.gpu);
     if (!g) {
-      std::string known;
-      for (const auto& s : gpus()) known += (known.empty() ? "" : ", ") + std::string(s.key);
+      const std::string near = nearest_card_key(o.gpu);
       throw UserError("--gpu", 0, "", "unknown GPU '" + o.gpu + "'",
-                           "known GPUs: " + known + "; for another card give --memory-gib N");
+                      (near.empty() ? "" : "did you mean " + near + "? ") +
+                          "known GPUs: " + card_keys() + "; for another card give --memory-gib N");
     }
     t.name = g->name;
     t.gpu = g;
@@ -82,7 +82,13 @@ Target resolve_target(const std::vector<Measured>& rows, const RecommendOptions&
     std::vector<double> ctx;
     for (const auto& m : rows)
       if (m.context) ctx.push_back(*m.context);
-    if (ctx.empty()) {
+    std::vector<double> predicted;  // what emulated rows' cards allowed
+    for (const auto& m : rows)
+      if (m.card_context) predicted.push_back(*m.card_context);
+    if (ctx.empty() && !predicted.empty()) {
+      t.context_bytes = std::llround(median(predicted));
+      t.context_source = "the predicted card's allowance, as its emulated rows used it";
+    } else if (ctx.empty()) {
       t.context_bytes = kDefaultCudaContextBytes;
       t.context_source = "default for CUDA; no row measured it";
     } else {

@@ -33,7 +33,9 @@ void to_json(json& j, const Choice& c) {
        {"accumulation", c.accumulation},
        {"effective_batch", c.batch * c.accumulation},
        {"techniques", c.techniques()},
-       {"tokens_per_s", c.tokens_per_s},
+       {"tokens_per_s", c.predicted && c.tokens_per_s <= 0
+                            ? json(nullptr)
+                            : json(c.tokens_per_s)},  // null: not measured
        {"step_ms_cv", c.step_ms_cv},
        {"noisy", c.noisy()},
        {"peak_reserved_bytes", c.peak_reserved_bytes},
@@ -41,6 +43,7 @@ void to_json(json& j, const Choice& c) {
        {"measured_on", c.measured_on},
        {"where", c.where},
        {"inferred", c.inferred},
+       {"predicted", c.predicted},
        {"on_target", c.on_target},
        {"bounded", c.bounded},
        {"predicted_batch", c.predicted_batch ? json(*c.predicted_batch) : json(nullptr)}};
@@ -62,6 +65,9 @@ json recommendations_json(const Recommendation& r) {
   j["effective_batch"] = r.effective_batch ? json(*r.effective_batch) : json(nullptr);
   j["measured_on"] = r.measured_on;
   j["other_card"] = r.other_card;
+  // Device emulated: the cards predicted and the line that says so; null when every row was
+  // measured.
+  j["predicted_by"] = r.predicted_cards.empty() ? json(nullptr) : json(r.predicted_line());
   j["has_eval"] = r.has_eval;
   j["notes"] = r.notes;
   j["groups"] = json::array();

@@ -67,7 +67,8 @@ const std::vector<OutField> kFields = {
   {"effective_batch", "effective batch", [](const Line& l) { return with_choice(l, [](auto& c) { return std::to_string(c.batch * c.accumulation); }); }},
   {"optimizer", "optimizer", [](const Line& l) { return with_choice(l, [](auto& c) { return to_string(c.optimizer); }); }},
   {"alloc_conf", "alloc_conf", [](const Line& l) { return with_choice(l, [](auto& c) { return c.alloc_conf; }); }},
-  {"tokens_per_s", "tokens/s", [](const Line& l) { return with_choice(l, [](auto& c) { return c.tokens_per_s > 0 ? rate(c.tokens_per_s) : std::string(); }); }},
+  {"tokens_per_s", "tokens/s", [](const Line& l) { return with_choice(l, [](auto& c) { return c.tokens_per_s > 0 ? rate(c.tokens_per_s) : std::string(); }); },
+   [](const Line& l) { return with_choice(l, [](auto& c) { return c.tokens_per_s > 0 ? rate(c.tokens_per_s) : c.predicted ? std::string("not measured") : std::string(); }); }},
   {"peak_reserved_gib", "peak reserved", [](const Line& l) { return with_choice(l, [](auto& c) { return c.status == Status::kOk ? gib(static_cast<double>(c.peak_reserved_bytes)) : std::string(); }); },
    [](const Line& l) { return with_choice(l, [](auto& c) { return c.status == Status::kOk ? size_text(c.peak_reserved_bytes) : std::string(); }); }},
   {"headroom_gib", "headroom", [](const Line& l) { return with_choice(l, [&](auto& c) { return c.status == Status::kOk ? gib(static_cast<double>(l.usable - c.peak_reserved_bytes)) : std::string(); }); },
@@ -112,6 +113,10 @@ std::vector<Line> lines(const Recommendation& r) {
                           : "limit not reached: every measured configuration fits, a larger "
                             "batch may fit and be faster; measure it: " +
                                 g.measure_command;
+      if (g.fastest->predicted)
+        note += std::string(note.empty() ? "" : "; ") +
+                "predicted by emulation, not measured: ranked by memory "
+                "(fewest changes from plain training, then the largest batch), no throughput";
       if (g.fastest->noisy())
         note += std::string(note.empty() ? "" : "; ") + "noisy: its step time varied " +
                 fixed(100 * g.fastest->step_ms_cv, 0) +
@@ -129,7 +134,10 @@ std::vector<Line> lines(const Recommendation& r) {
     for (const auto& c : g.max_batch) add("max-batch", c, largest(c));
     if (r.effective_batch)
       add("effective-batch", g.effective,
-          !g.effective            ? "no measured micro-batch reaches it and fits"
+          !g.effective ? "no measured micro-batch reaches it and fits"
+          : g.effective->predicted
+              ? std::string(g.effective->inferred ? "inferred from the accumulation-1 row; " : "") +
+                    "predicted by emulation, not measured: ranked by memory"
           : g.effective->inferred ? "inferred: accumulation-1 row's memory and throughput"
                                   : "measured");
     if (r.has_eval) {
@@ -193,7 +201,9 @@ std::string cross_gpu_table(const Recommendation& r) {
     for (std::size_t c = 0; c < r.columns.size(); ++c) {
       const auto& cell = r.cells[i][c];
       row.push_back(!r.covered[i][c] ? "not measured"
-                    : cell ? cell->label() + " · " + rate(cell->tokens_per_s) + " tokens/s"
+                    : cell           ? cell->label() + " · " +
+                                 (cell->predicted ? std::string("predicted")
+                                                  : rate(cell->tokens_per_s) + " tokens/s")
                            : "nothing fits");
     }
   }
@@ -220,14 +230,14 @@ std::string recommendations_markdown(const Recommendation& r) {
   const Target& t = r.target;
   const auto all = lines(r);
   std::ostringstream s;
-  s << "# Recommendations for " << t.name << " (" << size_text(t.memory_bytes) << ")\n\n"
+  s << "# Recommendations for " << t.name << " (" << size_text(t.memory_bytes) << ")"
+    << (r.predicted_cards.empty() ? "" : ": " + r.predicted_line()) << "\n\n"
     << "Usable memory: " << size_text(t.memory_bytes)
     << (t.memory_as_sold ? " (as sold: CUDA reports a little less; --memory-gib with nvidia-smi's "
                            "memory.total gives the exact figure)"
                          : "")
-    << " x (1 - " << fixed(t.margin, 2) << ") - "
-    << size_text(t.context_bytes) << " context (" << t.context_source << ") = "
-    << size_text(t.usable_bytes)
+    << " x (1 - " << fixed(t.margin, 2) << ") - " << size_text(t.context_bytes) << " context ("
+    << t.context_source << ") = " << size_text(t.usable_bytes)
     << ". A configuration fits when its peak reserved memory is at most that.\n\n";
   for (std::size_t i = 0; i < r.notes.size(); ++i)
     s << (i ? ">\n> " : "> ") << r.notes[i] << (i + 1 == r.notes.size() ? "\n\n" : "\n");
@@ -240,7 +250,9 @@ std::string recommendations_markdown(const Recommendation& r) {
     v.insert(v.end(), extra.begin(), extra.end());
     return v;
   };
-  s << "## Fastest configuration that fits\n\n"
+  s << (r.predicted_cards.empty()
+            ? "## Fastest configuration that fits\n\n"
+            : "## Recommended configuration that fits (predicted rows: ranked by memory)\n\n")
     << md_table(all, {"fastest", "nothing-fits"}, cols({"note"}));
   s << "## Largest micro-batch per precision\n\n" << md_table(all, {"max-batch"}, cols({"note"}));
   if (r.effective_batch)
@@ -270,8 +282,10 @@ std::string recommendations_markdown(const Recommendation& r) {
     for (const auto& d : r.measured_on) devices += (devices.empty() ? "" : ", ") + d;
     s << "## Across GPUs\n\n"
       << "Fastest fitting configuration per card of the GPU table, with the same margin and a "
-      << size_text(r.column_context_bytes) << " context allowance. Memory transfers between cards; the throughput is as measured"
+      << size_text(r.column_context_bytes)
+      << " context allowance. Memory transfers between cards; the throughput is as measured"
       << (devices.empty() ? std::string() : " on " + devices)
+      << (r.predicted_cards.empty() ? "" : " (predicted rows have none: \"predicted\" marks them)")
       << ". \"not measured\": every measured configuration fits that card, so the rows cannot "
          "say what is fastest on it (a larger batch, never run, may be); measure it with `sweep "
          "fit MODEL --gpu NAME`.\n\n"

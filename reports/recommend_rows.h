@@ -19,6 +19,9 @@ struct Measured {
   bool ok = false;  // status ok with a peak
   bool cuda = false;
   std::optional<double> device_memory, context;
+  // Device emulated: the card predicted (its name and the allowance the prediction used).
+  std::string card;
+  std::optional<double> card_context;
   bool emulated = false;
   int64_t budget = 0;
   std::optional<double> limit;  // what an OOM ran into: the budget, else the device's memory

@@ -103,6 +103,8 @@ Point parse_point(const Row& r) {
   }
   p.budget_bytes = r.number(column("budget_bytes")).value_or(0);
   p.budget_emulated = r.number(column("budget_emulated")).value_or(0) == 1;
+  p.predicted = r.value<Device>() == Device::kEmulated;
+  if (p.predicted) p.card = emulated_card_name(p.device_name).value_or(p.device_name);
   p.device_memory_bytes = r.number(column("device_memory_bytes"));
   // The breakdown as it stood at the peak (it adds up to peak_allocated_bytes); files written
   // before those columns existed have only each kind's size.
@@ -159,8 +161,21 @@ std::string budget_text(const Point& p) {
   return format_bytes(p.budget_bytes) + (p.budget_emulated ? " (emulated)" : "");
 }
 
+// The cards predicted by emulation, "" when every point was measured.
+std::string predicted_cards(const std::vector<Point>& pts) {
+  std::string cards;
+  for (const Point& p : pts)
+    if (p.predicted && cards.find(p.card) == std::string::npos)
+      cards += (cards.empty() ? "" : ", ") + p.card;
+  return cards;
+}
+
 void header(Document& doc, const Results& res, const std::vector<Point>& pts) {
-  doc.heading(1, "Sweep report");
+  const std::string cards = predicted_cards(pts);
+  const auto predicted =
+      std::count_if(pts.begin(), pts.end(), [](const Point& p) { return p.predicted; });
+  doc.heading(1,
+              cards.empty() ? std::string("Sweep report") : "Sweep report: " + predicted_by(cards));
   std::map<Status, int> count;
   for (const Point& p : pts) ++count[p.status];
   std::string statuses;
@@ -199,6 +214,16 @@ void header(Document& doc, const Results& res, const std::vector<Point>& pts) {
     doc.paragraph(
         "Budget emulation was in effect: allocations beyond the budget were refused on a larger "
         "device, so what fits matches the smaller card, but times are the larger device's.");
+  if (predicted > 0)
+    doc.paragraph(
+        std::string(predicted == static_cast<long>(pts.size())
+                        ? "Every point is "
+                        : std::to_string(predicted) + " points are ") +
+        predicted_by(cards) +
+        ": the memory CUDA's caching allocator would hold on that card, worked out on a machine "
+        "without it (device emulated). Nothing was timed: no throughput is predicted. Measure on "
+        "the "
+        "card itself to confirm.");
   if (pts.empty()) doc.paragraph("The results file has no rows yet.");
 }
 
@@ -284,6 +309,8 @@ std::vector<Group> make_groups(const std::vector<Point>& points) {
     g.left_out = static_cast<int>(g.points.size() - kept.size());
     g.points = std::move(kept);
     g.unit = unit_for(g.points);
+    const std::string cards = predicted_cards(g.points);
+    if (!cards.empty()) g.predicted = predicted_by(cards);
     const Point* emulated = nullptr;
     for (const Point& p : g.points) {
       if (p.device_memory_bytes) memories.push_back(fixed(*p.device_memory_bytes, 0));

@@ -42,6 +42,10 @@ Series red_crosses(std::string title) {
 }
 
 std::string tokens(std::optional<double> v) { return v ? fixed(*v, *v >= 100 ? 0 : 1) : ""; }
+// A point's tokens/s for a table: "not measured" for a prediction, which has none.
+std::string tokens_of(const Point& p) {
+  return p.predicted && !p.tokens_per_s ? "not measured" : tokens(p.tokens_per_s);
+}
 
 }  // namespace
 
@@ -141,14 +145,14 @@ void technique_section(Document& doc, Plotter& plotter, const Group& g) {
       if (p.ok() && p.precision == Precision::kFp32 && p.checkpointing == Checkpointing::kNone &&
           p.accumulation == 1 && p.optimizer == base_optimizer && p.adapter == Adapter::kNone &&
           p.use_cache && p.offload == Offload::kNone && p.weights_axis == Weights::kFull &&
-          p.peak_allocated && p.tokens_per_s)
+          p.peak_allocated && (p.tokens_per_s || p.predicted))
         base = &p;
     auto saving = [&](const Point& p) -> std::optional<double> {
       if (!base || !p.ok() || !p.peak_allocated) return std::nullopt;
       return 1 - *p.peak_allocated / *base->peak_allocated;
     };
     auto speed = [&](const Point& p) -> std::optional<double> {
-      if (!base || !p.ok() || !p.tokens_per_s) return std::nullopt;
+      if (!base || !p.ok() || !p.tokens_per_s || !base->tokens_per_s) return std::nullopt;
       return *p.tokens_per_s / *base->tokens_per_s - 1;
     };
 
@@ -197,8 +201,7 @@ void technique_section(Document& doc, Plotter& plotter, const Group& g) {
           return &p == base ? "baseline" : s ? signed_percent(-*s) : "";
         },
         base != nullptr));
-    fields.push_back(right<Point>(
-        "tokens/s", [](const Point& p) { return tokens(p.tokens_per_s); }, true));
+    fields.push_back(right<Point>("tokens/s", tokens_of, true));
     fields.push_back(right<Point>("throughput change", [&](const Point& p) {
       auto v = speed(p);
       return &p == base ? "baseline" : v ? signed_percent(*v) : "";
@@ -334,6 +337,14 @@ void breakdown_section(Document& doc, Plotter& plotter, const Group& g) {
 void throughput_section(Document& doc, Plotter& plotter, const Group& g) {
   Selection sel = select_lines(g);
   doc.heading(3, "Throughput vs batch size");
+  // Predictions time nothing: no chart of nothing.
+  if (std::none_of(g.points.begin(), g.points.end(),
+                   [](const Point& p) { return p.tokens_per_s.has_value(); }) &&
+      !g.predicted.empty()) {
+    doc.paragraph("Throughput: not measured (" + g.predicted +
+                  "; an emulated card computes nothing).");
+    return;
+  }
   LineChart chart = batch_chart(g, sel, "-throughput", "throughput", "throughput (tokens/s)");
   Series frontier = red_crosses("first batch that runs out of memory");
   std::vector<std::string> frontier_text;

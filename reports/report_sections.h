@@ -40,6 +40,9 @@ struct Point {
   int accumulation = 1;
   double budget_bytes = 0;
   bool budget_emulated = false;
+  // Device emulated: predicted by emulation of `card`, not measured (memory only: no throughput).
+  bool predicted = false;
+  std::string card;
   std::optional<double> device_memory_bytes, weights, grads, optimizer_state, activations,
       peak_allocated, peak_reserved, tokens_per_s, samples_per_s, host_peak_bytes;
   std::optional<double> step_ms, step_ms_cv;  // from the raw samples when the row has them
@@ -92,9 +95,12 @@ struct Group {
   // device's usable memory. 0: unknown.
   double usable_bytes = 0;
   std::string usable_title;  // "usable on RTX 3060: 10.29 GiB"
+  // Its points predicted by emulation: "predicted by emulation of RTX 3060, not measured".
+  std::string predicted;
   std::string title() const {
     std::string t = shape.empty() ? model : model + ", " + shape;
-    return mode == Mode::kEval ? t + " (eval)" : t;
+    if (mode == Mode::kEval) t += " (eval)";
+    return predicted.empty() ? t : t + ": " + predicted;
   }
   bool fits(const Point& p) const;  // p ran and its peak reserved is within usable_bytes
 };

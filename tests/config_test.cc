@@ -53,7 +53,7 @@ TEST(Config, EnumeratedAxesOfferTheVocabularysNames) {
   auto none = error_of("vocab_none", "models: [gpt2-test]\ngrid:\n  optimizer: [none]\n");
   EXPECT_EQ(none.key(), "grid.optimizer");
   auto device = error_of("vocab_device", "models: [gpt2-test]\ndevice: tpu\n");
-  EXPECT_EQ(device.hint(), "expected one of: auto, cpu, cuda");
+  EXPECT_EQ(device.hint(), "expected one of: auto, cpu, cuda, emulated");
 }
 
 TEST(Config, NonNumericBatch) {

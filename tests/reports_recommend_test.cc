@@ -578,7 +578,8 @@ TEST(GpuTable, FindsCardsByKeyNameAndDeviceName) {
   EXPECT_EQ(key("NVIDIA H100 80GB HBM3"), "h100-80gb");
   EXPECT_EQ(key("NVIDIA H100 PCIe"), "h100-pcie");
   EXPECT_EQ(key("NVIDIA A10"), "a10");
-  EXPECT_EQ(key("NVIDIA A10G"), "none");
+  EXPECT_EQ(key("NVIDIA A10G"), "a10g");             // AWS's A10 variant: a card of its own
+  EXPECT_EQ(key("RTX 3060 (emulated)"), "rtx3060");  // an emulated row's device name
   EXPECT_EQ(key("H100"), "none");  // ambiguous: PCIe or SXM
 }
 

@@ -46,7 +46,7 @@ TEST(Vocabulary, NamesAreThoseResultsFilesHold) {
   EXPECT_EQ(choices<Adapter>(), "none, lora");
   EXPECT_EQ(choices<Offload>(), "none, optimizer");
   EXPECT_EQ(choices<Weights>(), "full, int8");
-  EXPECT_EQ(choices<Device>(), "cpu, cuda");
+  EXPECT_EQ(choices<Device>(), "cpu, cuda, emulated");
   EXPECT_EQ(choices<Status>(), "ok, oom, crash, timeout, skipped");
   EXPECT_EQ(to_string(Precision::kBf16Amp), "bf16-amp");
   EXPECT_FALSE(parse_as<Precision>("BF16"));  // names are exact; configs fold '_' before

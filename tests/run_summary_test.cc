@@ -286,5 +286,21 @@ TEST(RunJson, SlurmSubmissionRefusesJsonWithAHint) {
   EXPECT_FALSE(std::filesystem::exists(dir / "out"));
 }
 
+// Predicted rows (device emulated) have no throughput: never the fastest, and said to be
+// predictions (tests/data/predicted_rtx3060.csv).
+TEST(RunSummary, PredictedRowsAreSaidSoAndNeverTheFastest) {
+  const auto results = reports::read_results(std::string(SWEEP_TEST_DATA) + "/predicted_rtx3060.csv");
+  const RunSummary s = summarize_run(results, "out");
+  EXPECT_EQ(s.fastest, nullptr);
+  EXPECT_EQ(s.predicted, 15);
+  EXPECT_EQ(s.predicted_cards, std::vector<std::string>{"RTX 3060"});
+  EXPECT_NE(s.text().find("predicted: 15 rows predicted by emulation of RTX 3060, not measured"),
+            std::string::npos)
+      << s.text();
+  const auto j = s.json();
+  EXPECT_TRUE(j.at("fastest").is_null());
+  EXPECT_EQ(j.at("predicted").at("rows"), 15);
+}
+
 }  // namespace
 }  // namespace sweep

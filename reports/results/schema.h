@@ -93,7 +93,10 @@ inline constexpr std::array kColumns = std::to_array<std::string_view>({
     "offload_transfer_ms",  // offload: gradients to the host plus parameters back, per step
     "wall_s",            // worker wall time, start to exit
     // environment
-    "device",            // "cuda" | "cpu"
+    "device",            // "cuda" | "cpu" | "emulated" (a card predicted, not measured)
+    "card",              // device emulated: the card predicted and the facts the prediction
+                         // used, "RTX 3060 (sm_86, 28 SMs, memory 12616466432 B, context
+                         // 536870912 B)" (reports/results/cards.h); empty otherwise
     "gpu_index",         // which local GPU measured (CUDA_VISIBLE_DEVICES), empty on cpu
     "slurm_job",         // Slurm job that measured it, "ARRAY_TASK" for an array task; else empty
     "slurm_gpus",        // GPUs Slurm gave that job (SLURM_JOB_GPUS, "0,1"); else empty
@@ -193,6 +196,8 @@ inline constexpr std::array kAxes = std::to_array<Axis>({
     {"budget_bytes", Cell::kAlways, Named::kAlways, ""},
     {"budget_emulated", Cell::kAlways, Named::kNever, ""},
     {"device", Cell::kAlways, Named::kNever, ""},
+    // Two emulated cards are two points; measured points have none, so their ids stay.
+    {"card", Cell::kIfSet, Named::kUnlessDefault, ""},
 });
 
 // The axes' column names, in kAxes order.

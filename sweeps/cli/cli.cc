@@ -8,6 +8,7 @@
 
 #include "models/zoo.h"
 #include "reports/compare.h"
+#include "reports/gpus.h"
 #include "reports/recommend.h"
 #include "reports/report.h"
 #include "reports/results/rows.h"
@@ -106,7 +107,9 @@ void register_commands(CLI::App& app, int& exit_code) {
   run->add_option("overrides", opts->overrides,
                   "key=value: set any config key or grid axis, e.g. grid.batch=[1,2] models=[gpt2]");
   run->add_option("--out", opts->out, "Output directory (default: the config's `out`)");
-  run->add_option("--device", opts->device, "Where to train")
+  run->add_option("--device", opts->device,
+                  "Where to train (emulated: predict the config's gpu: card on this machine, not "
+                  "measured)")
       ->check(CLI::IsMember(device_choices()))
       ->each([opts](const std::string&) { opts->device_given = true; });
   run->add_flag("--dry-run", opts->dry_run,
@@ -159,7 +162,8 @@ void register_commands(CLI::App& app, int& exit_code) {
       "fit", "What fits on a card and what is fastest: a max-batch search per technique, then the "
              "recommendation, measured");
   fit->add_option("model", fo->model, "Model (sweep models lists them)")->required();
-  fit->add_option("--gpu", fo->gpu, "The card, by name (e.g. rtx3060, a100-80gb)");
+  fit->add_option("--gpu", fo->gpu,
+                  "The card, by name (e.g. rtx3060, a100-80gb; `sweep gpus` lists them)");
   fit->add_option("--memory-gib", fo->memory_gib, "The card's memory in GiB, as CUDA reports it");
   fit->add_option("--seq", fo->seq, "Tokens per sample (GPT-2, T5 encoder)")->check(CLI::PositiveNumber);
   fit->add_option("--target-seq", fo->target_seq, "T5 decoder tokens")->check(CLI::PositiveNumber);
@@ -182,8 +186,10 @@ void register_commands(CLI::App& app, int& exit_code) {
   fit->add_option("--weights", fo->weights,
                   "Base weights to try: full (the default), int8 (bitsandbytes' 8-bit, with lora only)")
       ->delimiter(',');
-  fit->add_option("--device", fo->device, "Where to measure (cpu: the tracking allocator enforces "
-                                          "the card's memory)")
+  fit->add_option("--device", fo->device,
+                  "Where to measure (auto: a GPU, else --gpu's card predicted by emulation, else "
+                  "the CPU; cpu: the tracking allocator enforces the card's memory; emulated: "
+                  "predict --gpu's card)")
       ->check(CLI::IsMember(device_choices()));
   fit->add_option("--margin", fo->margin, "Fraction of the card kept free")->capture_default_str();
   fit->add_option("--context-gib", fo->context_gib, "CUDA context allowance (default: measured)");
@@ -198,6 +204,7 @@ void register_commands(CLI::App& app, int& exit_code) {
   reports::register_report_command(app, exit_code);
   reports::register_recommend_command(app, exit_code);
   reports::register_compare_command(app, exit_code);
+  reports::register_gpus_command(app, exit_code);
 
   auto* models = app.add_subcommand("models", "List the model zoo");
   models->callback([] { print_models(); });

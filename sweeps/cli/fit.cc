@@ -14,6 +14,7 @@
 #include "models/zoo.h"
 #include "reports/gpus.h"
 #include "reports/recommend.h"
+#include "reports/results/cards.h"
 #include "reports/results/rows.h"
 #include "reports/results/stats.h"
 #include "sweeps/cli/fit_analysis.h"
@@ -67,6 +68,7 @@ std::vector<E> checked(const std::vector<std::string>& given, const std::vector<
 struct Card {
   std::string name, key;  // "RTX 3060" / "rtx3060"; "0.05 GiB" / "0.05gib"
   int64_t memory_bytes = 0;
+  const CardSpec* spec = nullptr;  // a card of the table (--gpu)
 };
 
 Card resolve_card(const FitOptions& o) {
@@ -76,12 +78,12 @@ Card resolve_card(const FitOptions& o) {
   if (!o.gpu.empty()) {
     const auto* g = reports::find_gpu(o.gpu);
     if (!g) {
-      std::string known;
-      for (const auto& s : reports::gpus()) known += (known.empty() ? "" : ", ") + std::string(s.key);
+      const std::string near = nearest_card_key(o.gpu);
       throw UserError("", 0, "--gpu", "unknown GPU '" + o.gpu + "'",
-                      "one of " + known + ", or give --memory-gib N");
+                      (near.empty() ? "" : "did you mean " + near + "? ") + "one of " +
+                          card_keys() + " (`sweep gpus` lists them), or give --memory-gib N");
     }
-    return {std::string(g->name), std::string(g->key), reports::memory_bytes(*g)};
+    return {std::string(g->name), std::string(g->key), reports::memory_bytes(*g), g};
   }
   const double gib = *o.memory_gib;
   if (!std::isfinite(gib) || gib <= 0 || gib > reports::kMaxMemoryGib)
@@ -94,10 +96,11 @@ Card resolve_card(const FitOptions& o) {
 
 // The header every fit config and its verification config share.
 std::string config_head(const FitOptions& o, const std::string& name, Device device,
-                        const std::string& out, int64_t budget_bytes) {
+                        const std::string& out, int64_t budget_bytes, const std::string& gpu) {
   std::ostringstream y;
-  y << "name: " << name << "\ndevice: " << name_of(device) << "\nout: " << out
-    << "\nbudget_gib: " << number_text(static_cast<double>(budget_bytes) / kGiB)
+  y << "name: " << name << "\ndevice: " << name_of(device) << "\nout: " << out;
+  if (!gpu.empty()) y << "\ngpu: " << gpu;
+  y << "\nbudget_gib: " << number_text(static_cast<double>(budget_bytes) / kGiB)
     << "\ntimeout_s: 600\nsteps: 1\nwarmup_steps: 1\nrepetitions: 3\nprune_oom: true\n"
     << "models: [" << o.model << "]\n";
   return y.str();
@@ -140,16 +143,43 @@ int run_fit(const FitOptions& o) {
   if (o.effective_batch && *o.effective_batch < 1)
     throw UserError("", 0, "--effective-batch", "must be at least 1", "e.g. --effective-batch 32");
 
-  const Device device = o.device == "auto" ? (cuda_device_count() > 0 ? Device::kCuda : Device::kCpu)
+  // Without a GPU a named card is predicted by emulation (a card by memory alone is measured on
+  // the CPU, as before: emulation needs the card's compute capability and SMs).
+  const bool gpu_here = cuda_device_count() > 0;
+  const Device device = o.device == "auto" ? (gpu_here    ? Device::kCuda
+                                              : card.spec ? Device::kEmulated
+                                                          : Device::kCpu)
                                            : parse_as<Device>(o.device).value_or(Device::kCpu);
-  if (device == Device::kCuda && cuda_device_count() == 0)
-    throw UserError("", 0, "--device", "device cuda requested but no GPU is visible",
-                    "use --device cpu: the tracking allocator then enforces the card's memory");
+  if (device == Device::kCuda && !gpu_here)
+    throw UserError(
+        "", 0, "--device", "device cuda requested but no GPU is visible",
+        "use --device emulated with --gpu NAME to predict the card, or --device cpu: the "
+        "tracking allocator then enforces the card's memory");
+  const bool emulated = device == Device::kEmulated;
+  if (emulated && !card.spec)
+    throw UserError(
+        "", 0, "--device",
+        "device emulated predicts a card of the table, and --memory-gib names none",
+        "give the card with --gpu NAME (`sweep gpus` lists them), or measure on the CPU with "
+        "--device cpu");
+  const std::string predicted = emulated ? predicted_by(card.name) : "";
+  if (emulated && !o.quiet)  // before anything runs: the answer will not be a measurement
+    std::fprintf(
+        stderr, "fit %s on %s: %s (%s)\n", o.model.c_str(), card.name.c_str(), predicted.c_str(),
+        o.device == "auto" ? "no CUDA device here; --device cpu measures on the CPU instead"
+                           : "--device emulated");
   // The context allowance: none on the CPU; on CUDA given, or measured by a fresh worker on
-  // the GPU that will run the probes (as `sweep run` measures it for a target card).
+  // the GPU that will run the probes (as `sweep run` measures it for a target card); on an
+  // emulated card given, or the card table's.
   int64_t context = 0;
   std::string context_source = "none on the CPU";
-  if (device == Device::kCuda) {
+  if (emulated) {
+    context = o.context_gib ? std::llround(*o.context_gib * kGiB) : card_context_bytes(*card.spec);
+    context_source = o.context_gib ? "given with --context-gib"
+                     : card.spec->context_bytes > 0
+                         ? "the card table's, measured on this card"
+                         : "the card table's default, not measured for this card";
+  } else if (device == Device::kCuda) {
     if (o.context_gib) {
       context = std::llround(*o.context_gib * kGiB);
       context_source = "given with --context-gib";
@@ -172,17 +202,18 @@ int run_fit(const FitOptions& o) {
   // 8-bit AdamW and optimizer offload by default where they cost what they cost a user (on
   // CUDA); on the CPU 8-bit AdamW's ATen path is slow and host and device are one memory
   // (ask for them with --optimizer, --offload). LoRA changes what is trained: --adapter.
-  const auto optimizers =
-      checked<OptimizerKind>(o.optimizers,
-              device == Device::kCuda
-                  ? std::vector{OptimizerKind::kAdamW, OptimizerKind::kAdafactor, OptimizerKind::kAdamW8bit}
-                  : std::vector{OptimizerKind::kAdamW, OptimizerKind::kAdafactor},
-              "--optimizer");
+  const auto optimizers = checked<OptimizerKind>(
+      o.optimizers,
+      device != Device::kCpu
+          ? std::vector{OptimizerKind::kAdamW, OptimizerKind::kAdafactor, OptimizerKind::kAdamW8bit}
+          : std::vector{OptimizerKind::kAdamW, OptimizerKind::kAdafactor},
+      "--optimizer");
   const auto adapters = checked<Adapter>(o.adapters, {Adapter::kNone}, "--adapter");
-  const auto offloads = checked<Offload>(o.offloads,
-                                device == Device::kCuda ? std::vector{Offload::kNone, Offload::kOptimizer}
-                                                        : std::vector{Offload::kNone},
-                                "--offload");
+  const auto offloads =
+      checked<Offload>(o.offloads,
+                       device != Device::kCpu ? std::vector{Offload::kNone, Offload::kOptimizer}
+                                              : std::vector{Offload::kNone},
+                       "--offload");
   // 8-bit base weights only when asked (--weights full,int8), and then with LoRA only: the
   // 8-bit base is frozen.
   const auto weights = checked<Weights>(o.weights, {Weights::kFull}, "--weights");
@@ -209,13 +240,27 @@ int run_fit(const FitOptions& o) {
   const std::string out = o.out.empty() ? "results/fit-" + o.model + "-" + card.key : o.out;
   std::filesystem::create_directories(out);
   const std::string name = "fit-" + o.model + "-" + card.key;
+  // The emulated card: the table's, its context written out when given.
+  std::string gpu;
+  if (emulated)
+    gpu =
+        !o.context_gib
+            ? std::string(card.spec->key)
+            : "{name: \"" + card.name +
+                  "\", memory_gib: " + number_text(static_cast<double>(card.memory_bytes) / kGiB) +
+                  ", context_gib: " + number_text(static_cast<double>(context) / kGiB) +
+                  ", compute_capability: " + std::to_string(card.spec->cc_major) + "." +
+                  std::to_string(card.spec->cc_minor) + ", sms: " + std::to_string(card.spec->sms) +
+                  "}";
   std::ostringstream y;
   y << "# Written by `sweep fit " << o.model << "` for " << card.name << " (usable "
-    << reports::format_bytes(static_cast<double>(usable)) << " = memory x (1 - " << number_text(o.margin)
-    << ") - context " << reports::format_bytes(static_cast<double>(context)) << ", " << context_source
+    << reports::format_bytes(static_cast<double>(usable)) << " = memory x (1 - "
+    << number_text(o.margin) << ") - context "
+    << reports::format_bytes(static_cast<double>(context)) << ", " << context_source
     << "). Run again with `sweep run " << out << "/fit.yaml --search max-batch`.\n"
-    << config_head(o, name, device, out, usable) << "search: max_batch\nsearch_max_batch: "
-    << o.max_batch << "\ngrid:\n  batch: 1\n" << input_axes(o) << "  precision: " << yaml_list(precisions)
+    << config_head(o, name, device, out, usable, gpu)
+    << "search: max_batch\nsearch_max_batch: " << o.max_batch << "\ngrid:\n  batch: 1\n"
+    << input_axes(o) << "  precision: " << yaml_list(precisions)
     << "\n  checkpointing: " << yaml_list(ckpts) << "\n  optimizer: " << yaml_list(optimizers)
     << "\n  adapter: " << yaml_list(adapters) << "\n  offload: " << yaml_list(offloads)
     << "\n  weights: " << yaml_list(weights) << "\n";
@@ -244,16 +289,21 @@ int run_fit(const FitOptions& o) {
   if (!o.quiet) {
     WallHistory history;
     if (std::filesystem::exists(results_path)) history.add(reports::read_results(results_path.string()));
+    const Config fit_config = load_config(cfg_path.string());
     RunSettings settings;
     settings.device = device;
     settings.budget_bytes = usable;
-    const auto searches = combinations(expand_grid(load_config(cfg_path.string()), settings));
+    if (emulated) settings.card = emulated_card_of(fit_config);
+    const auto searches = combinations(expand_grid(fit_config, settings));
     const PlanEstimate plan = estimate_plan(searches, true, history, {});
     const std::string estimate = plan.estimated ? "; " + plan.summary("search") + "; probes already measured are reused"
                                                 : "; the time of each probe is shown as it finishes";
     std::fprintf(stderr, "fit %s on %s (%s usable, %s): %zu techniques, about %zu probes%s\n",
-                 o.model.c_str(), card.name.c_str(), reports::format_bytes(static_cast<double>(usable)).c_str(),
-                 device == Device::kCpu ? "enforced by the CPU's tracking allocator" : "emulated on this GPU",
+                 o.model.c_str(), card.name.c_str(),
+                 reports::format_bytes(static_cast<double>(usable)).c_str(),
+                 device == Device::kCpu ? "enforced by the CPU's tracking allocator"
+                 : emulated             ? predicted.c_str()
+                                        : "emulated on this GPU",
                  wanted.size(), wanted.size() * kProbesPerSearch, estimate.c_str());
   }
   RunOptions run;
@@ -280,7 +330,9 @@ int run_fit(const FitOptions& o) {
   std::vector<std::string> refused;
   bool confirmed = false;  // the pick ran ok at its accumulation (or needs none)
   for (int attempt = 0; attempt < 6 && !confirmed; ++attempt) {
-    choice = pick(a, o.effective_batch, refused);
+    // Nothing is timed on an emulated card: its pick is ranked by memory.
+    choice = emulated ? pick_by_memory(a, o.effective_batch, refused)
+                      : pick(a, o.effective_batch, refused);
     if (!choice) break;
     if (choice->accumulation == 1) {
       confirmed = true;
@@ -289,10 +341,12 @@ int run_fit(const FitOptions& o) {
     const auto& t = *choice->technique;
     std::ostringstream v;
     v << "# The recommendation of `sweep fit`, measured at its accumulation.\n"
-      << config_head(o, name + "-pick", device, out, budget) << "grid:\n  batch: " << choice->batch << "\n"
-      << input_axes(o) << "  precision: " << name_of(t.precision) << "\n  checkpointing: "
-      << name_of(t.checkpointing) << "\n  optimizer: " << name_of(t.optimizer) << "\n  adapter: "
-      << name_of(t.adapter) << "\n  offload: " << name_of(t.offload) << "\n  weights: " << name_of(t.weights)
+      << config_head(o, name + "-pick", device, out, budget, gpu)
+      << "grid:\n  batch: " << choice->batch << "\n"
+      << input_axes(o) << "  precision: " << name_of(t.precision)
+      << "\n  checkpointing: " << name_of(t.checkpointing)
+      << "\n  optimizer: " << name_of(t.optimizer) << "\n  adapter: " << name_of(t.adapter)
+      << "\n  offload: " << name_of(t.offload) << "\n  weights: " << name_of(t.weights)
       << "\n  accumulation: " << choice->accumulation << "\n";
     if (has_cache(*spec)) v << "  use_cache: " << (t.use_cache ? "true" : "false") << "\n";
     const auto pick_path = std::filesystem::path(out) / "fit-pick.yaml";
@@ -313,6 +367,8 @@ int run_fit(const FitOptions& o) {
     if (measured && measured->status == reports::Status::kOk) {
       choice->tokens_per_s = measured->number(column("tokens_per_s")).value_or(0);
       choice->step_ms_cv = measured->number(column("step_ms_cv")).value_or(0);
+      choice->peak_reserved =
+          measured->number(column("peak_reserved_bytes")).value_or(choice->peak_reserved);
       confirmed = true;
       break;
     }
@@ -322,12 +378,24 @@ int run_fit(const FitOptions& o) {
   if (choice) {
     const auto& t = *choice->technique;
     std::ostringstream why;
-    why << "the highest measured throughput among the configurations that fit";
-    if (o.effective_batch)
+    if (emulated)
+      why << "ranked by memory, not throughput (an emulated card computes nothing, so no speed is "
+             "predicted): the configuration with the fewest changes from plain training (fp32, no "
+             "checkpointing, AdamW) that fits"
+          << (o.effective_batch
+                  ? " and reaches an effective batch of " + std::to_string(*o.effective_batch)
+                  : "")
+          << ", at its largest such micro-batch, then the lowest peak";
+    else
+      why << "the highest measured throughput among the configurations that fit";
+    if (o.effective_batch && emulated)
+      why << " (micro-batch " << choice->batch << " x accumulation " << choice->accumulation
+          << (choice->accumulation > 1 ? ", predicted as such" : "") << ")";
+    else if (o.effective_batch)
       why << " and reach an effective batch of " << *o.effective_batch << " (micro-batch " << choice->batch
           << " x accumulation " << choice->accumulation << (choice->accumulation > 1 ? ", measured as such" : "") << ")";
     if (t.largest && choice->batch < *t.largest) why << "; its largest batch is " << *t.largest;
-    if (choice->step_ms_cv > reports::kNoisyStepCv)
+    if (!emulated && choice->step_ms_cv > reports::kNoisyStepCv)
       why << ". Noisy: its step time varied " << std::lround(choice->step_ms_cv * 100)
           << "% between repetitions, so the ranking by throughput is not reliable; re-run on an idle "
              "machine, or with more repetitions (`sweep run " << out << "/fit.yaml --search max-batch --force` "
@@ -344,6 +412,8 @@ int run_fit(const FitOptions& o) {
     j["device"] = to_string(device);
     j["measured_on"] = measured_on;
     j["cpu_measured"] = cpu;
+    j["predicted"] = emulated;  // device emulated: memory predicted, nothing measured or timed
+    if (emulated) j["predicted_by"] = predicted;
     j["card"] = {{"name", card.name}, {"memory_bytes", card.memory_bytes}, {"margin", o.margin},
                  {"context_bytes", context}, {"context_source", context_source},
                  {"usable_bytes", usable}, {"budget_bytes", budget}};
@@ -362,8 +432,8 @@ int run_fit(const FitOptions& o) {
         e["peak_reserved_bytes"] = t.peak_reserved;
         e["peak_allocated_bytes"] = t.peak_allocated;
         e["headroom_bytes"] = static_cast<double>(budget) - t.peak_reserved;
-        e["tokens_per_s"] = t.tokens_per_s;
-        e["step_ms_cv"] = t.step_ms_cv;
+        e["tokens_per_s"] = emulated ? nlohmann::json(nullptr) : nlohmann::json(t.tokens_per_s);
+        e["step_ms_cv"] = emulated ? nlohmann::json(nullptr) : nlohmann::json(t.step_ms_cv);
       }
       if (!t.stopped.empty()) e["stopped"] = t.stopped;
       j["techniques"].push_back(e);
@@ -372,9 +442,16 @@ int run_fit(const FitOptions& o) {
     if (choice) {
       const auto& t = *choice->technique;
       j["recommendation"] = technique_json(t);
-      j["recommendation"].update({{"batch", choice->batch}, {"accumulation", choice->accumulation},
-                                  {"tokens_per_s", choice->tokens_per_s}, {"step_ms_cv", choice->step_ms_cv},
-                                  {"noisy", choice->step_ms_cv > reports::kNoisyStepCv}, {"reason", reason}});
+      j["recommendation"].update(
+          {{"batch", choice->batch},
+           {"accumulation", choice->accumulation},
+           {"peak_reserved_bytes", choice->peak_reserved},
+           {"tokens_per_s",
+            emulated ? nlohmann::json(nullptr) : nlohmann::json(choice->tokens_per_s)},
+           {"step_ms_cv", emulated ? nlohmann::json(nullptr) : nlohmann::json(choice->step_ms_cv)},
+           {"noisy", !emulated && choice->step_ms_cv > reports::kNoisyStepCv},
+           {"predicted", emulated},
+           {"reason", reason}});
     } else {
       j["recommendation"] = nullptr;
     }
@@ -382,12 +459,19 @@ int run_fit(const FitOptions& o) {
     return 0;
   }
 
-  std::printf("%s on %s: usable %s (%s x (1 - %s) - context %s, %s)%s\n\n", o.model.c_str(),
-              card.name.c_str(), reports::format_bytes(static_cast<double>(usable)).c_str(),
-              reports::format_bytes(static_cast<double>(card.memory_bytes)).c_str(), number_text(o.margin).c_str(),
-              reports::format_bytes(static_cast<double>(context)).c_str(), context_source.c_str(),
-              cpu ? "\nMeasured on the CPU: memory as PyTorch would allocate it, enforced by the tracking "
-                    "allocator; the throughput is the CPU's, not a GPU's." : "");
+  std::printf(
+      "%s on %s: usable %s (%s x (1 - %s) - context %s, %s)%s\n\n", o.model.c_str(),
+      card.name.c_str(), reports::format_bytes(static_cast<double>(usable)).c_str(),
+      reports::format_bytes(static_cast<double>(card.memory_bytes)).c_str(),
+      number_text(o.margin).c_str(), reports::format_bytes(static_cast<double>(context)).c_str(),
+      context_source.c_str(),
+      cpu ? "\nMeasured on the CPU: memory as PyTorch would allocate it, enforced by the tracking "
+            "allocator; the throughput is the CPU's, not a GPU's."
+      : emulated ? ("\nPredicted by emulation of " + card.name +
+                    ", not measured: memory as CUDA's caching "
+                    "allocator would hold it on that card; no throughput (nothing computes).")
+                       .c_str()
+                 : "");
   std::printf("| technique | largest batch | peak | headroom | tokens/s ±cv | probes |\n"
               "| --- | ---: | ---: | ---: | ---: | ---: |\n");
   for (const auto& t : a.techniques) {
@@ -396,19 +480,32 @@ int run_fit(const FitOptions& o) {
     if (!t.stopped.empty()) largest += " (" + t.stopped + ")";
     std::printf("| %s | %s | %s | %s | %s | %d |\n", t.label().c_str(), largest.c_str(),
                 t.largest ? reports::format_bytes(t.peak_reserved).c_str() : "",
-                t.largest ? reports::format_bytes(static_cast<double>(budget) - t.peak_reserved).c_str() : "",
-                t.largest ? (std::to_string(static_cast<int64_t>(t.tokens_per_s)) + " ±" +
-                             std::to_string(std::lround(t.step_ms_cv * 100)) + "%").c_str() : "",
+                t.largest
+                    ? reports::format_bytes(static_cast<double>(budget) - t.peak_reserved).c_str()
+                    : "",
+                !t.largest ? ""
+                : emulated ? "not measured"
+                           : (std::to_string(static_cast<int64_t>(t.tokens_per_s)) + " ±" +
+                              std::to_string(std::lround(t.step_ms_cv * 100)) + "%")
+                                 .c_str(),
                 t.probes);
   }
   if (choice) {
     const auto& t = *choice->technique;
-    std::printf("\nRecommended: %s, batch %lld%s: %lld tokens/s, %s.\n", t.label().c_str(),
-                static_cast<long long>(choice->batch),
-                choice->accumulation > 1 ? (" x accumulation " + std::to_string(choice->accumulation)).c_str() : "",
-                static_cast<long long>(choice->tokens_per_s), reason.c_str());
+    const std::string accumulation =
+        choice->accumulation > 1 ? " x accumulation " + std::to_string(choice->accumulation) : "";
+    if (emulated)
+      std::printf("\nRecommended (%s): %s, batch %lld%s: peak %s of %s usable, %s.\n",
+                  predicted.c_str(), t.label().c_str(), static_cast<long long>(choice->batch),
+                  accumulation.c_str(), reports::format_bytes(choice->peak_reserved).c_str(),
+                  reports::format_bytes(static_cast<double>(budget)).c_str(), reason.c_str());
+    else
+      std::printf("\nRecommended: %s, batch %lld%s: %lld tokens/s, %s.\n", t.label().c_str(),
+                  static_cast<long long>(choice->batch), accumulation.c_str(),
+                  static_cast<long long>(choice->tokens_per_s), reason.c_str());
   } else {
-    std::printf("\nNothing fits %s: not even batch 1 of any technique.\n", card.name.c_str());
+    std::printf("\nNothing fits %s: not even batch 1 of any technique%s.\n", card.name.c_str(),
+                emulated ? (" (" + predicted + ")").c_str() : "");
   }
   const std::string card_arg = o.gpu.empty() ? "--memory-gib " + number_text(*o.memory_gib) : "--gpu " + o.gpu;
   std::printf("\nRows: %s (sweep report %s; sweep recommend %s %s)\n", results_path.c_str(), out.c_str(),

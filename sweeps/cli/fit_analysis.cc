@@ -84,25 +84,58 @@ Analysis analyse(const reports::Results& results, const std::string& model, int6
   return a;
 }
 
+namespace {
 
-std::optional<Pick> pick(const Analysis& a, std::optional<int64_t> effective,
-                         const std::vector<std::string>& refused) {
+// Every fitting probe whose batch reaches the effective batch, less those refused, as a pick
+// each, for `better(candidate, best)` to choose among (the first of equals wins).
+template <class Better>
+std::optional<Pick> best_pick(const Analysis& a, std::optional<int64_t> effective,
+                              const std::vector<std::string>& refused, Better better) {
   std::optional<Pick> best;
   for (const auto& t : a.techniques) {
     const auto it = a.ok_rows.find(technique_key(t));
     if (it == a.ok_rows.end()) continue;
     for (const auto* r : it->second) {
       const auto b = static_cast<int64_t>(r->number(column("batch")).value_or(0));
-      if (effective && (b > *effective || *effective % b != 0)) continue;
+      if (b <= 0 || (effective && (b > *effective || *effective % b != 0))) continue;
       const int64_t k = effective ? *effective / b : 1;
       const std::string id = technique_key(t) + "|" + std::to_string(b) + "|" + std::to_string(k);
       if (std::find(refused.begin(), refused.end(), id) != refused.end()) continue;
-      const double tps = r->number(column("tokens_per_s")).value_or(0);
-      if (!best || tps > best->tokens_per_s)
-        best = Pick{&t, b, k, tps, r->number(column("step_ms_cv")).value_or(0)};
+      const Pick p{&t,
+                   b,
+                   k,
+                   r->number(column("tokens_per_s")).value_or(0),
+                   r->number(column("step_ms_cv")).value_or(0),
+                   r->number(column("peak_reserved_bytes")).value_or(0)};
+      if (!best || better(p, *best)) best = p;
     }
   }
   return best;
+}
+
+}  // namespace
+
+std::optional<Pick> pick(const Analysis& a, std::optional<int64_t> effective,
+                         const std::vector<std::string>& refused) {
+  return best_pick(a, effective, refused, [](const Pick& p, const Pick& best) {
+    return p.tokens_per_s > best.tokens_per_s;
+  });
+}
+
+int technique_count(const FitTechnique& t) {
+  return (t.precision != Precision::kFp32) + (t.checkpointing != Checkpointing::kNone) +
+         (t.optimizer != OptimizerKind::kAdamW) + !t.use_cache + (t.adapter != Adapter::kNone) +
+         (t.offload != Offload::kNone) + (t.weights != Weights::kFull);
+}
+
+std::optional<Pick> pick_by_memory(const Analysis& a, std::optional<int64_t> effective,
+                                   const std::vector<std::string>& refused) {
+  return best_pick(a, effective, refused, [](const Pick& p, const Pick& best) {
+    const int n = technique_count(*p.technique), m = technique_count(*best.technique);
+    if (n != m) return n < m;
+    if (p.batch != best.batch) return p.batch > best.batch;
+    return p.peak_reserved < best.peak_reserved;
+  });
 }
 
 std::string pick_id(const Pick& p) {

@@ -35,12 +35,21 @@ struct Pick {
   const FitTechnique* technique = nullptr;
   int64_t batch = 0, accumulation = 1;
   double tokens_per_s = 0, step_ms_cv = 0;
+  double peak_reserved = 0;
 };
 
 // The pick, passing over those named in `refused` (pick_id: measured out of memory at their
 // accumulation); nullopt when nothing fits.
 std::optional<Pick> pick(const Analysis& a, std::optional<int64_t> effective,
                          const std::vector<std::string>& refused);
+// The same on device emulated, where nothing is timed: ranked by memory. Among the same
+// probes, the fewest changes from plain training (technique_count), then the largest
+// micro-batch (the fewest accumulation steps), then the lowest peak reserved memory.
+std::optional<Pick> pick_by_memory(const Analysis& a, std::optional<int64_t> effective,
+                                   const std::vector<std::string>& refused);
+// Changes from plain training (fp32, no checkpointing, AdamW, the cache on, no adapter, no
+// offload, full weights): each costs throughput on a real card.
+int technique_count(const FitTechnique& t);
 std::string pick_id(const Pick& p);
 
 // The row measured this technique (its precision, checkpointing, optimizer, use_cache,

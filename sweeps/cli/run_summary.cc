@@ -84,15 +84,30 @@ RunSummary summarize_run(const reports::Results& results, const std::string& out
   auto tokens = [](const reports::Row* r) { return r->number(column("tokens_per_s")).value_or(0); };
   for (const auto* r : reports::latest_per_point(results).rows) {
     for (auto& [status, n] : s.counts) n += status == r->status;
+    if (r->value<Device>() == Device::kEmulated) {
+      ++s.predicted;
+      const std::string card = emulated_card_name(r->at(column("device_name"))).value_or("");
+      if (!card.empty() && std::find(s.predicted_cards.begin(), s.predicted_cards.end(), card) ==
+                               s.predicted_cards.end())
+        s.predicted_cards.push_back(card);
+    }
     if (r->status != Status::kOk || r->value<Mode>() != Mode::kTrain) continue;
     ++s.ok_train;
-    if (!s.fastest || tokens(r) > tokens(s.fastest)) s.fastest = r;
+    // A row without throughput (a prediction) is never the fastest.
+    if (tokens(r) > 0 && (!s.fastest || tokens(r) > tokens(s.fastest))) s.fastest = r;
     if (cv(r) > reports::kNoisyStepCv) {
       s.noisy.push_back(r);
       if (!s.noisiest || cv(r) > cv(s.noisiest)) s.noisiest = r;
     }
   }
   return s;
+}
+
+std::string RunSummary::predicted_line() const {
+  std::string cards;
+  for (const auto& c : predicted_cards) cards += (cards.empty() ? "" : ", ") + c;
+  return std::to_string(predicted) + " rows " + predicted_by(cards.empty() ? "a card" : cards) +
+         ": memory only, no throughput";
 }
 
 bool RunSummary::warn_noisy() const {
@@ -135,6 +150,10 @@ json RunSummary::json() const {
                             : nlohmann::json(nullptr);
   noise["advice"] = warn_noisy() ? nlohmann::json(noisy_advice()) : nlohmann::json(nullptr);
   j["noisy"] = noise;
+  j["predicted"] = predicted ? nlohmann::json{{"rows", predicted},
+                                              {"cards", predicted_cards},
+                                              {"line", predicted_line()}}
+                             : nlohmann::json(nullptr);
   j["next"] = "sweep recommend " + out + " --gpu NAME";
   return j;
 }
@@ -144,6 +163,7 @@ std::string RunSummary::text() const {
   for (const auto& [status, n] : counts)
     if (n) line += (line.empty() ? "" : ", ") + std::to_string(n) + " " + to_string(status);
   std::string s = "summary: " + line + "\n";
+  if (predicted) s += "predicted: " + predicted_line() + "\n";
   if (fastest) {
     char buf[512];
     std::snprintf(buf, sizeof buf, "fastest train row: %s: %.0f tokens/s, peak %s (%s)\n",

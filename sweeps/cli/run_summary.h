@@ -26,6 +26,11 @@ struct RunSummary {
   std::string out, results_path;
   std::vector<std::pair<Status, int>> counts;  // every status, in vocabulary order
   const reports::Row* fastest = nullptr;            // highest tokens/s among ok train rows
+  // Rows of device emulated (no throughput: never the fastest) and the cards they predict.
+  int predicted = 0;
+  std::vector<std::string> predicted_cards;
+  // "3 rows predicted by emulation of RTX 3060, not measured: memory only, no throughput"
+  std::string predicted_line() const;
   int ok_train = 0;
   std::vector<const reports::Row*> noisy;           // ok train rows above kNoisyStepCv
   const reports::Row* noisiest = nullptr;

@@ -27,7 +27,82 @@ using reports::kGiB;
 
 }  // namespace
 
+EmulatedCard emulated_card_of(const Config& cfg) {
+  if (!cfg.gpu)
+    throw UserError(
+        cfg.path, cfg.device_line, "device",
+        "device emulated predicts a card, and the config names none",
+        "add `gpu: rtx3060` (`sweep gpus` lists the cards), or write one out: gpu: {name: "
+        "\"My card\", memory_gib: 11.75, compute_capability: 8.6, sms: 28}");
+  const GpuTarget& t = *cfg.gpu;
+  if (t.cc_major == 0 || t.sms == 0)
+    throw UserError(
+        cfg.path, t.line, t.cc_major == 0 ? "gpu.compute_capability" : "gpu.sms",
+        "device emulated needs the card's compute capability and SM count: " +
+            (t.name.empty() ? std::string("this card") : "'" + t.name + "'") +
+            " is no card of the table",
+        "add them, e.g. gpu: {name: \"" + (t.name.empty() ? std::string("My card") : t.name) +
+            "\", memory_gib: " + number_text(t.memory_gib) +
+            ", compute_capability: 8.6, sms: 28}, or name a card of the table (`sweep gpus`)");
+  CardFacts facts;
+  facts.name = t.name.empty() ? number_text(t.memory_gib) + " GiB card" : t.name;
+  facts.memory_bytes = static_cast<int64_t>(t.memory_gib * kGiB);
+  const CardSpec* spec = t.key.empty() ? nullptr : find_card(t.key);
+  facts.context_bytes = t.context_gib ? static_cast<int64_t>(*t.context_gib * kGiB)
+                        : spec        ? card_context_bytes(*spec)
+                                      : kDefaultCudaContextBytes;
+  facts.cc_major = t.cc_major;
+  facts.cc_minor = t.cc_minor;
+  facts.sms = t.sms;
+  if (facts.memory_bytes - facts.context_bytes <= 0)
+    throw UserError(cfg.path, t.line, "gpu.context_gib",
+                    "the context allowance (" + reports::format_bytes(facts.context_bytes) +
+                        ") leaves nothing of " + facts.name,
+                    "lower gpu.context_gib, or raise gpu.memory_gib");
+  return emulated_card(facts);
+}
+
+namespace {
+
+// Device emulated: the card's memory less its context is what the emulated allocator may hold.
+Budget emulated_budget(const Config& cfg) {
+  const EmulatedCard card = emulated_card_of(cfg);
+  const int64_t allocator = card.memory_bytes - card.context_bytes;
+  const GpuTarget& t = *cfg.gpu;
+  const CardSpec* spec = t.key.empty() ? nullptr : find_card(t.key);
+  const std::string context_source = t.context_gib ? "configured"
+                                     : spec && spec->context_bytes > 0
+                                         ? "measured on this card"
+                                         : "default, not measured for this card";
+  Budget b;
+  b.context_bytes = card.context_bytes;
+  b.note = predicted_by(card.name) + ": the emulated allocator may hold " +
+           reports::format_bytes(static_cast<double>(allocator)) + " = " +
+           reports::format_bytes(static_cast<double>(card.memory_bytes)) +
+           (spec && spec->reported_bytes == 0 && !t.context_gib ? " (as sold)" : "") +
+           " less a context allowance of " +
+           reports::format_bytes(static_cast<double>(card.context_bytes)) + " (" + context_source +
+           "); no throughput is predicted";
+  if (cfg.budget_gib > 0) {
+    b.bytes = static_cast<int64_t>(cfg.budget_gib * kGiB);
+    if (b.bytes > allocator)
+      throw UserError(
+          cfg.path, cfg.budget_line, "budget_gib",
+          "a budget of " + reports::format_bytes(static_cast<double>(b.bytes)) + " is more than " +
+              card.name +
+              " leaves the allocator: " + reports::format_bytes(static_cast<double>(allocator)) +
+              " (its memory less the context allowance)",
+          "lower budget_gib to at most " + reports::format_bytes(static_cast<double>(allocator)) +
+              ", or remove it to use the whole card");
+    b.note += "; budget " + reports::format_bytes(static_cast<double>(b.bytes)) + " (budget_gib)";
+  }
+  return b;
+}
+
+}  // namespace
+
 Budget resolve_budget(const Config& cfg, Device device, const std::vector<HostGpu>& gpus) {
+  if (device == Device::kEmulated) return emulated_budget(cfg);
   Budget b;
   if (cfg.budget_gib > 0) {
     b.bytes = static_cast<int64_t>(cfg.budget_gib * kGiB);

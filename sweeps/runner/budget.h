@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "sweeps/measure/emulated_card.h"
 #include "sweeps/runner/config.h"
 
 namespace sweep {
@@ -37,7 +38,14 @@ struct Budget {
 // sold as "80 GB" report 79.1 GiB).
 inline constexpr double kSameCardTolerance = 0.05;
 
-// Pure: the budget for `device`; `gpus` are the probed GPUs (cuda only).
+// The card device emulated predicts: the config's `gpu:` with its context allowance (given
+// with context_gib, else the card table's: measured where it was, else the default). Throws
+// UserError when the config names no card, or one without a compute capability or SMs.
+EmulatedCard emulated_card_of(const Config& cfg);
+
+// Pure: the budget for `device`; `gpus` are the probed GPUs (cuda only). On device emulated
+// no budget is set unless budget_gib asks (the worker's emulated allocator holds at most the
+// card's memory less its context allowance), and budget_gib may not exceed that.
 // Throws UserError at the config's line when a GPU is smaller than the target card, or than
 // an explicit budget_gib: a cap cannot add memory.
 Budget resolve_budget(const Config& cfg, Device device, const std::vector<HostGpu>& gpus);

@@ -10,10 +10,12 @@
 #include <functional>
 #include <set>
 #include <stdexcept>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
 #include "models/zoo.h"
+#include "reports/results/cards.h"
 
 namespace sweep {
 
@@ -208,6 +210,78 @@ std::vector<std::string> parse_targets(const Ctx& c, const YAML::Node& n, const 
                      });
 }
 
+// "8.6" -> {8, 6}.
+std::pair<int, int> parse_compute_capability(const Ctx& c, const YAML::Node& n) {
+  const std::string text = c.scalar(n, "gpu.compute_capability");
+  int major = 0, minor = 0;
+  const char* end = text.data() + text.size();
+  auto [p, ec] = std::from_chars(text.data(), end, major);
+  bool ok = ec == std::errc() && p + 1 < end && *p == '.';
+  if (ok) {
+    auto [q, ec2] = std::from_chars(p + 1, end, minor);
+    ok = ec2 == std::errc() && q == end && q == p + 2;
+  }
+  if (!ok || major < 3 || major > 20)
+    c.fail(n, "gpu.compute_capability", "'" + text + "' is not a compute capability",
+           "write it as major.minor, e.g. compute_capability: 8.6 for sm_86 (`sweep gpus` lists "
+           "the cards')");
+  return {major, minor};
+}
+
+// A card of the table, found by the name a config gives; fails with the known cards and the
+// nearest one.
+const CardSpec& table_card(const Ctx& c, const YAML::Node& n, const std::string& key,
+                           const std::string& name, const std::string& written_out) {
+  if (const CardSpec* card = find_card(name)) return *card;
+  const std::string near = nearest_card_key(name);
+  c.fail(n, key, "unknown card '" + name + "'",
+         (near.empty() ? "" : "did you mean " + near + "? ") + "known cards: " + card_keys() +
+             " (`sweep gpus` lists them); for another card " + written_out);
+}
+
+GpuTarget parse_gpu(const Ctx& c, const YAML::Node& v) {
+  const std::string written_out =
+      "write it out: gpu: {name: \"My card\", memory_gib: 11.75, compute_capability: 8.6, sms: 28}";
+  GpuTarget g;
+  g.line = v.Mark().line + 1;
+  auto from_table = [&g](const CardSpec& card) {
+    g.name = card.name;
+    g.key = card.key;
+    g.memory_gib = static_cast<double>(card_memory_bytes(card)) / reports::kGiB;
+    g.cc_major = card.cc_major;
+    g.cc_minor = card.cc_minor;
+    g.sms = card.sms;
+  };
+  if (v.IsScalar()) {  // gpu: rtx3060
+    from_table(table_card(c, v, "gpu", v.Scalar(), written_out));
+    return g;
+  }
+  c.only_keys(v, "gpu", {"name", "memory_gib", "context_gib", "compute_capability", "sms"});
+  if (v["name"]) g.name = c.scalar(v["name"], "gpu.name");
+  if (!v["memory_gib"]) {
+    // {name: "RTX 3060"}: a card of the table by name.
+    if (g.name.empty())
+      c.fail(v, "gpu.memory_gib", "missing",
+             "name a card of the table, e.g. gpu: rtx3060, or " + written_out);
+    from_table(table_card(c, v["name"], "gpu.name", g.name, written_out));
+  } else {
+    g.memory_gib = c.number(v["memory_gib"], "gpu.memory_gib", {0.25, 1 << 20});
+    // Today's {name, memory_gib}: a named card of the table keeps its compute capability and SMs.
+    if (const CardSpec* card = g.name.empty() ? nullptr : find_card(g.name)) {
+      g.key = card->key;
+      g.cc_major = card->cc_major;
+      g.cc_minor = card->cc_minor;
+      g.sms = card->sms;
+    }
+  }
+  if (v["context_gib"])
+    g.context_gib = c.number(v["context_gib"], "gpu.context_gib", {0, g.memory_gib});
+  if (v["compute_capability"])
+    std::tie(g.cc_major, g.cc_minor) = parse_compute_capability(c, v["compute_capability"]);
+  if (v["sms"]) g.sms = static_cast<int>(c.integer(v["sms"], "gpu.sms", {1, 10000, true}));
+  return g;
+}
+
 }  // namespace
 
 
@@ -313,26 +387,20 @@ Config load_config(const std::string& path) {
     if (key == "name") cfg.name = c.scalar(v, key);
     else if (key == "device") {
       cfg.device = c.scalar(v, key);
+      cfg.device_line = v.Mark().line + 1;
       if (cfg.device != "auto" && !parse_as<Device>(cfg.device))
         c.fail(v, key, "unknown device '" + cfg.device + "'", "expected one of: auto, " + choices<Device>());
     } else if (key == "out") cfg.out = c.scalar(v, key);
-    else if (key == "gpu") {
-      c.only_keys(v, "gpu", {"name", "memory_gib", "context_gib"});
-      GpuTarget g;
-      g.line = v.Mark().line + 1;
-      if (!v["memory_gib"]) c.fail(v, "gpu.memory_gib", "missing", "e.g. gpu: {name: \"RTX 3060\", memory_gib: 12}");
-      g.memory_gib = c.number(v["memory_gib"], "gpu.memory_gib", {0.25, 1 << 20});
-      if (v["name"]) g.name = c.scalar(v["name"], "gpu.name");
-      if (v["context_gib"])
-        g.context_gib = c.number(v["context_gib"], "gpu.context_gib", {0, g.memory_gib});
-      cfg.gpu = g;
-    } else if (key == "budget_gib") {
+    else if (key == "gpu")
+      cfg.gpu = parse_gpu(c, v);
+    else if (key == "budget_gib") {
       cfg.budget_gib = c.number(v, key, {0, 1 << 20});
       cfg.budget_line = v.Mark().line + 1;
     }
     // A day at most: a deadline is a guard against hangs, and std::chrono overflows past
     // ~1e11 s (timeout_s: 1e300 used to kill every point at once).
-    else if (key == "timeout_s") cfg.timeout_s = c.number(v, key, {0.1, 86400});
+    else if (key == "timeout_s")
+      cfg.timeout_s = c.number(v, key, {0.1, 86400});
     else if (key == "steps") cfg.steps = static_cast<int>(c.integer(v, key, {1, 1e6, true}));
     else if (key == "warmup_steps")
       cfg.warmup_steps = static_cast<int>(c.integer(v, key, {0, 1e6, true}));

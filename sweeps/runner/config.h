@@ -55,17 +55,25 @@ struct SweepGroup {
   int line = 0;
 };
 
+// The card a config targets (`gpu:`): a card of the table by its key (`gpu: rtx3060`, or
+// `gpu: {name: "RTX 3060"}`), or written out (`gpu: {name, memory_gib, context_gib,
+// compute_capability, sms}`). A real GPU larger than it has its memory emulated (the
+// allocator capped); device emulated predicts it, which needs its compute capability and SMs.
 struct GpuTarget {
   std::string name;
-  double memory_gib = 0;
-  std::optional<double> context_gib;  // CUDA context allowance; measured when absent
+  double memory_gib = 0;              // as CUDA reports it
+  std::optional<double> context_gib;  // CUDA context allowance; measured (the table's) if absent
+  std::string key;                    // the card table's key when it is one of its cards
+  int cc_major = 0, cc_minor = 0;     // compute capability; 0 = not known
+  int sms = 0;                        // streaming multiprocessors; 0 = not known
   int line = 0;
 };
 
 struct Config {
   std::string path;
   std::string name;
-  std::string device = "auto";  // auto | cuda | cpu
+  std::string device = "auto";  // auto | cuda | cpu | emulated
+  int device_line = 0;          // where device was set
   std::string out;              // output directory ("" = results/<name>)
   std::optional<GpuTarget> gpu;
   double budget_gib = 0;  // explicit per-point memory budget (0 = none)

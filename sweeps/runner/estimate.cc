@@ -161,6 +161,7 @@ nlohmann::json DryRun::json() const {
   j["dry_run"] = true;
   j["config"] = config_path;
   j["device"] = device;
+  if (!predicted.empty()) j["predicted"] = predicted;
   j["out"] = out;
   j["search"] = search ? nlohmann::json("max_batch") : nlohmann::json(nullptr);
   if (search) j["search_max_batch"] = search_max_batch;
@@ -203,6 +204,7 @@ std::string DryRun::text() const {
          std::to_string(search_max_batch) + "), device " + device + ", output " + out + "\n";
   else
     s += std::to_string(n) + " points, device " + device + ", output " + out + "\n";
+  if (!predicted.empty()) s += "every row will be " + predicted + "\n";
   if (estimate.estimated == 0 && estimate.recorded == 0)
     s += "estimate: none: no row of these models was measured before in " + out +
          " (no estimate: never measured here); `--estimate-from DIR` reads the rows of another "

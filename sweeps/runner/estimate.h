@@ -87,6 +87,7 @@ std::string duration_text(double seconds);
 // estimate's units) and the estimate. `config_path`, `device` and `out` are the run's.
 struct DryRun {
   std::string config_path, device, out;
+  std::string predicted;  // device emulated: "predicted by emulation of RTX 3060, not measured"
   bool search = false;
   int64_t search_max_batch = 0;
   PlanEstimate estimate;

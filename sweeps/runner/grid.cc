@@ -172,6 +172,7 @@ std::vector<Point> expand_grid(const Config& cfg, const RunSettings& run) {
       base.device = run.device;
       base.budget_bytes = run.budget_bytes;
       base.budget_emulated = run.budget_emulated;
+      if (run.device == Device::kEmulated) base.card = run.card;
       base.lr = cfg.lr;
       base.weight_decay = cfg.weight_decay;
       base.seed = cfg.seed;

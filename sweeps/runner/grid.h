@@ -14,6 +14,7 @@ struct RunSettings {
   Device device = Device::kCpu;  // resolved, never auto
   int64_t budget_bytes = 0;
   bool budget_emulated = false;
+  EmulatedCard card;  // device emulated: the card every point predicts
   std::size_t max_points = 10000;  // larger grids are refused before they are expanded
 };
 

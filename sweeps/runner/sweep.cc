@@ -352,7 +352,10 @@ int dry_run(const RunOptions& opt, const Config& cfg, Device device,
       for (const auto* r : reports::latest_per_point(results).rows) recorded.insert(r->at(schema::column("point_id")));
   }
   for (const auto& from : opt.estimate_from) history.add(reports::read_results(from));
-  DryRun d{cfg.path, to_string(device), out, search, cfg.search_max_batch, estimate_plan(combos, search, history, recorded)};
+  DryRun d{cfg.path, to_string(device), out, "", search, cfg.search_max_batch,
+           estimate_plan(combos, search, history, recorded)};
+  // An emulated run says what it predicts: its rows will not be measurements.
+  if (device == Device::kEmulated) d.predicted = predicted_by(emulated_card_of(cfg).name);
   std::cout << (opt.json ? d.json().dump(2) + "\n" : d.text());
   return 0;
 }
@@ -388,6 +391,7 @@ RunOutcome run_sweep(const RunOptions& opt) {
   const Budget budget = resolve_budget(cfg, run.device, probed);
   run.budget_bytes = budget.bytes;
   run.budget_emulated = budget.emulated;
+  if (run.device == Device::kEmulated) run.card = emulated_card_of(cfg);
   run.max_points = opt.max_points;
   auto points = expand_grid(cfg, run);
   auto combos = combinations(points);

@@ -35,6 +35,12 @@ namespace {
 
 template <class T>
 const T& axis_value(const Point&, const T& v) { return v; }
+// The card as its cell spells it, on device emulated only ("" elsewhere: no cell, and the id
+// of a measured point does not name it).
+std::string axis_value(const Point& p, const EmulatedCard& card) {
+  return p.device == Device::kEmulated && !card.name.empty() ? card_cell(card_facts(card))
+                                                             : std::string();
+}
 // (without LoRA there are none to name: the family's defaults need not exist).
 std::string axis_value(const Point& p, const std::vector<std::string>& targets) {
   return p.adapter == Adapter::kLora || !targets.empty() ? p.lora_targets_text() : std::string();
@@ -112,6 +118,18 @@ void parse_into(const std::string& text, E& v) {
     throw std::invalid_argument(std::string(VocabTable<E>::key) + ": unknown value '" + text +
                                 "' (one of " + choices<E>() + ")");
   v = *e;
+}
+void parse_into(const std::string& text, EmulatedCard& card) {
+  if (text.empty()) {
+    card = EmulatedCard{};
+    return;
+  }
+  const auto facts = parse_card_cell(text);
+  if (!facts)
+    throw std::invalid_argument("card: '" + text +
+                                "' is not a card cell (e.g. \"RTX 3060 (sm_86, 28 SMs, "
+                                "memory 12616466432 B, context 536870912 B)\")");
+  card = emulated_card(*facts);
 }
 void parse_into(const std::string& text, std::vector<std::string>& v) {
   v.clear();
@@ -224,6 +242,9 @@ void put(nlohmann::json& j, const char* key, const T& v) {
   else
     j[key] = v;
 }
+// The card travels as an object of its own (to_json below), not as its cell.
+void put(nlohmann::json&, const char*, const EmulatedCard&) {}
+void get(const nlohmann::json&, const char*, EmulatedCard&) {}
 template <class T>
 void get(const nlohmann::json& j, const char* key, T& v) {
   if (!j.contains(key)) return;
@@ -233,6 +254,22 @@ void get(const nlohmann::json& j, const char* key, T& v) {
     j.at(key).get_to(v);
 }
 }  // namespace
+
+EmulatedCard emulated_card(const CardFacts& f) {
+  EmulatedCard c;
+  c.name = f.name;
+  c.memory_bytes = f.memory_bytes;
+  c.context_bytes = f.context_bytes;
+  c.cc_major = f.cc_major;
+  c.cc_minor = f.cc_minor;
+  c.sms = f.sms;
+  c.cpu = f.cpu;
+  return c;
+}
+
+CardFacts card_facts(const EmulatedCard& c) {
+  return {c.name, c.memory_bytes, c.context_bytes, c.cc_major, c.cc_minor, c.sms, c.cpu};
+}
 
 void to_json(nlohmann::json& j, const Point& p) {
 #define X(f) put(j, #f, p.f);

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "reports/results/cards.h"
 #include "reports/results/rows.h"
 #include "reports/results/schema.h"
 #include "reports/results/vocab.h"
@@ -53,7 +54,8 @@ struct Point {
   bool budget_emulated = false;
   double timeout_s = 600;
   Device device = Device::kCpu;
-  // device emulated: the card whose memory the emulation predicts (the config's gpu:).
+  // device emulated: the card whose memory the emulation predicts (the config's gpu:). An
+  // axis as its `card` cell spells it (reports/results/cards.h), and only on device emulated.
   EmulatedCard card;
   double lr = 1e-3;            // optimizer settings (not part of the identity's axes list)
   double weight_decay = 0.01;
@@ -82,7 +84,7 @@ std::string fnv1a_hex(const std::string& text);
   X(model) X(family) X(mode) X(batch) X(seq) X(target_seq) X(audio_s) X(precision)               \
   X(checkpointing) X(accumulation) X(optimizer) X(use_cache) X(adapter) X(lora_r) X(lora_alpha)  \
   X(lora_dropout) X(lora_targets) X(offload) X(weights) X(alloc_conf) X(steps) X(warmup_steps)              \
-  X(repetitions) X(budget_bytes) X(budget_emulated) X(device)
+  X(repetitions) X(budget_bytes) X(budget_emulated) X(device) X(card)
 #define SWEEP_POINT_SETTINGS(X) X(timeout_s) X(lr) X(weight_decay) X(seed)
 
 // The point's cells of a results row, as `sweep run` writes them before the measurement:
@@ -95,6 +97,11 @@ Point point_of(const reports::Row& row);
 std::string axis_text(const Point& p, std::string_view column);
 // Sets an axis from its config spelling (as axis_text writes it). False for no axis.
 bool set_axis_text(Point& p, std::string_view column, const std::string& text);
+
+// An emulated card and the facts of the card table (reports/results/cards.h): one struct on
+// each side of the process boundary.
+EmulatedCard emulated_card(const CardFacts& facts);
+CardFacts card_facts(const EmulatedCard& card);
 
 void to_json(nlohmann::json& j, const Point& p);
 void from_json(const nlohmann::json& j, Point& p);

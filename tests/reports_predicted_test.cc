@@ -1,0 +1,161 @@
+// Rows predicted by emulation (device emulated: memory only, no throughput) in every reader:
+// recommend ranks them by memory and says they are predicted, the report says so in its title
+// and shows no throughput rather than an empty or NaN one, and compare refuses to gate a
+// measurement against a prediction unless --allow-predicted. Fixtures:
+// tests/data/predicted_rtx3060.csv and measured_rtx3060.csv (invented numbers, the same
+// configurations; tests/fixtures/make_predicted_rows.py writes them).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "reports/compare.h"
+#include "reports/recommend.h"
+#include "reports/report.h"
+#include "temp_tree.h"
+
+namespace sweep::reports {
+namespace {
+
+std::string data(const std::string& name) { return std::string(SWEEP_TEST_DATA) + "/" + name; }
+constexpr const char* kPredicted = "predicted by emulation of RTX 3060, not measured";
+
+Recommendation recommend_for(const std::string& file, RecommendOptions o = {}) {
+  std::vector<Results> results;
+  results.push_back(read_results(data(file)));
+  return recommend(results, o);
+}
+
+TEST(Predicted, RecommendRanksByMemoryAndSaysItIsPredicted) {
+  RecommendOptions o;
+  o.gpu = "rtx3060";
+  const Recommendation r = recommend_for("predicted_rtx3060.csv", o);
+  // The allowance the prediction used (its card cell), not CUDA's default by chance.
+  EXPECT_EQ(r.target.context_bytes, 536870912);
+  EXPECT_NE(r.target.context_source.find("predicted card"), std::string::npos)
+      << r.target.context_source;
+  EXPECT_FALSE(r.other_card);  // rows predicted for RTX 3060 are rows for RTX 3060
+  EXPECT_EQ(r.predicted_cards, std::vector<std::string>{"RTX 3060"});
+  ASSERT_EQ(r.groups.size(), 1u);
+  const auto& g = r.groups.front();
+  // No throughput: the fewest changes that fit (fp32, no checkpointing), at its largest batch.
+  ASSERT_TRUE(g.fastest);
+  EXPECT_TRUE(g.fastest->predicted);
+  EXPECT_EQ(g.fastest->precision, Precision::kFp32);
+  EXPECT_EQ(g.fastest->checkpointing, Checkpointing::kNone);
+  EXPECT_EQ(g.fastest->batch, 4);
+  EXPECT_TRUE(g.limit_reached);
+
+  const std::string md = recommendations_markdown(r);
+  EXPECT_NE(md.find(std::string("# Recommendations for RTX 3060 (11.75 GiB): ") + kPredicted),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("not measured"), std::string::npos);
+  EXPECT_NE(md.find("ranked by memory"), std::string::npos);
+  EXPECT_EQ(md.find("nan"), std::string::npos);
+  const auto j = recommendations_json(r);
+  EXPECT_EQ(j.at("predicted_by"), kPredicted);
+  const auto& fastest = j.at("groups").at(0).at("fastest");
+  EXPECT_TRUE(fastest.at("predicted"));
+  EXPECT_TRUE(fastest.at("tokens_per_s").is_null());
+  EXPECT_EQ(nlohmann::json::parse(j.dump()), j);  // no NaN or infinity
+}
+
+TEST(Predicted, AnEffectiveBatchIsReachedByMemoryToo) {
+  RecommendOptions o;
+  o.effective_batch = 32;
+  const Recommendation r =
+      recommend_for("predicted_rtx3060.csv", o);  // the default target: the card
+  EXPECT_EQ(r.target.name, "RTX 3060 (emulated)");
+  ASSERT_NE(r.target.gpu, nullptr);
+  EXPECT_EQ(r.target.gpu->key, "rtx3060");
+  const auto& g = r.groups.front();
+  ASSERT_TRUE(g.effective);
+  EXPECT_TRUE(g.effective->inferred);
+  EXPECT_EQ(g.effective->batch, 4);  // fp32 without checkpointing, batch 4 x 8
+  EXPECT_EQ(g.effective->accumulation, 8);
+}
+
+TEST(Predicted, MeasuredRowsStillRankByThroughput) {
+  RecommendOptions o;
+  o.gpu = "rtx3060";
+  const Recommendation r = recommend_for("measured_rtx3060.csv", o);
+  ASSERT_TRUE(r.groups.front().fastest);
+  EXPECT_FALSE(r.groups.front().fastest->predicted);
+  EXPECT_GT(r.groups.front().fastest->tokens_per_s, 0);
+  EXPECT_TRUE(r.predicted_cards.empty());
+}
+
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& name)
+      : path(std::filesystem::temp_directory_path() /
+             ("sweep_predicted_" + name + "_" + std::to_string(::getpid()))) {
+    sweep::remove_tree(path);
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() { sweep::remove_tree(path); }
+};
+
+std::string read(const std::filesystem::path& p) {
+  std::ifstream f(p);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+TEST(Predicted, TheReportSaysSoAndShowsNoThroughput) {
+  TempDir dir("report");
+  ReportOptions o;
+  o.card.gpu = "rtx3060";
+  ASSERT_EQ(write_report(data("predicted_rtx3060.csv"), dir.path.string(), o), 0);
+  const std::string md = read(dir.path / "report.md");
+  EXPECT_EQ(md.rfind(std::string("# Sweep report: ") + kPredicted, 0), 0u) << md.substr(0, 200);
+  EXPECT_NE(md.find(std::string("Every point is ") + kPredicted), std::string::npos);
+  EXPECT_NE(md.find(std::string("## gpt2, seq 512: ") + kPredicted), std::string::npos);
+  EXPECT_NE(md.find("Throughput: not measured"), std::string::npos);
+  EXPECT_NE(md.find("| not measured |"), std::string::npos);  // tokens/s in the technique tables
+  for (const char* bad : {"nan", "NaN", "inf"}) EXPECT_EQ(md.find(bad), std::string::npos) << bad;
+  EXPECT_EQ(read(dir.path / "report.html").find("NaN"), std::string::npos);
+}
+
+TEST(Predicted, CompareRefusesToGateAMeasurementAgainstAPrediction) {
+  const Results measured = read_results(data("measured_rtx3060.csv"));
+  const Results predicted = read_results(data("predicted_rtx3060.csv"));
+  try {
+    compare_results(measured, predicted);
+    ADD_FAILURE() << "compared a prediction with a measurement without --allow-predicted";
+  } catch (const UserError& e) {
+    EXPECT_EQ(e.key(), "device");
+    EXPECT_NE(std::string(e.what()).find(kPredicted), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("measured on NVIDIA GeForce RTX 3060"), std::string::npos)
+        << e.what();
+    EXPECT_NE(e.hint().find("--allow-predicted"), std::string::npos);
+  }
+  EXPECT_THROW(compare_results(predicted, measured), UserError);  // either way round
+
+  CompareOptions allow;
+  allow.allow_predicted = true;
+  const CompareResult r = compare_results(measured, predicted, allow);
+  EXPECT_EQ(r.points.size(), 15u);  // joined on the configuration: the card is the device's
+  EXPECT_EQ(r.count(Verdict::kRegression), 0u);  // the prediction is 1% under the measurement
+  bool said = false;
+  for (const auto& n : r.notes)
+    said |= n.find("compare a prediction with a measurement") != std::string::npos;
+  EXPECT_TRUE(said);
+  EXPECT_EQ(compare_json(r).at("options").at("allow_predicted"), true);
+
+  // Predictions against predictions are compared as usual, and said to be predictions.
+  const CompareResult same = compare_results(predicted, predicted);
+  EXPECT_FALSE(same.regressed());
+  bool both = false;
+  for (const auto& n : same.notes)
+    both |= n.find("predicted by emulation on both sides") != std::string::npos;
+  EXPECT_TRUE(both);
+}
+
+}  // namespace
+}  // namespace sweep::reports
