@@ -163,7 +163,7 @@ class Runner {
     // either would otherwise override the axis.
     iso.env["PYTORCH_ALLOC_CONF"] = p.alloc_conf;
     iso.env["PYTORCH_CUDA_ALLOC_CONF"] = p.alloc_conf;
-    if (opt_.snapshot && p.device == Device::kCuda)
+    if (opt_.snapshot && (p.device == Device::kCuda || p.device == Device::kEmulated))
       iso.env["SWEEP_SNAPSHOT"] = (std::filesystem::path(out_) / "snapshots" / id).string();
     // `gpu` is already this process's CUDA_VISIBLE_DEVICES entry for the --gpus index.
     if (!gpu.empty()) iso.env["CUDA_VISIBLE_DEVICES"] = gpu;
@@ -423,7 +423,8 @@ RunOutcome run_sweep(const RunOptions& opt) {
   Progress progress(search ? 0 : points.size(), opt.quiet);
   if (!budget.note.empty() && !opt.quiet) std::fprintf(stderr, "%s\n", budget.note.c_str());
   if (opt.snapshot) {
-    if (run.device == Device::kCuda)
+    // An emulated card writes its allocator model's segments and trace, in the same format.
+    if (run.device == Device::kCuda || run.device == Device::kEmulated)
       std::filesystem::create_directories(std::filesystem::path(out) / "snapshots");
     else
       std::fprintf(stderr, "note: --snapshot records the CUDA allocator's history; on the CPU "
@@ -431,7 +432,8 @@ RunOutcome run_sweep(const RunOptions& opt) {
   }
   Runner runner(opt, out, store, progress);
 
-  // One thread per GPU (one in all without --gpus), each taking the next combination. A
+  // One thread per GPU (one in all without --gpus; one per core on an emulated card), each
+  // taking the next combination. A
   // thread that throws (a full disk) stops the others taking more; the first failure is
   // rethrown here, after every row in flight is written, for the CLI to print.
   std::atomic<std::size_t> next{0};
@@ -458,11 +460,15 @@ RunOutcome run_sweep(const RunOptions& opt) {
       next = combos.size();
     }
   };
-  if (gpus.size() <= 1) {
-    work(gpus.empty() ? "" : gpus.front());
+  // An emulated card is no device to share: one worker per core, each its own process.
+  std::vector<std::string> lanes = gpus;
+  if (run.device == Device::kEmulated && lanes.empty())
+    lanes.assign(std::max(1u, std::thread::hardware_concurrency()), "");
+  if (lanes.size() <= 1) {
+    work(lanes.empty() ? "" : lanes.front());
   } else {
     std::vector<std::thread> threads;
-    for (const auto& g : gpus) threads.emplace_back(work, g);
+    for (const auto& g : lanes) threads.emplace_back(work, g);
     for (auto& t : threads) t.join();
   }
   if (failure) std::rethrow_exception(failure);

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include "reports/results/cards.h"
 #include "sweeps/worker/burst.h"
 #include "sweeps/measure/env.h"
 #include "sweeps/worker/emulate/emulation.h"
@@ -99,7 +100,7 @@ int worker_main(const std::string& point_json, int result_fd) {
     }
     DeviceInfo dev;
     if (p.device == Device::kEmulated) {
-      dev.name = p.card.name + " (emulated)";
+      dev.name = emulated_device_name(p.card.name);  // how reports know a prediction's card
       dev.memory_bytes = p.card.memory_bytes;
     } else {
       dev = query_device(p.device);

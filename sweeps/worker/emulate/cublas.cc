@@ -132,17 +132,11 @@ at::Tensor int_mm(const at::Tensor& a, const at::Tensor& b) {
   return out;
 }
 
-class Silent final : public c10::WarningHandler {
- public:
-  void process(const c10::Warning&) override {}
-};
-
 }  // namespace
 
 void register_cublas_workspaces() {
   static std::unique_ptr<torch::Library> lib;
-  Silent silent;  // these replace Meta's own kernels, which warns once
-  c10::WarningUtils::WarningHandlerGuard guard(&silent);
+  QuietOverrides quiet;  // these replace Meta's own kernels
   lib = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::Meta,
                                          __FILE__, __LINE__);
   lib->impl("mm", TORCH_FN(mm));

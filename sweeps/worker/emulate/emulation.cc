@@ -69,8 +69,6 @@ at::Tensor card_sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   return cuda_sdpa(g_card, q, k, v, mask, dropout_p, is_causal, scale);
 }
 
-// Registering over a kernel PyTorch already has prints a warning once; the emulated device
-// replaces those on purpose (each replacement says why where it is made).
 class Silent final : public c10::WarningHandler {
  public:
   void process(const c10::Warning&) override {}
@@ -78,8 +76,7 @@ class Silent final : public c10::WarningHandler {
 
 void register_factories() {
   static std::unique_ptr<torch::Library> lib;
-  Silent silent;
-  c10::WarningUtils::WarningHandlerGuard guard(&silent);
+  QuietOverrides quiet;
   lib = std::make_unique<torch::Library>(torch::Library::IMPL, "aten",
                                          c10::DispatchKey::BackendSelect, __FILE__, __LINE__);
   lib->impl("empty.memory_format", TORCH_FN(empty_memory_format));
@@ -116,6 +113,11 @@ void start_emulation(const EmulatedCard& card) {
 }
 
 const EmulatedCard& emulated_card() { return g_card; }
+
+QuietOverrides::QuietOverrides()
+    : silent_(std::make_unique<Silent>()),
+      guard_(std::make_unique<c10::WarningUtils::WarningHandlerGuard>(silent_.get())) {}
+QuietOverrides::~QuietOverrides() = default;
 
 MetaFactories::MetaFactories() : prev_(t_meta_factories) { t_meta_factories = true; }
 MetaFactories::~MetaFactories() { t_meta_factories = prev_; }

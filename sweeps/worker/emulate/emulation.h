@@ -56,6 +56,20 @@ class BackwardThread {
 };
 bool on_backward_thread();
 
+// While alive, registering a kernel over one PyTorch already has prints nothing (it warns once
+// otherwise): the emulated device replaces those on purpose, each saying why where it is made.
+class QuietOverrides {
+ public:
+  QuietOverrides();
+  ~QuietOverrides();
+  QuietOverrides(const QuietOverrides&) = delete;
+  QuietOverrides& operator=(const QuietOverrides&) = delete;
+
+ private:
+  std::unique_ptr<c10::WarningHandler> silent_;
+  std::unique_ptr<c10::WarningUtils::WarningHandlerGuard> guard_;
+};
+
 // Kernel registration for the emulated device (each once per process).
 void register_meta_kernels();
 void register_autocast(bool cuda_lists);
