@@ -433,9 +433,9 @@ RunOutcome run_sweep(const RunOptions& opt) {
   Runner runner(opt, out, store, progress);
 
   // One thread per GPU (one in all without --gpus; one per core on an emulated card), each
-  // taking the next combination. A
-  // thread that throws (a full disk) stops the others taking more; the first failure is
-  // rethrown here, after every row in flight is written, for the CLI to print.
+  // taking the next combination. A thread that throws (a full disk) stops the others taking
+  // more; the first failure is rethrown here, after every row in flight is written, for the
+  // CLI to print.
   std::atomic<std::size_t> next{0};
   std::exception_ptr failure;
   std::mutex failure_mu;
