@@ -137,7 +137,7 @@ TEST(EmulatedBudget, TheCardLessItsContextAndNoMore) {
 
 Point emulated_point(const std::string& card_key) {
   Point p = tiny_point("gpt2-test", Device::kEmulated, Precision::kFp32, OptimizerKind::kAdamW);
-  p.card = emulated_card(facts_of(*find_card(card_key)));
+  p.card = facts_of(*find_card(card_key));
   return p;
 }
 

@@ -71,7 +71,12 @@ struct CardFacts {
   int64_t context_bytes = 0;  // held outside the allocator
   int cc_major = 0, cc_minor = 0;
   int sms = 0;
-  bool cpu = false;  // test only: the CPU's choices (sweeps/measure/emulated_card.h)
+  // Test only: the CPU's choices instead of CUDA's (for-loop optimizers, the CPU's SDPA choice
+  // and autocast lists, no allocator rounding, no workspaces), the emulated device's
+  // differential check against the CPU tracking allocator; never a user's card.
+  bool cpu = false;
+
+  int sm() const { return cc_major * 10 + cc_minor; }  // 90 for sm_90
 };
 // A table card's facts.
 CardFacts facts_of(const CardSpec& card);

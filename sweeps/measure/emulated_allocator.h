@@ -9,9 +9,7 @@
 #include <optional>
 #include <string>
 
-namespace sweep {
-struct EmulatedCard;
-}
+#include "sweeps/measure/emulated_card.h"
 
 namespace sweep::emu {
 

@@ -10,6 +10,8 @@
 #include <memory>
 #include <string>
 
+#include "sweeps/measure/emulated_card.h"
+
 namespace sweep {
 
 // What memory holds by kind, kept current by the burst (weights after the build, gradients
@@ -115,7 +117,6 @@ std::unique_ptr<MemoryTracker> make_cuda_tracker();
 // allocator (sweeps/measure/emulated_allocator.h), or counted exactly when the card stands for
 // the CPU. Allocations in a HostScope are host memory and not counted. Out of memory throws
 // c10::OutOfMemoryError at the allocation where the card's allocator would fail.
-struct EmulatedCard;
 std::unique_ptr<MemoryTracker> make_emulated_tracker(const EmulatedCard& card,
                                                      const std::string& alloc_conf);
 

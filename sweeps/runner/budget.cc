@@ -59,7 +59,7 @@ EmulatedCard emulated_card_of(const Config& cfg) {
                     "the context allowance (" + reports::format_bytes(facts.context_bytes) +
                         ") leaves nothing of " + facts.name,
                     "lower gpu.context_gib, or raise gpu.memory_gib");
-  return emulated_card(facts);
+  return facts;
 }
 
 namespace {

@@ -38,7 +38,7 @@ const T& axis_value(const Point&, const T& v) { return v; }
 // The card as its cell spells it, on device emulated only ("" elsewhere: no cell, and the id
 // of a measured point does not name it).
 std::string axis_value(const Point& p, const EmulatedCard& card) {
-  return p.device == Device::kEmulated && !card.name.empty() ? card_cell(card_facts(card))
+  return p.device == Device::kEmulated && !card.name.empty() ? card_cell(card)
                                                              : std::string();
 }
 // (without LoRA there are none to name: the family's defaults need not exist).
@@ -129,7 +129,7 @@ void parse_into(const std::string& text, EmulatedCard& card) {
     throw std::invalid_argument("card: '" + text +
                                 "' is not a card cell (e.g. \"RTX 3060 (sm_86, 28 SMs, "
                                 "memory 12616466432 B, context 536870912 B)\")");
-  card = emulated_card(*facts);
+  card = *facts;
 }
 void parse_into(const std::string& text, std::vector<std::string>& v) {
   v.clear();
@@ -254,22 +254,6 @@ void get(const nlohmann::json& j, const char* key, T& v) {
     j.at(key).get_to(v);
 }
 }  // namespace
-
-EmulatedCard emulated_card(const CardFacts& f) {
-  EmulatedCard c;
-  c.name = f.name;
-  c.memory_bytes = f.memory_bytes;
-  c.context_bytes = f.context_bytes;
-  c.cc_major = f.cc_major;
-  c.cc_minor = f.cc_minor;
-  c.sms = f.sms;
-  c.cpu = f.cpu;
-  return c;
-}
-
-CardFacts card_facts(const EmulatedCard& c) {
-  return {c.name, c.memory_bytes, c.context_bytes, c.cc_major, c.cc_minor, c.sms, c.cpu};
-}
 
 void to_json(nlohmann::json& j, const Point& p) {
 #define X(f) put(j, #f, p.f);

@@ -98,11 +98,6 @@ std::string axis_text(const Point& p, std::string_view column);
 // Sets an axis from its config spelling (as axis_text writes it). False for no axis.
 bool set_axis_text(Point& p, std::string_view column, const std::string& text);
 
-// An emulated card and the facts of the card table (reports/results/cards.h): one struct on
-// each side of the process boundary.
-EmulatedCard emulated_card(const CardFacts& facts);
-CardFacts card_facts(const EmulatedCard& card);
-
 void to_json(nlohmann::json& j, const Point& p);
 void from_json(const nlohmann::json& j, Point& p);
 
