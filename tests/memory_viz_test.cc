@@ -38,7 +38,8 @@ std::string run(const std::string& cmd) {
 }
 
 TEST(MemoryVizSnapshot, PythonPickleReadsIt) {
-  if (run("python3 -c 'import pickle; print(1)'") != "1\n") GTEST_SKIP() << "no python3 here";
+  // python3 is a set-up requirement (scripts/setup.sh installs python3-venv).
+  ASSERT_EQ(run("python3 -c 'import pickle; print(1)'"), "1\n") << "python3 is needed";
   const auto dir = std::filesystem::temp_directory_path();
   const std::string stem = "sweep_memory_viz_" + std::to_string(::getpid());
   const auto file = dir / (stem + ".pickle"), reader = dir / (stem + ".py");
