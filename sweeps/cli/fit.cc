@@ -312,6 +312,7 @@ int run_fit(const FitOptions& o) {
   run.device = to_string(device);
   run.device_given = true;
   run.quiet = o.quiet;
+  run.zygote = o.zygote;
   if (const int rc = run_sweep(run).exit_code; rc != 0) return rc;
 
   auto results = reports::read_results(results_path.string());

@@ -32,6 +32,7 @@ struct FitOptions {
   int64_t max_batch = 1024;
   std::string out;  // default results/fit-<model>-<card>
   bool json = false, quiet = false;
+  bool zygote = true;  // --no-zygote: exec each probe's worker (RunOptions::zygote)
 };
 
 // One technique combination and what its search found.

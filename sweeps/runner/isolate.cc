@@ -48,8 +48,20 @@ WorkerResult run_isolated(const Point& p, const IsolateOptions& opt) {
   const std::string point_json = nlohmann::json(p).dump();
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + strerror(errno));
+  pid_t pid = -1;
+  bool from_zygote = false;
+  if (opt.zygote) {
+    const int log = open(opt.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (log >= 0) {
+      if (const auto child = opt.zygote->spawn(point_json, opt.env, log, fds[1])) {
+        pid = *child;
+        from_zygote = true;
+      }
+      close(log);
+    }
+  }
   const pid_t parent = getpid();
-  const pid_t pid = fork();
+  if (pid < 0) pid = fork();  // no zygote (or it could not serve): exec a worker
   if (pid < 0) throw std::runtime_error(std::string("fork: ") + strerror(errno));
   if (pid == 0) {
     setpgid(0, 0);
@@ -96,7 +108,19 @@ WorkerResult run_isolated(const Point& p, const IsolateOptions& opt) {
   }
   close(fds[0]);
   int st = 0;
-  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  if (from_zygote) {
+    const auto status = opt.zygote->wait(pid);
+    if (!status) {
+      // The zygote died under the point (killed from outside): its child died with it, so
+      // the point has no outcome of its own. Run it again, exec'd.
+      IsolateOptions again = opt;
+      again.zygote = nullptr;
+      return run_isolated(p, again);
+    }
+    st = *status;
+  } else {
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
   }
   r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (WIFEXITED(st)) r.exit_code = WEXITSTATUS(st);

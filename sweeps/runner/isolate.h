@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "sweeps/runner/zygote.h"
 #include "sweeps/worker/point.h"
 
 namespace sweep {
@@ -17,6 +18,7 @@ struct IsolateOptions {
   std::string exe;       // the sweep binary (this one)
   std::string log_path;  // worker stdout+stderr go here
   std::map<std::string, std::string> env;  // set in the worker (empty value = unset)
+  Zygote* zygote = nullptr;  // fork the worker from this pre-loaded one; null: exec it
 };
 
 struct WorkerResult {

@@ -288,6 +288,7 @@ RunOutcome submit_slurm(const RunOptions& opt) {
   if (opt.device_given) spec.task_args.insert(spec.task_args.end(), {"--device", opt.device});
   if (!opt.search.empty()) spec.task_args.insert(spec.task_args.end(), {"--search", opt.search});
   if (opt.snapshot) spec.task_args.push_back("--snapshot");
+  if (!opt.zygote) spec.task_args.push_back("--no-zygote");  // else one zygote per array task
   const std::string dir = (fs::path(spec.out) / "slurm").string();
   const std::string array_path = dir + "/sweep.sbatch", merge_path = dir + "/merge.sbatch";
 

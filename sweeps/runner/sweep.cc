@@ -169,6 +169,7 @@ class Runner {
     if (!gpu.empty()) iso.env["CUDA_VISIBLE_DEVICES"] = gpu;
     if (p.device == Device::kCuda)
       row["gpu_index"] = gpu.empty() ? visible_device(std::getenv("CUDA_VISIBLE_DEVICES"), 0) : gpu;
+    iso.zygote = zygote();
     const WorkerResult r = run_isolated(p, iso);
     for (const auto& [k, v] : r.record.items())
       if (k != "status") row[k] = v;
@@ -216,8 +217,20 @@ class Runner {
   }
 
  private:
+  // This lane's pre-loaded worker (one per thread: a zygote serves one point at a time, and
+  // it dies with the thread that started it); null with --no-zygote.
+  Zygote* zygote() {
+    if (!opt_.zygote) return nullptr;
+    std::lock_guard lock(zygote_mu_);
+    auto& z = zygotes_[std::this_thread::get_id()];
+    if (!z) z = std::make_unique<Zygote>(exe_);
+    return z.get();
+  }
+
   const RunOptions& opt_;
   std::string out_, exe_;
+  std::mutex zygote_mu_;
+  std::map<std::thread::id, std::unique_ptr<Zygote>> zygotes_;
   ResultsStore& store_;
   Progress& progress_;
   std::mutex mu_;

@@ -45,6 +45,9 @@ struct RunOptions {
   std::string gpus;    // "0,1": one worker per GPU at a time, points spread over them
   std::size_t max_points = 10000;  // a larger grid is refused before it is expanded
   bool snapshot = false;  // CUDA allocator history per point: OUT/snapshots/<point_id>.pickle
+  // Fork each point's worker from a pre-loaded one (sweeps/runner/zygote.h) instead of
+  // exec'ing `sweep worker`: the same isolation without loading LibTorch per point.
+  bool zygote = true;
   SlurmOptions slurm;
 };
 

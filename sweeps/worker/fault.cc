@@ -7,6 +7,23 @@
 #include <stdexcept>
 #include <thread>
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/autocast_mode.h>
+#include <ATen/Parallel.h>
+#include <c10/core/AllocatorConfig.h>
+#include <c10/core/CPUAllocator.h>
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+#include <fstream>
+#include <vector>
+
+extern char** environ;
+
 namespace sweep {
 
 Fault Fault::parse(const std::string& spec, const Point& p) {
@@ -24,7 +41,8 @@ Fault Fault::parse(const std::string& spec, const Point& p) {
   if (s == "crash") f.kind = Kind::kCrash;
   else if (s == "hang") f.kind = Kind::kHang;
   else if (s == "oom") f.kind = Kind::kOom;
-  else throw std::invalid_argument("SWEEP_TEST_FAULT: no fault '" + s + "' (crash, hang or oom:PHASE)");
+  else if (s == "state") f.kind = Kind::kState;
+  else throw std::invalid_argument("SWEEP_TEST_FAULT: no fault '" + s + "' (crash, hang, oom:PHASE or state)");
   return f;
 }
 
@@ -41,6 +59,76 @@ BurstHooks fault_hooks(const Fault& fault) {
     if (fault.kind == Fault::Kind::kHang) std::this_thread::sleep_for(std::chrono::hours(24));
   };
   return hooks;
+}
+
+nlohmann::json process_state() {
+  nlohmann::json j;
+  {
+    std::ifstream status("/proc/self/status");
+    for (std::string line; std::getline(status, line);)
+      if (line.rfind("Threads:", 0) == 0) j["threads"] = std::stoi(line.substr(8));
+  }
+  long pages = 0, resident = 0;
+  std::ifstream("/proc/self/statm") >> pages >> resident;
+  j["resident_bytes"] = static_cast<int64_t>(resident) * sysconf(_SC_PAGESIZE);
+  j["own_process_group"] = getpgrp() == getpid();
+  // LibTorch's global state (reading some of it creates it, as the burst would next).
+  j["intra_op_threads"] = at::get_num_threads();
+  j["inter_op_threads"] = at::get_num_interop_threads();
+  auto gen = at::detail::getDefaultCPUGenerator();
+  {
+    std::lock_guard lock(gen.mutex());
+    j["cpu_generator_seed"] = gen.current_seed();
+    j["cpu_generator_draw"] = at::check_generator<at::CPUGeneratorImpl>(gen)->random64();
+  }
+  j["grad_enabled"] = at::GradMode::is_enabled();
+  for (auto [name, type] : {std::pair{"cpu", at::kCPU}, std::pair{"cuda", at::kCUDA}}) {
+    j["autocast"][name] = {{"enabled", at::autocast::is_autocast_enabled(type)},
+                           {"dtype", c10::toString(at::autocast::get_autocast_dtype(type))}};
+  }
+  j["autocast_cache_enabled"] = at::autocast::is_autocast_cache_enabled();
+  j["cpu_allocator_is_default"] = c10::GetAllocator(at::kCPU) == c10::GetDefaultCPUAllocator();
+  using Config = c10::CachingAllocator::AcceleratorAllocatorConfig;
+  j["alloc_conf"] = {{"expandable_segments", Config::use_expandable_segments()},
+                     {"max_split_size", Config::max_split_size()},
+                     {"garbage_collection_threshold", Config::garbage_collection_threshold()}};
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) env.emplace_back(*e);
+  std::sort(env.begin(), env.end());
+  j["environ"] = env;
+  sigset_t mask;
+  sigprocmask(SIG_BLOCK, nullptr, &mask);
+  std::string dispositions, blocked;
+  for (int sig = 1; sig < SIGRTMIN; ++sig) {
+    struct sigaction sa {};
+    sigaction(sig, nullptr, &sa);
+    dispositions += sa.sa_handler == SIG_DFL ? 'D' : sa.sa_handler == SIG_IGN ? 'I' : 'H';
+    blocked += sigismember(&mask, sig) ? '1' : '0';
+  }
+  j["signal_dispositions"] = dispositions;
+  j["signals_blocked"] = blocked;
+  // Open fds and what they are (pipe and socket inodes differ between any two processes).
+  std::map<int, std::string> fds;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    const int fd = std::stoi(e.path().filename().string());
+    std::error_code ec;
+    std::string target = std::filesystem::read_symlink(e.path(), ec).string();
+    if (target.rfind("pipe:", 0) == 0 || target.rfind("socket:", 0) == 0) target = target.substr(0, target.find(':'));
+    if (!ec && target != "/proc/" + std::to_string(getpid()) + "/fd") fds[fd] = target;  // not the iterator's own
+  }
+  for (const auto& [fd, target] : fds) j["fds"][std::to_string(fd)] = target;
+  j["cwd"] = std::filesystem::current_path().string();
+  const mode_t mask_now = umask(0);
+  umask(mask_now);
+  j["umask"] = mask_now;
+  for (auto [name, res] : {std::pair{"nofile", RLIMIT_NOFILE}, std::pair{"stack", RLIMIT_STACK},
+                           std::pair{"as", RLIMIT_AS}, std::pair{"fsize", RLIMIT_FSIZE}}) {
+    rlimit rl{};
+    getrlimit(res, &rl);
+    j["rlimit"][name] = {rl.rlim_cur, rl.rlim_max};
+  }
+  j["nice"] = getpriority(PRIO_PROCESS, 0);
+  return j;
 }
 
 }  // namespace sweep

@@ -1,0 +1,64 @@
+// The pre-loaded worker ("zygote"): one `sweep zygote` process per runner lane that has loaded
+// LibTorch, the models and the worker code, and then runs nothing that starts threads or
+// devices (no CUDA call, no OpenMP pool, no allocator installed, no tensor). For each point it
+// fork()s a child that is, from worker_main on, the process `sweep worker` would have been:
+// the runner's environment at the time of the point plus the point's variables, its own
+// process group, fd 1 and 2 on the point's log, fd 3 the result pipe, PR_SET_PDEATHSIG.
+// Loading LibTorch is most of a worker's start (0.75 s of `sweep --version` on the 2-core
+// VM); a fork is a few milliseconds. Isolation per point is unchanged: each point is still a
+// process of its own, so a crash, an OOM or a leak ends with it.
+//
+// CUDA does not survive fork() once initialised in the parent; the zygote never initialises
+// it (it runs only the loop below), so its children may. Env read at library load (libgomp's
+// OMP_*) is the runner's at the zygote's start: a lane restarts its zygote when the runner's
+// environment changed since.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+
+namespace sweep {
+
+// The runner's side: starts `EXE zygote` on first use, asks it for one child per point.
+// One point at a time; not thread-safe (one per lane).
+class Zygote {
+ public:
+  explicit Zygote(std::string exe) : exe_(std::move(exe)) {}
+  ~Zygote();
+  Zygote(const Zygote&) = delete;
+  Zygote& operator=(const Zygote&) = delete;
+
+  // Starts a child running `point_json` with the runner's environment changed by `env`
+  // (an empty value unsets), `log_fd` as its stdout and stderr and `result_fd` as fd 3.
+  // Its pid, or nullopt when no zygote can serve (the caller execs the worker instead).
+  std::optional<pid_t> spawn(const std::string& point_json, const std::map<std::string, std::string>& env,
+                             int log_fd, int result_fd);
+  // The child's wait status once it ended; nullopt when the zygote died meanwhile (the child
+  // then died with it, by PR_SET_PDEATHSIG). The zygote restarts on the next spawn.
+  std::optional<int> wait(pid_t child);
+
+  pid_t pid() const { return pid_; }  // the zygote's, -1 when none runs (tests)
+
+ private:
+  bool start();
+  void stop();
+
+  std::string exe_;
+  pid_t pid_ = -1;
+  int fd_ = -1;          // our end of the control socket (SOCK_SEQPACKET)
+  std::string environ_;  // the environment the zygote started with
+};
+
+// The zygote's side (`sweep zygote --control-fd N`): serves spawn requests on `control_fd`
+// until the runner closes it. Each child calls `run_point(point_json, 3)` and exits with its
+// value, as `sweep worker` returns from main.
+int serve_zygote(int control_fd, const std::function<int(const std::string&, int)>& run_point);
+
+// The runner's environment as one string (sorted NAME=VALUE lines): what a zygote started with.
+std::string environment_key();
+
+}  // namespace sweep

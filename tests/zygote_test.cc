@@ -1,0 +1,212 @@
+// The pre-loaded worker (sweeps/runner/zygote.h) changes nothing but time: a child starts
+// as an exec'd worker starts, a point's outcome and measurement are the exec'd worker's, a
+// crash, a hang or a point's memory leave the zygote and the next point alone, and a dead
+// zygote or a changed environment gets a fresh one.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "reports/results/rows.h"
+#include "sweeps/runner/isolate.h"
+#include "sweeps/runner/zygote.h"
+#include "test_util.h"
+
+namespace sweep {
+namespace {
+
+Point tiny_point(int64_t batch = 1) {
+  Point p;
+  p.model = "gpt2-test";
+  p.family = "gpt2";
+  p.batch = batch;
+  p.seq = 16;
+  p.device = Device::kCpu;
+  p.steps = 1;
+  p.warmup_steps = 0;
+  p.repetitions = 1;
+  p.timeout_s = 120;
+  return p;
+}
+
+IsolateOptions options(const std::filesystem::path& dir, Zygote* zygote,
+                       std::map<std::string, std::string> env = {}) {
+  IsolateOptions o;
+  o.exe = SWEEP_BINARY;
+  o.log_path = (dir / "point.log").string();
+  o.env = std::move(env);
+  o.zygote = zygote;
+  return o;
+}
+
+int64_t resident_bytes(pid_t pid) {
+  long pages = 0, resident = 0;
+  std::ifstream("/proc/" + std::to_string(pid) + "/statm") >> pages >> resident;
+  return static_cast<int64_t>(resident) * sysconf(_SC_PAGESIZE);
+}
+
+int threads_of(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  return -1;
+}
+
+// The columns a point measures about memory (everything but time).
+const char* kMemoryColumns[] = {"status", "peak_allocated_bytes", "peak_reserved_bytes",
+                                "weights_bytes", "grads_bytes", "optimizer_bytes",
+                                "activations_bytes", "peak_phase", "forward_peak_bytes",
+                                "backward_peak_bytes", "optimizer_peak_bytes", "at_peak_weights_bytes",
+                                "at_peak_grads_bytes", "at_peak_optimizer_bytes", "leak_bytes_per_step",
+                                "allocator_settings"};
+
+TEST(Zygote, ChildStartsAsAnExecdWorker) {
+  const auto dir = testing::temp_dir("zygote_state");
+  // The allocator configuration is read lazily from the point's environment, as in an exec'd
+  // worker (the zygote read none of it).
+  const std::map<std::string, std::string> env = {
+      {"SWEEP_TEST_FAULT", "state"}, {"PYTORCH_ALLOC_CONF", "expandable_segments:True,max_split_size_mb:64"}};
+  const WorkerResult execd = run_isolated(tiny_point(), options(dir, nullptr, env));
+  Zygote zygote(SWEEP_BINARY);
+  const WorkerResult forked = run_isolated(tiny_point(), options(dir, &zygote, env));
+  ASSERT_GT(zygote.pid(), 0) << "the zygote did not start";
+  ASSERT_EQ(execd.status, Status::kOk) << execd.message;
+  ASSERT_EQ(forked.status, Status::kOk) << forked.message;
+  nlohmann::json a = execd.record, b = forked.record;
+  EXPECT_EQ(a["threads"], 1);
+  EXPECT_EQ(a["alloc_conf"]["expandable_segments"], true);
+  EXPECT_EQ(a["cpu_allocator_is_default"], true);
+  // Resident bytes: LibTorch's pages, re-mapped in the child (zygote.cc, populate_pages).
+  const double ra = a["resident_bytes"].get<double>(), rb = b["resident_bytes"].get<double>();
+  EXPECT_NEAR(rb / ra, 1.0, 0.01) << "resident at entry: exec'd " << ra << " B, forked " << rb << " B";
+  // The CPU generator seeds itself from the OS when first used: in the child, not the
+  // zygote (else every child would draw the same numbers), so two children differ.
+  const WorkerResult forked2 = run_isolated(tiny_point(), options(dir, &zygote, env));
+  EXPECT_NE(forked2.record["cpu_generator_seed"], b["cpu_generator_seed"]);
+  for (auto* r : {&a, &b})
+    for (const char* key : {"resident_bytes", "cpu_generator_seed", "cpu_generator_draw"}) r->erase(key);
+  for (const auto& [key, value] : a.items())
+    EXPECT_EQ(value, b[key]) << key << ": exec'd " << value.dump() << ", forked " << b[key].dump();
+  EXPECT_EQ(a.size(), b.size());
+}
+
+TEST(Zygote, CrashHangAndMemoryLeaveTheZygoteAndTheNextPointAlone) {
+  const auto dir = testing::temp_dir("zygote_isolation");
+  Zygote zygote(SWEEP_BINARY);
+  const WorkerResult first = run_isolated(tiny_point(2), options(dir, &zygote));
+  ASSERT_EQ(first.status, Status::kOk) << first.message;
+  const pid_t zpid = zygote.pid();
+  ASSERT_GT(zpid, 0);
+  const int64_t zygote_resident = resident_bytes(zpid);
+
+  const WorkerResult crash = run_isolated(tiny_point(), options(dir, &zygote, {{"SWEEP_TEST_FAULT", "crash"}}));
+  EXPECT_EQ(crash.status, Status::kCrash);
+  EXPECT_EQ(crash.signal, SIGSEGV);
+  Point hang = tiny_point();
+  hang.timeout_s = 2;
+  const WorkerResult hung = run_isolated(hang, options(dir, &zygote, {{"SWEEP_TEST_FAULT", "hang"}}));
+  EXPECT_EQ(hung.status, Status::kTimeout);
+  const WorkerResult big = run_isolated(tiny_point(8), options(dir, &zygote));
+  EXPECT_EQ(big.status, Status::kOk) << big.message;
+
+  // The same point again, forked and exec'd: the same measurement.
+  const WorkerResult again = run_isolated(tiny_point(2), options(dir, &zygote));
+  const WorkerResult execd = run_isolated(tiny_point(2), options(dir, nullptr));
+  ASSERT_EQ(again.status, Status::kOk) << again.message;
+  ASSERT_EQ(execd.status, Status::kOk) << execd.message;
+  for (const char* column : kMemoryColumns) {
+    EXPECT_EQ(again.record.value(column, nlohmann::json()), execd.record.value(column, nlohmann::json()))
+        << column;
+    EXPECT_EQ(again.record.value(column, nlohmann::json()), first.record.value(column, nlohmann::json()))
+        << column;
+  }
+  EXPECT_NEAR(again.record["device_used_bytes"].get<double>() / execd.record["device_used_bytes"].get<double>(),
+              1.0, 0.01);
+  // One zygote throughout, still one thread (no OpenMP pool, no CUDA), its memory unchanged
+  // by what its children allocated.
+  EXPECT_EQ(zygote.pid(), zpid);
+  EXPECT_EQ(threads_of(zpid), 1);
+  EXPECT_LE(std::abs(resident_bytes(zpid) - zygote_resident), 256 << 10)
+      << "zygote resident " << zygote_resident << " B before, " << resident_bytes(zpid) << " B after";
+}
+
+TEST(Zygote, ADeadZygoteOrAChangedEnvironmentGetsAFreshOne) {
+  const auto dir = testing::temp_dir("zygote_restart");
+  Zygote zygote(SWEEP_BINARY);
+  ASSERT_EQ(run_isolated(tiny_point(), options(dir, &zygote)).status, Status::kOk);
+  const pid_t first = zygote.pid();
+  ASSERT_GT(first, 0);
+  kill(first, SIGKILL);
+  const WorkerResult after_kill = run_isolated(tiny_point(), options(dir, &zygote));
+  EXPECT_EQ(after_kill.status, Status::kOk) << after_kill.message;
+  const pid_t second = zygote.pid();
+  EXPECT_GT(second, 0);
+  EXPECT_NE(second, first);
+
+  // A variable set in the runner after the zygote started reaches the next child, through a
+  // new zygote (libgomp reads OMP_* when LibTorch loads, so a child cannot only setenv it).
+  setenv("SWEEP_ZYGOTE_TEST", "1", 1);
+  const WorkerResult state = run_isolated(tiny_point(), options(dir, &zygote, {{"SWEEP_TEST_FAULT", "state"}}));
+  unsetenv("SWEEP_ZYGOTE_TEST");
+  ASSERT_EQ(state.status, Status::kOk) << state.message;
+  const auto env = state.record["environ"].get<std::vector<std::string>>();
+  EXPECT_NE(std::find(env.begin(), env.end(), "SWEEP_ZYGOTE_TEST=1"), env.end());
+  EXPECT_NE(zygote.pid(), second);
+
+  // A zygote killed while its child runs: the point runs again, exec'd, and still ends.
+  Point slow = tiny_point();
+  slow.timeout_s = 3;
+  std::thread killer([&zygote] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    kill(zygote.pid(), SIGKILL);
+  });
+  const WorkerResult under_kill = run_isolated(slow, options(dir, &zygote, {{"SWEEP_TEST_FAULT", "hang"}}));
+  killer.join();
+  EXPECT_EQ(under_kill.status, Status::kTimeout);
+  EXPECT_GE(under_kill.wall_s, 2.5) << "the exec'd rerun has its own time limit";
+}
+
+// End to end: `sweep run` with its zygote and with --no-zygote writes the same rows but for
+// time (and the resident set within 1%).
+TEST(Zygote, RunWritesTheRowsOfAnExecdRun) {
+  const auto dir = testing::temp_dir("zygote_run");
+  const std::string config = testing::write_file(dir / "tiny.yaml", R"(name: tiny
+device: cpu
+steps: 1
+warmup_steps: 0
+repetitions: 1
+models: [gpt2-test, t5-test, whisper-test]
+grid:
+  batch: [1, 3]
+)");
+  const auto z = testing::run_sweep_cli("run " + config + " -q --out " + (dir / "z").string());
+  ASSERT_EQ(z.exit_code, 0) << z.output;
+  const auto e = testing::run_sweep_cli("run " + config + " -q --no-zygote --out " + (dir / "e").string());
+  ASSERT_EQ(e.exit_code, 0) << e.output;
+  const auto zf = reports::read_results((dir / "z").string()), ef = reports::read_results((dir / "e").string());
+  ASSERT_EQ(zf.rows.size(), 6u);
+  ASSERT_EQ(ef.rows.size(), 6u);
+  std::map<std::string, const reports::Row*> er;
+  for (const auto& r : ef.rows) er[r.at(schema::column("point_id"))] = &r;
+  const std::set<std::string> timing = {"timestamp", "wall_s", "step_ms", "step_ms_mean",
+                                        "step_ms_stddev", "step_ms_cv", "step_ms_samples",
+                                        "tokens_per_s", "samples_per_s", "tflops", "device_used_bytes"};
+  for (const auto& row : zf.rows) {
+    const std::string id = row.at(schema::column("point_id"));
+    ASSERT_TRUE(er.count(id)) << id;
+    EXPECT_EQ(row.status, Status::kOk) << id;
+    for (std::size_t c = 0; c < schema::kColumnCount; ++c)
+      if (!timing.count(std::string(schema::kColumns[c])))
+        EXPECT_EQ(row.at(c), er[id]->at(c)) << id << " " << schema::kColumns[c];
+    const std::size_t used = schema::column("device_used_bytes");
+    EXPECT_NEAR(*row.number(used) / *er[id]->number(used), 1.0, 0.01) << id;
+  }
+}
+
+}  // namespace
+}  // namespace sweep
