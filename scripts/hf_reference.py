@@ -204,22 +204,34 @@ def burst(a, device, phase=None):
 
 
 def point(a):
+    import time
     import torch
-    device = torch.device("cuda")
-    torch.cuda.reset_peak_memory_stats()
+    device = torch.device(a.device)
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     model, step, tokens = burst(a, device)
     for _ in range(a.warmup):
         step()
     times = []
     for _ in range(a.repetitions):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+        if cuda:
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+        t0 = time.perf_counter()
         for _ in range(a.steps):
             step()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop) / a.steps)
+        if cuda:
+            stop.record()
+            stop.synchronize()
+            times.append(start.elapsed_time(stop) / a.steps)
+        else:
+            times.append((time.perf_counter() - t0) * 1000 / a.steps)
     step_ms = statistics.median(times)
+    if not cuda:  # the CPU: time only (bench/bench_zygote's whole-process comparison)
+        return dict(model=a.model, batch=a.batch, device="cpu", step_ms=step_ms,
+                    tokens_per_s=tokens / (step_ms / 1000), torch=torch.__version__,
+                    transformers=__import__("transformers").__version__)
     return dict(model=a.model, batch=a.batch, precision=a.precision, checkpointing=a.checkpointing,
                 accumulation=a.accumulation, optimizer=a.optimizer, use_cache=a.use_cache,
                 adapter=a.adapter, lora_r=a.lora_r, lora_alpha=a.lora_alpha,
@@ -305,6 +317,8 @@ def main():
                         "empty: PEFT's default for the family")
     p.add_argument("--weights", default="full", choices=["full", "int8"],
                    help="int8: from_pretrained with BitsAndBytesConfig(load_in_8bit=True)")
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                   help="cpu: step time only (no peak: the CPU fixtures come from tests/fixtures/)")
     c = sub.add_parser("compare", help="reference for every ok CUDA row of a results directory")
     c.add_argument("results")
     a = ap.parse_args()
