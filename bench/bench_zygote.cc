@@ -112,7 +112,7 @@ BENCHMARK(BM_TinyCpuPython)->Unit(benchmark::kMillisecond)->UseRealTime()->Itera
 BENCHMARK(BM_Emulated)->ArgName("zygote")->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
 BENCHMARK(BM_Grid200)->ArgName("zygote")->Arg(1)->Arg(0)->Unit(benchmark::kSecond)->UseRealTime()->Iterations(1);
 
-// Collects each benchmark's median (or its only run) and prints the ratios at the end.
+// Collects each benchmark's median (or its only run), in seconds, and prints the ratios at the end.
 class RatioReporter : public benchmark::ConsoleReporter {
  public:
   void ReportRuns(const std::vector<Run>& runs) override {
@@ -121,7 +121,7 @@ class RatioReporter : public benchmark::ConsoleReporter {
       if (r.error_occurred) continue;
       const bool median = r.run_type == Run::RT_Aggregate && r.aggregate_name == "median";
       if (median || (r.run_type == Run::RT_Iteration && !medians_.count(r.run_name.str())))
-        medians_[r.run_name.str()] = r.GetAdjustedRealTime();
+        medians_[r.run_name.str()] = r.GetAdjustedRealTime() * benchmark::GetTimeUnitMultiplier(r.time_unit);
     }
   }
   void Finalize() override {
@@ -134,7 +134,7 @@ class RatioReporter : public benchmark::ConsoleReporter {
     auto ratio = [&](const char* what, const std::string& a, const std::string& b) {
       const auto *x = find(a), *y = find(b);
       if (x && y)
-        std::printf("%s: %.1fx (%.1f ms / %.1f ms)\n", what, x->second / y->second, x->second, y->second);
+        std::printf("%s: %.1fx (%.3f s / %.3f s)\n", what, x->second / y->second, x->second, y->second);
     };
     ratio("python + transformers / forked, tiny CPU point", "BM_TinyCpuPython", "BM_TinyCpu/zygote:1");
     ratio("exec'd / forked, tiny CPU point", "BM_TinyCpu/zygote:0", "BM_TinyCpu/zygote:1");

@@ -171,6 +171,29 @@ TEST(Zygote, ADeadZygoteOrAChangedEnvironmentGetsAFreshOne) {
   EXPECT_GE(under_kill.wall_s, 2.5) << "the exec'd rerun has its own time limit";
 }
 
+// On a GPU: the zygote never initialised CUDA (it has one thread), so its child creates its
+// own context as an exec'd worker does, and the caching allocator's numbers are the same.
+// Only compiled here; run by scripts/gpu-check.sh cuda.
+TEST(Zygote, CudaPointMeasuresAsExecd_CUDA) {
+  const auto dir = testing::temp_dir("zygote_cuda");
+  Point p = tiny_point(2);
+  p.device = Device::kCuda;
+  Zygote zygote(SWEEP_BINARY);
+  const WorkerResult forked = run_isolated(p, options(dir, &zygote));
+  const WorkerResult execd = run_isolated(p, options(dir, nullptr));
+  ASSERT_GT(zygote.pid(), 0);
+  ASSERT_EQ(forked.status, Status::kOk) << forked.message;
+  ASSERT_EQ(execd.status, Status::kOk) << execd.message;
+  for (const char* column : kMemoryColumns)
+    EXPECT_EQ(forked.record.value(column, nlohmann::json()), execd.record.value(column, nlohmann::json()))
+        << column;
+  // The device's use (context and kernels loaded) within 2 MiB: the same libraries, loaded by
+  // the same binary.
+  EXPECT_NEAR(forked.record["device_used_bytes"].get<double>(), execd.record["device_used_bytes"].get<double>(),
+              2 << 20);
+  EXPECT_EQ(threads_of(zygote.pid()), 1);
+}
+
 // End to end: `sweep run` with its zygote and with --no-zygote writes the same rows but for
 // time (and the resident set within 1%).
 TEST(Zygote, RunWritesTheRowsOfAnExecdRun) {
