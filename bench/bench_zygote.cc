@@ -121,7 +121,7 @@ class RatioReporter : public benchmark::ConsoleReporter {
       if (r.error_occurred) continue;
       const bool median = r.run_type == Run::RT_Aggregate && r.aggregate_name == "median";
       if (median || (r.run_type == Run::RT_Iteration && !medians_.count(r.run_name.str())))
-        medians_[r.run_name.str()] = r.GetAdjustedRealTime() * benchmark::GetTimeUnitMultiplier(r.time_unit);
+        medians_[r.run_name.str()] = r.GetAdjustedRealTime() / benchmark::GetTimeUnitMultiplier(r.time_unit);
     }
   }
   void Finalize() override {
