@@ -26,7 +26,8 @@ constexpr std::array kRequiredColumns = std::to_array<std::string_view>(
     {"schema_version", "point_id", "status", "peak_allocated_bytes", "step_ms_samples"});
 // Differences here change what a number means; they are said first, as a warning.
 constexpr std::array kEnvColumns = std::to_array<std::string_view>(
-    {"device_name", "device_memory_bytes", "driver_version", "torch_version", "cuda_version"});
+    {"device_name", "device_memory_bytes", "driver_version", "torch_version", "cuda_version",
+     "cuda_driver_version"});
 
 constexpr std::string_view kRefreshHint =
     "refresh the baseline with results of this version (docs/regression-tracking.md)";
