@@ -321,8 +321,9 @@ TEST(Int8Load, TheDevicePeakIsTheReferenceLoaders) {
 }
 
 // The whole burst on a card: GPT-2 (124M, 498 MB in fp32) with 8-bit base weights and LoRA
-// under a 0.4 GiB budget. Loaded as transformers loads it the device holds 0.25 GB of weights
-// and trains; with the fp32 model moved first it ran out of memory in the build.
+// under a 0.4 GiB budget, less than the fp32 model. Loaded as transformers loads it the device
+// holds 0.25 GB of weights and trains (peak 0.33 GB); with the fp32 model moved first it ran out
+// of memory in the build.
 TEST(Int8Load, AModelLargerThanTheBudgetInFp32LoadsIn8Bit) {
   nlohmann::json p = {{"model", "gpt2"}, {"family", "gpt2"}, {"batch", 1}, {"seq", 32},
                       {"precision", "fp32"}, {"adapter", "lora"}, {"weights", "int8"},
@@ -338,7 +339,9 @@ TEST(Int8Load, AModelLargerThanTheBudgetInFp32LoadsIn8Bit) {
   std::printf("gpt2 int8 + LoRA under 0.4 GiB: weights %lld B, peak %lld B in %s\n",
               m.value("weights_bytes", 0LL), m.value("peak_allocated_bytes", 0LL),
               m.value("peak_phase", std::string()).c_str());
-  EXPECT_LT(m.value("weights_bytes", int64_t{0}), 124439808LL * 4 / 2);
+  const int64_t budget = p.at("budget_bytes"), fp32_model = 124439808LL * 4;  // gpt2's parameters
+  ASSERT_LT(budget, fp32_model) << "the budget must be below the fp32 model for this test";
+  EXPECT_LE(m.value("peak_allocated_bytes", int64_t{0}), budget);
 }
 
 }  // namespace
