@@ -22,17 +22,22 @@ struct Quantized {
 };
 
 // backends/default/ops.py:int8_vectorwise_quant (bnb's CPU kernel; its CUDA kernel computes the
-// same values, see the README). Mutates A while it runs and restores it, as the original does.
+// same values, see the README). The original zeroes the outliers in A in place and restores
+// them afterwards; A may be a tensor autograd saved (MatMul8bitLt quantises A.to(float16),
+// which under fp16 autocast is its input itself, an attention output that SDPA's backward
+// reads), and an in-place write bumps its version, so backward then refuses it. The outliers
+// are zeroed in a copy instead: the same values, the input untouched (bnb's CUDA kernel zeroes
+// them in registers and never writes A either); the copy (A's size) lives while the row
+// maxima are taken, only where a row holds an outlier.
 Quantized vectorwise_quant(torch::Tensor A, double threshold) {
   const int64_t rows = A.numel() / A.size(-1);
-  torch::Tensor outlier_cols, outliers, outlier_restore;
+  torch::Tensor outlier_cols, outliers;
   if (threshold > 0.0) {
     outliers = A.abs() >= threshold;
     if (any_value(outliers)) {  // a Meta tensor (emulated device) has none
       // Columns holding an outlier; the outliers are zeroed before the row maxima are taken.
       outlier_cols = torch::argwhere(outliers.any(0)).view(-1);
-      outlier_restore = A.index({outliers}).clone();
-      A.index_put_({outliers}, 0);
+      A = A.masked_fill(outliers, 0);
     } else {
       outlier_cols = torch::empty({0}, A.options().dtype(torch::kLong));
     }
@@ -51,7 +56,6 @@ Quantized vectorwise_quant(torch::Tensor A, double threshold) {
     out_row = t.to(torch::kChar);
   }
   if (rows > 1 && outlier_cols.defined()) out_row.index_put_({Slice(), outlier_cols}, 0);
-  if (outlier_restore.defined()) A.index_put_({outliers}, outlier_restore);
   return {out_row, row_stats, outlier_cols};
 }
 
@@ -68,9 +72,7 @@ torch::Tensor int8_linear_matmul(const torch::Tensor& A, const torch::Tensor& B)
     // get_cpu_capability() == "AVX512", which is at::get_cpu_capability()).
     return at::_int_mm(A.reshape({-1, A.size(-1)}), B.t()).reshape({A.size(0), B.size(0)});
   }
-  // backends/default/ops.py:_int8_linear_matmul_impl: torch.matmul(A.float(), B.float().t()).
-  auto result = torch::matmul(A.to(torch::kFloat), B.to(torch::kFloat).t());
-  return result.to(torch::kInt);
+  return int8_matmul_fallback(A, B);
 }
 
 // backends/default/ops.py:int8_mm_dequant: the int32 product times both scales / 127^2.
@@ -199,6 +201,21 @@ struct MatMul8bitLt : torch::autograd::Function<MatMul8bitLt> {
 
 }  // namespace
 
+torch::Tensor int8_matmul_fallback(const torch::Tensor& A, const torch::Tensor& B) {
+  // backends/default/ops.py:_int8_linear_matmul_impl (and backends/cuda/ops.py's fallback for
+  // k % 4 != 0): torch.matmul(A.float(), B.float().t()).to(torch.int32). Under autocast that
+  // matmul would run in bf16 or fp16 (off by hundreds in bf16; fp16 overflows past 65504), where
+  // bnb's CUDA path, which this stands in for at these shapes (fewer than 17 rows, or sizes
+  // that are no multiples of 8: Whisper's 2-label head always), multiplies exactly in int32
+  // with cuBLASLt. So autocast is off for it, on every device, as torch's own autocast wrappers
+  // turn it off for the ops they run (ExcludeDispatchKeyGuard on the autocast keys); the
+  // emulated device's autocast (a key of that set) too. fp32 sums are exact while
+  // 127 * 127 * k < 2^24, k <= 1040.
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  auto result = torch::matmul(A.to(torch::kFloat), B.to(torch::kFloat).t());
+  return result.to(torch::kInt);
+}
+
 std::pair<torch::Tensor, torch::Tensor> int8_quantize_weight(const torch::Tensor& weight) {
   // nn/modules.py:Int8Params._quantize: B = self.data.contiguous().to(dtype=torch.float16);
   // .data: no autograd history (a weight that requires grad would keep B alive in SCB's graph).
@@ -221,33 +238,42 @@ const std::vector<std::string>& int8_layer_names(const std::string& family) {
   return kLayers.at(family);
 }
 
-int quantize_int8(torch::nn::Module& model, const std::string& family) {
+std::vector<Int8Layer> int8_layers(torch::nn::Module& model, const std::string& family) {
   const auto& names = int8_layer_names(family);
-  int converted = 0;
+  std::vector<Int8Layer> layers;
   for (const auto& item : model.named_modules()) {
     bool match = false;
     for (const auto& n : names) match = match || lora_target_matches(item.key(), n);
     if (!match) continue;
     auto& layer = *item.value();
-    torch::Tensor weight;
     if (auto* lin = layer.as<torch::nn::Linear>()) {
-      weight = lin->weight;
+      layers.push_back({item.key(), &layer, lin->weight, false});
     } else if (auto* conv = layer.as<Conv1D>()) {
-      weight = conv->weight;
+      layers.push_back({item.key(), &layer, conv->weight, true});
     } else {
       TORCH_CHECK(false, "int8 layer ", item.key(), " is not a Linear or Conv1D");
     }
-    // Bnb8bitQuantize.convert: a Conv1D's (in, out) weight is transposed first.
-    auto [CB, SCB] = int8_quantize_weight(layer.as<Conv1D>() ? weight.t() : weight);
-    // The layer keeps its Parameter "weight", now int8 and frozen (Int8Params, requires_grad
-    // False), and the scales beside it.
-    weight.set_requires_grad(false);
-    weight.set_data(CB);
-    layer.register_buffer("SCB", SCB);
-    ++converted;
   }
-  TORCH_CHECK(converted > 0, "no layer of ", family, " converted to int8");
-  return converted;
+  TORCH_CHECK(!layers.empty(), "no layer of ", family, " converted to int8");
+  return layers;
+}
+
+void set_int8_weight(Int8Layer& layer, const torch::Tensor& CB, const torch::Tensor& SCB) {
+  // The layer keeps its Parameter "weight", now int8 and frozen (Int8Params, requires_grad
+  // False), and the scales beside it.
+  layer.weight.set_requires_grad(false);
+  layer.weight.set_data(CB);
+  layer.module->register_buffer("SCB", SCB);
+}
+
+int quantize_int8(torch::nn::Module& model, const std::string& family) {
+  auto layers = int8_layers(model, family);
+  for (auto& layer : layers) {
+    // Bnb8bitQuantize.convert: a Conv1D's (in, out) weight is transposed first.
+    auto [CB, SCB] = int8_quantize_weight(layer.conv1d ? layer.weight.t() : layer.weight);
+    set_int8_weight(layer, CB, SCB);
+  }
+  return static_cast<int>(layers.size());
 }
 
 torch::Tensor int8_matmul(const torch::Tensor& x, const torch::Tensor& CB, const torch::Tensor& SCB,

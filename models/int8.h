@@ -37,9 +37,23 @@ std::pair<torch::Tensor, torch::Tensor> int8_quantize_weight(const torch::Tensor
 // "classifier.bias", which names no module.
 const std::vector<std::string>& int8_layer_names(const std::string& family);
 
-// Loads the model in 8 bit: every converted layer's weight (a Conv1D's transposed first, as
-// transformers' Bnb8bitQuantize does) becomes CB in place (the same Parameter "weight", frozen)
-// and the layer gains a buffer "SCB". Returns how many layers it converted.
+// A layer transformers converts, as the model holds it: its name, the module, its weight
+// (Linear (out, in); GPT-2's Conv1D (in, out), which is transposed before quantising).
+struct Int8Layer {
+  std::string name;
+  torch::nn::Module* module;
+  torch::Tensor weight;
+  bool conv1d;
+};
+std::vector<Int8Layer> int8_layers(torch::nn::Module& model, const std::string& family);
+// The layer's weight becomes CB in place (the same Parameter "weight", frozen) and the layer
+// gains a buffer "SCB".
+void set_int8_weight(Int8Layer& layer, const torch::Tensor& CB, const torch::Tensor& SCB);
+
+// Loads the model in 8 bit where it is (the CPU, where host and device are one memory): every
+// converted layer's weight (a Conv1D's transposed first, as transformers' Bnb8bitQuantize
+// does) is quantised and set (set_int8_weight). Returns how many layers it converted. A GPU's
+// load goes weight by weight from the host (sweeps/worker/load_int8.h).
 int quantize_int8(torch::nn::Module& model, const std::string& family);
 
 // Whether a layer holds an int8 weight.
@@ -49,6 +63,10 @@ inline bool is_int8(const torch::Tensor& weight) { return weight.scalar_type() =
 // it has one, as PEFT's Linear8bitLt wraps it. x: (..., in) -> (..., out).
 torch::Tensor int8_linear(const torch::nn::Module& layer, const torch::Tensor& weight,
                           const torch::Tensor& bias, const torch::Tensor& x);
+
+// bnb's fp32 fallback of the int8 GEMM (A (n, k) int8, B (m, k) int8 -> (n, m) int32), taken
+// where neither torch's int8 GEMM nor the CPU's AVX-512 one applies; never under autocast.
+torch::Tensor int8_matmul_fallback(const torch::Tensor& A, const torch::Tensor& B);
 
 // The two matmuls without a layer (for tests): training selects bnb's path as matmul() does.
 torch::Tensor int8_matmul(const torch::Tensor& x, const torch::Tensor& CB, const torch::Tensor& SCB,

@@ -26,7 +26,8 @@ constexpr std::array kRequiredColumns = std::to_array<std::string_view>(
     {"schema_version", "point_id", "status", "peak_allocated_bytes", "step_ms_samples"});
 // Differences here change what a number means; they are said first, as a warning.
 constexpr std::array kEnvColumns = std::to_array<std::string_view>(
-    {"device_name", "device_memory_bytes", "driver_version", "torch_version", "cuda_version"});
+    {"device_name", "device_memory_bytes", "driver_version", "torch_version", "cuda_version",
+     "cuda_driver_version"});
 
 constexpr std::string_view kRefreshHint =
     "refresh the baseline with results of this version (docs/regression-tracking.md)";
@@ -240,9 +241,12 @@ std::vector<std::string> distinct(const Results& r, std::size_t col) {
   return out;
 }
 
-void environment(const Results& base, const Results& next, CompareResult& out) {
+// Environment differences; across schema versions the driver columns changed meaning, so
+// they are left out.
+void environment(const Results& base, const Results& next, CompareResult& out, bool other_schema) {
   if (base.rows.empty() || next.rows.empty()) return;
   for (auto name : kEnvColumns) {
+    if (other_schema && (name == "driver_version" || name == "cuda_driver_version")) continue;
     auto b = distinct(base, schema::find_column(name)), n = distinct(next, schema::find_column(name));
     auto sb = b, sn = n;
     std::sort(sb.begin(), sb.end());
@@ -289,13 +293,23 @@ CompareResult compare_results(const Results& base, const Results& next,
   CompareResult out{.options = options};
   out.base = {.path = base.path, .rows = base.rows.size(), .schema_version = schema_version(base)};
   out.next = {.path = next.path, .rows = next.rows.size(), .schema_version = schema_version(next)};
-  if (!out.base.schema_version.empty() && !out.next.schema_version.empty() &&
-      out.base.schema_version != out.next.schema_version)
-    throw UserError(next.path, static_cast<int>(next.rows.front().line), "",
-                       "schema_version " + out.next.schema_version + ", but the baseline (" +
-                           base.rows.front().where() + ") has " + out.base.schema_version,
-                       "compare results of the same schema version; " + std::string(kRefreshHint));
-  environment(base, next, out);
+  const bool other_schema = !out.base.schema_version.empty() && !out.next.schema_version.empty() &&
+                            out.base.schema_version != out.next.schema_version;
+  if (other_schema) {
+    // The reader has checked both versions are ones this sweep knows.
+    if (std::min(std::stoi(out.base.schema_version), std::stoi(out.next.schema_version)) <
+        schema::kSameMeasurementsSince)
+      throw UserError(next.path, static_cast<int>(next.rows.front().line), "",
+                      "schema_version " + out.next.schema_version + ", but the baseline (" +
+                          base.rows.front().where() + ") has " + out.base.schema_version,
+                      "compare results of the same schema version; " + std::string(kRefreshHint));
+    out.notes.push_back("schema_version " + out.base.schema_version + " (baseline) and " +
+                        out.next.schema_version +
+                        " differ in environment columns only (from 3, driver_version is the NVIDIA "
+                        "driver's; 2 wrote the CUDA driver API version there): the measurements "
+                        "compare, the driver versions are not set side by side.");
+  }
+  environment(base, next, out, other_schema);
 
   const Latest base_latest = latest_per_point(base), next_latest = latest_per_point(next);
   const auto& base_rows = base_latest.rows;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # What only a GPU can show, in one command per lease: build on the GPU host, then any of
-#   cuda       the *_CUDA tests (tests/cuda_test.cc)
+#   cuda       every *_CUDA test of sweep_tests (cuda_test, optim8bit_test, int8_test,
+#              offload_test, results_store_test, ...), listed first, then run
 #   fidelity   configs/fidelity.yaml, then scripts/hf_reference.py compare on its rows
 #   baseline   configs/ci-gpu.yaml twice, and `sweep compare` of the two runs (must exit 0)
 #   table=CFG  configs/CFG.yaml with --search max-batch, then `sweep recommend`
@@ -46,6 +47,8 @@ for stage in "$@"; do
   log "stage $stage"
   case $stage in
     cuda)
+      "$B/tests/sweep_tests" --gtest_list_tests --gtest_filter='*_CUDA*' >"$RES/cuda-tests.txt" 2>&1
+      log "cuda tests: $(grep -c '^  ' "$RES/cuda-tests.txt")"; cat "$RES/cuda-tests.txt"
       "$B/tests/sweep_tests" --gtest_filter='*_CUDA*' >"$RES/cuda.log" 2>&1
       log "cuda tests exit $?"; grep -E '^\[  (PASSED|FAILED) |^\[  FAILED' "$RES/cuda.log" ;;
     fidelity)

@@ -8,6 +8,7 @@
 #include "sweeps/worker/fault.h"
 #include "sweeps/worker/optim.h"
 #include "sweeps/worker/precision.h"
+#include "test_util.h"
 
 namespace sweep {
 namespace {
@@ -139,7 +140,103 @@ TEST(Burst, FaultSpecsParseOrAreRefused) {
   EXPECT_EQ(Fault::parse("hang@" + std::to_string(p.batch), p).kind, Fault::Kind::kHang);
   EXPECT_EQ(Fault::parse("hang@" + std::to_string(p.batch + 1), p).kind, Fault::Kind::kNone);
   EXPECT_EQ(Fault::parse("oom:backward", p).phase, "backward");
+  const Fault once = Fault::parse("oom:optimizer#3", p);
+  EXPECT_EQ(once.phase, "optimizer");
+  EXPECT_EQ(once.nth, 3);
+  EXPECT_EQ(Fault::parse("cublas-alloc:forward", p).kind, Fault::Kind::kCublasAlloc);
   EXPECT_THROW(Fault::parse("segfault", p), std::invalid_argument);
+  EXPECT_THROW(Fault::parse("oom:optimizer#0", p), std::invalid_argument);
+  EXPECT_THROW(Fault::parse("cuda-oom", p), std::invalid_argument);  // which phase?
+  EXPECT_THROW(Fault::parse("crash:forward", p), std::invalid_argument);
+}
+
+// Counts calls: one span per repetition, whatever the steps in it.
+class CountingTimer final : public StepTimer {
+ public:
+  void start() override { ++starts; }
+  double stop_seconds() override {
+    ++stops;
+    return 0.003 * 2;  // two steps of 3 ms
+  }
+  int starts = 0, stops = 0;
+};
+
+// The timed steps of a repetition are one timer span (one CUDA event pair and one sync on a
+// GPU, as scripts/hf_reference.py times its N steps), not one per step; the step time is the
+// span over the steps.
+TEST(Burst, ARepetitionIsTimedAsOneSpan) {
+  static auto mem = make_cpu_tracker();
+  auto p = tiny();
+  p.steps = 2;
+  p.repetitions = 3;
+  CountingTimer timer;
+  const auto m = run_burst(p, *mem, timer);
+  ASSERT_EQ(m.status, Status::kOk) << m.message;
+  EXPECT_EQ(timer.starts, 3);
+  EXPECT_EQ(timer.stops, 3);
+  ASSERT_EQ(m.step_ms_samples.size(), 3u);
+  for (double s : m.step_ms_samples) EXPECT_NEAR(s, 3.0, 1e-9);
+}
+
+// A step that fails in a later repetition (an OOM that a retry would have survived, so later
+// steps could run) ends the timed steps there: no step runs after it, and the row's phase is
+// the failure's, not the phase the burst was left in.
+TEST(Burst, AFailedRepetitionEndsTheTimedStepsAtItsPhase) {
+  static auto mem = make_cpu_tracker();
+  static auto timer = make_cpu_timer();
+  auto p = tiny();
+  p.steps = 2;
+  p.repetitions = 3;
+  // One warm-up step, then two a repetition: the 4th optimizer phase is repetition 2's first.
+  BurstHooks hooks = fault_hooks(Fault::parse("oom:optimizer#4", p));
+  int steps = 0;
+  auto fault = hooks.on_phase;
+  hooks.on_phase = [&](const std::string& phase, MemoryTracker& m) {
+    steps += phase == "forward";
+    fault(phase, m);
+  };
+  const auto m = run_burst(p, *mem, *timer, hooks);
+  EXPECT_EQ(m.status, Status::kOom);
+  EXPECT_EQ(m.phase, "optimizer");
+  EXPECT_EQ(steps, 4) << "steps ran after the failure";
+}
+
+// The first repetition failing, the later ones not: Google Benchmark's statistics read the
+// first repetition's report, which a failed one never fills (a SIGSEGV in the worker). The
+// worker, in its own process, records the OOM at its phase.
+TEST(Burst, AFailedFirstRepetitionIsAnOomRowNotACrash) {
+  auto p = tiny();
+  p.steps = 2;
+  p.repetitions = 3;
+  const auto r = testing::run_sweep_cli_split("worker --point '" + nlohmann::json(p).dump() + "' --result-fd 1",
+                                              "SWEEP_TEST_FAULT=oom:optimizer#2");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto record = nlohmann::json::parse(r.out.substr(r.out.rfind('{')));
+  EXPECT_EQ(record.at("status"), "oom") << record.dump();
+  EXPECT_EQ(record.value("phase", ""), "optimizer") << record.dump();
+}
+
+// Out of memory outside the caching allocator (cuBLAS's or cuDNN's handles and workspaces, the
+// CUDA runtime's own allocations): an oom at its phase, with the library as the reason and the
+// gap unknown (the allocator's observer never fired), not a crash.
+TEST(Burst, OomsOutsideTheAllocatorAreOomsWithAReasonAndNoGap) {
+  static auto mem = make_cpu_tracker();
+  static auto timer = make_cpu_timer();
+  for (const auto& [kind, reason] : {std::pair{"cublas-alloc", "cublas-alloc-failed"},
+                                     std::pair{"cudnn-alloc", "cudnn-alloc-failed"},
+                                     std::pair{"cuda-oom", "cuda-out-of-memory"}}) {
+    const auto m = run_burst(tiny(), *mem, *timer, fault_hooks(Fault::parse(std::string(kind) + ":backward", tiny())));
+    EXPECT_EQ(m.status, Status::kOom) << kind;
+    EXPECT_EQ(m.phase, "backward") << kind;
+    EXPECT_EQ(m.reason, reason);
+    EXPECT_FALSE(m.oom_gap_bytes) << kind << ": gap " << *m.oom_gap_bytes;
+    EXPECT_EQ(m.message.find('\n'), std::string::npos) << m.message;
+  }
+  // The allocator's own failure keeps its gap (0 on the CPU: nothing is cached) and no reason.
+  const auto m = run_burst(tiny(), *mem, *timer, fault_hooks(Fault::parse("oom:backward", tiny())));
+  EXPECT_EQ(m.reason, "");
+  ASSERT_TRUE(m.oom_gap_bytes);
+  EXPECT_EQ(*m.oom_gap_bytes, 0);
 }
 
 std::vector<torch::Tensor> grads_after_backward(const std::string& name, bool checkpoint) {
@@ -164,7 +261,7 @@ std::vector<torch::Tensor> grads_after_backward(const std::string& name, bool ch
 
 // Every family: GPT-2's single input, T5's shared position bias and encoder output flowing
 // into every decoder block, Whisper's conv stem before the blocks.
-class Checkpointing : public testing::TestWithParam<std::string> {};
+class Checkpointing : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Checkpointing, GradientsEqualWithAndWithoutAtAFixedSeed) {
   auto a = grads_after_backward(GetParam(), false);
@@ -178,7 +275,7 @@ TEST_P(Checkpointing, GradientsEqualWithAndWithoutAtAFixedSeed) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, Checkpointing,
-                         testing::Values("gpt2-test", "t5-test", "whisper-test"),
+                         ::testing::Values("gpt2-test", "t5-test", "whisper-test"),
                          [](const auto& info) {
                            return info.param.substr(0, info.param.find('-'));
                          });

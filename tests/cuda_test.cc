@@ -9,11 +9,15 @@
 
 #include <cmath>
 #include <fstream>
+#include <regex>
 #include <iterator>
 #include <tuple>
 
 #include "reports/results/rows.h"
+#include "models/int8.h"
+#include "models/zoo.h"
 #include "sweeps/worker/burst.h"
+#include "sweeps/worker/load_int8.h"
 #include "sweeps/measure/env.h"
 #include "sweeps/measure/trackers.h"
 #include "test_util.h"
@@ -154,6 +158,64 @@ TEST(CudaSweep, GpusIndexLandsOnTheGpuItNamesThroughVisibleDevices_CUDA) {
   EXPECT_EQ(rows[0].at(column("device_name")), prop.name);
   EXPECT_EQ(rows[0].number(column("device_memory_bytes")).value_or(0),
             static_cast<double>(prop.totalGlobalMem));
+}
+
+
+// driver_version is the NVIDIA driver ("580.159.04", NVML or /proc/driver/nvidia/version), the
+// CUDA version the driver supports is cuda_driver_version ("13.0").
+TEST(Environment, DriverVersionIsTheDriversNotTheCudaApis_CUDA) {
+  const DeviceInfo d = query_device(Device::kCuda);
+  std::printf("driver %s, CUDA driver API %s, runtime %s\n", d.driver_version.c_str(),
+              d.cuda_driver_version.c_str(), d.cuda_version.c_str());
+  EXPECT_TRUE(std::regex_match(d.driver_version, std::regex(R"(\d{3,}\.\d+(\.\d+)?)"))) << d.driver_version;
+  EXPECT_TRUE(std::regex_match(d.cuda_driver_version, std::regex(R"(\d{2}\.\d)"))) << d.cuda_driver_version;
+}
+
+// The 8-bit load onto the GPU holds the values the CPU's in-place conversion gives (bnb's
+// kernel computes what its reference code does; ours computes on the host and copies in).
+TEST(Int8Load, OntoTheGpuTheWeightsAreTheCpusConversion_CUDA) {
+  for (const char* name : {"gpt2-test", "t5-test", "whisper-test"}) {
+    const auto* spec = models::find_model(name);
+    torch::manual_seed(0);
+    auto cpu = spec->make();
+    torch::manual_seed(0);
+    auto gpu = spec->make();
+    models::quantize_int8(*cpu, spec->family);
+    load_int8(*gpu, spec->family, torch::Device(torch::kCUDA, 0), torch::kFloat);
+    auto a = models::int8_layers(*cpu, spec->family), b = models::int8_layers(*gpu, spec->family);
+    ASSERT_EQ(a.size(), b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      EXPECT_TRUE(b[i].weight.is_cuda()) << name << " " << b[i].name;
+      EXPECT_TRUE(torch::equal(a[i].weight, b[i].weight.cpu())) << name << " " << b[i].name;
+      EXPECT_TRUE(torch::equal(*a[i].module->named_buffers(false).find("SCB"),
+                               b[i].module->named_buffers(false).find("SCB")->cpu()))
+          << name << " " << b[i].name;
+    }
+    for (const auto& t : gpu->parameters()) EXPECT_TRUE(t.is_cuda()) << name;
+  }
+}
+
+// The CUDA runtime out of memory outside the caching allocator (injected as C10_CUDA_CHECK
+// throws it, an AcceleratorError): on a GPU, too, the row is an oom at its phase, not a crash.
+TEST(CudaSweep, AnOomOutsideTheAllocatorIsAnOomRow_CUDA) {
+  auto dir = testing::temp_dir("cuda_cublas_oom");
+  auto cfg = testing::write_file(dir / "c.yaml", R"(
+device: cuda
+steps: 1
+warmup_steps: 1
+repetitions: 1
+models: [gpt2-test]
+grid: {seq: 64, batch: [1, 2]}
+)");
+  auto r = testing::run_sweep_cli("run " + cfg + " --out " + (dir / "out").string(),
+                                  "SWEEP_TEST_FAULT=cuda-oom:backward@2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const auto& row : read_results((dir / "out").string()).rows) {
+    const bool failed = row.at(column("batch")) == "2";
+    EXPECT_EQ(row.at(column("status")), failed ? "oom" : "ok");
+    if (failed) EXPECT_EQ(row.at(column("reason")), "cuda-out-of-memory");
+    EXPECT_FALSE(row.at(column("driver_version")).empty());
+  }
 }
 
 }  // namespace

@@ -332,5 +332,31 @@ TEST(EmulatedFit, FitWithoutAGpuPredictsTheCardEndToEnd) {
   EXPECT_NE(r.out.find("ranked by memory"), std::string::npos) << r.out;
 }
 
+
+// An out-of-memory failure that the code catches and recovers from (cuDNN's plan search tries
+// workspaces that may not fit) fires the allocator's observer, which writes PREFIX.oom.pickle;
+// a point that then finishes ok keeps only its snapshot, not that one. A failure that ends the
+// point keeps it, with its gap. On an emulated card, whose allocator writes the same files.
+TEST(OomSnapshot, ARecoveredOomLeavesNoOomSnapshot) {
+  const auto dir = testing::temp_dir("oom_snapshot");
+  nlohmann::json p = {{"model", "gpt2-test"}, {"family", "gpt2"}, {"batch", 2}, {"seq", 32},
+                      {"device", "emulated"}, {"warmup_steps", 1}, {"steps", 1}, {"repetitions", 1},
+                      {"card", {{"name", "RTX 3060"}, {"memory_bytes", 12616466432LL},
+                                {"context_bytes", 0}, {"cc_major", 8}, {"cc_minor", 6},
+                                {"sms", 28}, {"cpu", false}}}};
+  for (const auto& [fault, ends] : {std::pair{"recovered-oom:forward", false}, std::pair{"oom:forward", true}}) {
+    const auto prefix = (dir / (std::string(fault).substr(0, 4))).string();
+    const auto run = testing::run_sweep_cli_split(
+        "worker --point '" + p.dump() + "' --result-fd 1",
+        "SWEEP_SNAPSHOT=" + prefix + " SWEEP_TEST_FAULT=" + fault);
+    ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+    const auto m = nlohmann::json::parse(run.out.substr(run.out.rfind('{')));
+    EXPECT_EQ(m.at("status"), ends ? "oom" : "ok") << fault << ": " << m.dump();
+    EXPECT_TRUE(std::filesystem::exists(prefix + ".pickle")) << fault;
+    EXPECT_EQ(std::filesystem::exists(prefix + ".oom.pickle"), ends) << fault;
+    EXPECT_EQ(m.contains("oom_gap_bytes"), ends) << fault << ": " << m.dump();
+  }
+}
+
 }  // namespace
 }  // namespace sweep

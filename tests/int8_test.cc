@@ -7,6 +7,8 @@
 // CUDA.
 #include <gtest/gtest.h>
 
+#include <ATen/autocast_mode.h>
+
 #include <set>
 
 #include "models/gpt2.h"
@@ -17,6 +19,9 @@
 #include "sweep_version.h"
 #include "sweeps/runner/config.h"
 #include "sweeps/runner/grid.h"
+#include "sweeps/measure/trackers.h"
+#include "sweeps/worker/emulate/emulation.h"
+#include "sweeps/worker/load_int8.h"
 #include "test_util.h"
 
 namespace sweep {
@@ -120,6 +125,47 @@ TEST(Int8, ModelHoldsInt8WeightsAndScalesAndTrainsLora) {
   }
 }
 
+// The outliers (|x| >= 6) are zeroed for quantisation without writing the input: under fp16
+// autocast MatMul8bitLt quantises its input itself (A.to(float16) is A), which the op before
+// may have saved for its backward (here exp, which saves its output). An in-place write would
+// bump its version and backward would refuse it.
+TEST(Int8, OutliersLeaveTheInputAndItsBackwardAlone) {
+  auto [CB, SCB] = models::int8_quantize_weight(reference("weight"));
+  auto z = (reference("x") * 0.5).to(torch::kHalf).contiguous();
+  z.view(-1).index_put_({3}, 2.5);  // exp(2.5) = 12.2: an outlier
+  z.requires_grad_(true);
+  auto x = z.exp();  // saves x for backward
+  const auto before = x.detach().clone();
+  ASSERT_TRUE((x.detach().abs() >= models::kInt8Threshold).any().item<bool>()) << "no outlier";
+  const auto version = x._version();
+  auto y = models::int8_matmul(x, CB, SCB, torch::Tensor(), /*training=*/false);  // MatMul8bitLt
+  EXPECT_EQ(x._version(), version);
+  EXPECT_TRUE(torch::equal(x.detach(), before));
+  ASSERT_NO_THROW(y.to(torch::kFloat).sum().backward());
+  EXPECT_TRUE(z.grad().defined());
+}
+
+// bnb's fp32 fallback of the int8 GEMM under CPU autocast (bf16): the int32 result is the
+// exact product (bf16 would be off by hundreds at these sizes).
+TEST(Int8, FallbackMatmulIsExactUnderAutocast) {
+  torch::manual_seed(5);
+  const auto A = torch::randint(-127, 128, {33, 768}, torch::kChar);
+  const auto B = torch::randint(-127, 128, {2, 768}, torch::kChar);  // Whisper's 2-label head
+  const auto exact = torch::matmul(A.to(torch::kLong), B.to(torch::kLong).t());
+  torch::Tensor got;
+  {
+    at::autocast::set_autocast_enabled(at::kCPU, true);
+    at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+    got = models::int8_matmul_fallback(A, B);
+    at::autocast::set_autocast_enabled(at::kCPU, false);
+    at::autocast::clear_cache();
+  }
+  EXPECT_EQ(got.scalar_type(), torch::kInt);
+  const auto err = (got.to(torch::kLong) - exact).abs().max().item<int64_t>();
+  std::printf("int8 fallback under bf16 autocast: max |error| %lld\n", static_cast<long long>(err));
+  EXPECT_EQ(err, 0);
+}
+
 TEST(Int8, MatchesTheCpuPath_CUDA) {
   // CUDA runs MatMul8bitLt (bnb's matmul picks MatMul8bitFp only on the CPU and XPU): the
   // same values as its CPU eval path, through at::_int_mm.
@@ -190,6 +236,112 @@ TEST(Int8, TheAxisKeepsOldIds) {
   EXPECT_NE(pts[1].id(), pts[0].id());
   EXPECT_EQ(pts[1].label(), "gpt2-test b=1 seq=128 fp32 ckpt=none acc=1 adamw lora r=8 weights=int8");
   EXPECT_EQ(nlohmann::json(pts[1]).get<Point>().id(), pts[1].id());
+}
+
+
+// transformers' load order: dot_natural_key (numbers as numbers, "h.2" before "h.10").
+TEST(Int8Load, TensorsLoadInTheNaturalKeyOrder) {
+  std::vector<std::string> names = {"transformer.wte.weight", "transformer.h.10.ln_1.weight",
+                                    "transformer.h.2.mlp.c_fc.weight", "transformer.h.2.attn.c_attn.bias",
+                                    "transformer.ln_f.weight", "layer2.x", "layer10.x", "layer.x"};
+  std::sort(names.begin(), names.end(), natural_key_less);
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "layer.x", "layer2.x", "layer10.x", "transformer.h.2.attn.c_attn.bias",
+                       "transformer.h.2.mlp.c_fc.weight", "transformer.h.10.ln_1.weight",
+                       "transformer.ln_f.weight", "transformer.wte.weight"}));
+}
+
+// What the device holds at most while transformers 5.17 + bitsandbytes 0.50.2 load the model
+// in 8 bit onto it, from the model's tensors alone: in natural key order each tensor arrives
+// in the load's dtype; a converted weight (n elements, r rows) first as that (value), then as
+// float16 (B), then bnb's kernel allocates the scales (4 r) and the int8 matrix (n) before B and
+// the value go.
+int64_t reference_load_peak(torch::nn::Module& model, const std::string& family, int64_t dsize) {
+  std::map<std::string, int64_t> rows;  // converted weights: rows of the matrix quantised
+  for (auto& l : models::int8_layers(model, family))
+    rows[l.name + ".weight"] = l.conv1d ? l.weight.size(1) : l.weight.size(0);
+  std::vector<std::pair<std::string, torch::Tensor>> tensors;
+  for (const auto& item : model.named_parameters()) tensors.emplace_back(item.key(), item.value());
+  for (const auto& item : model.named_buffers()) tensors.emplace_back(item.key(), item.value());
+  std::sort(tensors.begin(), tensors.end(),
+            [](const auto& a, const auto& b) { return natural_key_less(a.first, b.first); });
+  int64_t level = 0, peak = 0;
+  for (const auto& [name, t] : tensors) {
+    const int64_t n = t.numel();
+    const int64_t size = t.is_floating_point() ? dsize : static_cast<int64_t>(t.element_size());
+    const auto r = rows.find(name);
+    if (r == rows.end()) {
+      level += n * size;
+      peak = std::max(peak, level);
+      continue;
+    }
+    level += n * size + 2 * n + 4 * r->second + n;  // value, B, SCB, CB
+    peak = std::max(peak, level);
+    level -= n * size + 2 * n;  // B and the value go
+  }
+  return peak;
+}
+
+// The 8-bit load onto a device (a card's, here the emulated device counting every byte
+// exactly) holds at most what the reference loader holds, to the byte, per family and dtype,
+// and never the whole model in float32 (as moving it first and quantising on the device did).
+TEST(Int8Load, TheDevicePeakIsTheReferenceLoaders) {
+  EmulatedCard cpu;  // exact counting: no caching allocator rounding
+  cpu.name = "cpu";
+  cpu.cpu = true;
+  emu::start_emulation(cpu);
+  static auto mem = make_emulated_tracker(cpu, "");
+  for (const char* name : {"gpt2-test", "t5-test", "whisper-test"}) {
+    for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+      const auto* spec = models::find_model(name);
+      std::shared_ptr<models::ModelImpl> model, shapes;
+      {
+        emu::MetaFactories on_meta;
+        HostScope host;
+        model = spec->make();
+        shapes = spec->make();
+      }
+      const int64_t base = mem->allocated();
+      mem->reset_peaks();
+      load_int8(*model, spec->family, torch::Device(torch::kMeta), dtype);
+      const int64_t ours = mem->peak_allocated() - base;
+      const int64_t ref = reference_load_peak(*shapes, spec->family, dtype == torch::kFloat ? 4 : 2);
+      int64_t fp32_model = 0;
+      for (const auto& t : shapes->parameters()) fp32_model += t.numel() * 4;
+      std::printf("%s %s: load peak %lld B, reference loader %lld B, the model in fp32 %lld B\n",
+                  name, c10::toString(dtype), static_cast<long long>(ours),
+                  static_cast<long long>(ref), static_cast<long long>(fp32_model));
+      EXPECT_EQ(ours, ref) << name << " " << c10::toString(dtype);
+      EXPECT_LT(ours, fp32_model) << name;
+      for (const auto& l : models::int8_layers(*model, spec->family))
+        EXPECT_TRUE(models::is_int8(l.weight)) << name << " " << l.name;
+      model.reset();
+    }
+  }
+}
+
+// The whole burst on a card: GPT-2 (124M, 498 MB in fp32) with 8-bit base weights and LoRA
+// under a 0.4 GiB budget, less than the fp32 model. Loaded as transformers loads it the device
+// holds 0.25 GB of weights and trains (peak 0.33 GB); with the fp32 model moved first it ran out
+// of memory in the build.
+TEST(Int8Load, AModelLargerThanTheBudgetInFp32LoadsIn8Bit) {
+  nlohmann::json p = {{"model", "gpt2"}, {"family", "gpt2"}, {"batch", 1}, {"seq", 32},
+                      {"precision", "fp32"}, {"adapter", "lora"}, {"weights", "int8"},
+                      {"device", "emulated"}, {"warmup_steps", 1}, {"steps", 1}, {"repetitions", 1},
+                      {"budget_bytes", static_cast<int64_t>(0.4 * (int64_t{1} << 30))},
+                      {"card", {{"name", "RTX 3060"}, {"memory_bytes", 12616466432LL},
+                                {"context_bytes", 0}, {"cc_major", 8}, {"cc_minor", 6},
+                                {"sms", 28}, {"cpu", false}}}};
+  const auto run = testing::run_sweep_cli_split("worker --point '" + p.dump() + "' --result-fd 1");
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  const auto m = nlohmann::json::parse(run.out.substr(run.out.rfind('{')));
+  EXPECT_EQ(m.at("status"), "ok") << m.dump();
+  std::printf("gpt2 int8 + LoRA under 0.4 GiB: weights %lld B, peak %lld B in %s\n",
+              m.value("weights_bytes", 0LL), m.value("peak_allocated_bytes", 0LL),
+              m.value("peak_phase", std::string()).c_str());
+  const int64_t budget = p.at("budget_bytes"), fp32_model = 124439808LL * 4;  // gpt2's parameters
+  ASSERT_LT(budget, fp32_model) << "the budget must be below the fp32 model for this test";
+  EXPECT_LE(m.value("peak_allocated_bytes", int64_t{0}), budget);
 }
 
 }  // namespace

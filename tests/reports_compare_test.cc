@@ -256,10 +256,35 @@ TEST(Compare, UnknownSchemaVersionExitsTwo) {
   // The reader refuses a version it does not know, for every command alike.
   const auto cli = run_cli(data("base") + " " + data("schema"));
   EXPECT_EQ(cli.code, 2);
-  EXPECT_NE(cli.err.find("compare_schema.csv:2: schema_version 99: this sweep reads versions 1 to 2"),
+  EXPECT_NE(cli.err.find("compare_schema.csv:2: schema_version 99: this sweep reads versions 1 to 3"),
             std::string::npos)
       << cli.err;
   EXPECT_NE(cli.err.find("\nhint: read it with the sweep that wrote it"), std::string::npos) << cli.err;
+}
+
+// Schema 2 and 3 differ in environment columns only (driver_version's meaning): a baseline
+// of 2 still gates results of 3, with a note; a version-1 baseline does not.
+TEST(Compare, ABaselineOfSchemaTwoComparesWithANote) {
+  TempDir dir;
+  auto with_version = [&](const std::string& name, const std::string& version) {
+    std::ifstream in(data("base"));
+    std::ofstream out(dir.path() / name);
+    std::string line;
+    std::getline(in, line);
+    out << line << "\n";
+    while (std::getline(in, line)) out << version << line.substr(line.find(',')) << "\n";
+    return (dir.path() / name).string();
+  };
+  const std::string v1 = with_version("v1.csv", "1"), v2 = with_version("v2.csv", "2"),
+                    v3 = with_version("v3.csv", "3");
+  const auto ok = run_cli(v2 + " " + v3);
+  EXPECT_EQ(ok.code, 0) << ok.err;
+  EXPECT_NE(ok.out.find("schema_version 2 (baseline) and 3 differ in environment columns only"),
+            std::string::npos)
+      << ok.out;
+  const auto refused = run_cli(v1 + " " + v3);
+  EXPECT_EQ(refused.code, 2);
+  EXPECT_NE(refused.err.find("schema_version 3, but the baseline"), std::string::npos) << refused.err;
 }
 
 TEST(Compare, MissingRequiredColumnExitsTwo) {

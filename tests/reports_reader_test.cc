@@ -101,7 +101,7 @@ TEST(TypedReader, NegativePeakIsRefusedByEveryCommand) {
 TEST(TypedReader, UnknownSchemaVersionIsRefusedByEveryCommand) {
   auto f = edited("schema99", "recommend_ties.csv",
                   [](std::string& t) { set_first_row(t, "schema_version", "99"); });
-  expect_every_command_refuses(f, "schema_version 99: this sweep reads versions 1 to 2");
+  expect_every_command_refuses(f, "schema_version 99: this sweep reads versions 1 to 3");
 }
 
 TEST(TypedReader, UnknownStatusAndBadSampleAreRefused) {

@@ -138,6 +138,26 @@ TEST(SweepEndToEnd, CrashingWorkerIsRecordedAndTheSweepGoesOn) {
   }
 }
 
+// cuBLAS running out of memory outside the caching allocator is an oom row (its phase, the
+// library as the reason, the gap unknown: an empty cell, not 0), so larger batches are implied
+// out of memory as after any OOM, where a crash would have run them.
+TEST(SweepEndToEnd, AnOomOutsideTheAllocatorPrunesLargerBatches) {
+  auto dir = testing::temp_dir("e2e_cublas_oom");
+  auto cfg = tiny_config(dir, "");
+  auto r = testing::run_sweep_cli("run " + cfg + " --out " + (dir / "out").string(),
+                                  "SWEEP_TEST_FAULT=cublas-alloc:forward@2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto s = statuses((dir / "out").string());
+  EXPECT_EQ(s, (std::map<int, std::string>{{1, "ok"}, {2, "oom"}, {4, "skipped"}, {8, "skipped"}}));
+  for (const auto& row : read_results((dir / "out").string()).rows) {
+    if (row.at(column("status")) != "oom") continue;
+    EXPECT_EQ(row.at(column("phase")), "forward");
+    EXPECT_EQ(row.at(column("reason")), "cublas-alloc-failed");
+    EXPECT_EQ(row.at(column("oom_gap_bytes")), "");
+    EXPECT_NE(row.at(column("message")).find("CUBLAS_STATUS_ALLOC_FAILED"), std::string::npos);
+  }
+}
+
 TEST(SweepEndToEnd, HangingWorkerIsKilledAtItsTimeout) {
   auto dir = testing::temp_dir("e2e_hang");
   auto cfg = tiny_config(dir, "");

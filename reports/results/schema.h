@@ -11,7 +11,13 @@ namespace sweep::schema {
 
 // 2: `mfu` is no longer a column: it is derived from a datasheet, so the reports compute it
 // (reports::mfu) from `tflops`; version 1 files still read (their mfu cells are ignored).
-inline constexpr int kSchemaVersion = 2;
+// 3: `driver_version` is the NVIDIA driver's version ("580.159.04", from NVML or
+// /proc/driver/nvidia/version); versions 1 and 2 wrote the CUDA driver API version there
+// ("13.0", cudaDriverGetVersion), which is now `cuda_driver_version`. Older files still read.
+inline constexpr int kSchemaVersion = 3;
+// From this version on, versions differ in environment columns only (what a number means is
+// the same), so `compare` reads a baseline of one against results of another, with a note.
+inline constexpr int kSameMeasurementsSince = 2;
 
 // Every row of results.csv, in this order. Units are in the names. Empty cell = not
 // applicable (e.g. `audio_s` for GPT-2) or not measured (e.g. `tflops` of a model without a FLOP count).
@@ -102,9 +108,11 @@ inline constexpr std::array kColumns = std::to_array<std::string_view>({
     "slurm_gpus",        // GPUs Slurm gave that job (SLURM_JOB_GPUS, "0,1"); else empty
     "device_name",       // "NVIDIA H100 80GB HBM3" | CPU model
     "device_memory_bytes",
-    "driver_version",
+    "driver_version",    // the NVIDIA driver, "580.159.04" (schema 1 and 2: the CUDA driver
+                         // API version); empty on cpu and emulated
     "torch_version",
-    "cuda_version",
+    "cuda_version",      // the CUDA runtime torch was built with, "13.0"
+    "cuda_driver_version",  // the CUDA version the driver supports (cudaDriverGetVersion), "13.0"
     "host",
     "git_commit",
     "timestamp",         // RFC 3339, UTC

@@ -220,14 +220,19 @@ void register_commands(CLI::App& app, int& exit_code) {
   worker->group("");  // hidden from --help
   auto probe = std::make_shared<bool>(false);
   auto probe_context = std::make_shared<bool>(false);
+  auto no_context = std::make_shared<bool>(false);
   worker->add_option("--point", *point);
   worker->add_option("--result-fd", *fd);
   worker->add_flag("--probe-device", *probe, "Report the GPU's memory and context size as JSON");
+  worker->add_flag("--no-context", *no_context,
+                   "With --probe-device: the GPU's name and memory only (context_gib is given)");
   worker->add_flag("--probe-context", *probe_context,
                    "Report the GPU's used bytes with a bare CUDA context of this process");
-  worker->callback([point, fd, probe, probe_context, &exit_code] {
+  worker->callback([point, fd, probe, probe_context, no_context, &exit_code] {
     exit_code = run_guarded([&] {
-      return *probe ? probe_device_main() : *probe_context ? probe_context_main() : worker_main(*point, *fd);
+      return *probe           ? probe_device_main(!*no_context)
+             : *probe_context ? probe_context_main()
+                              : worker_main(*point, *fd);
     });
   });
 

@@ -108,7 +108,8 @@ class TrackingCpuAllocator final : public c10::Allocator {
     return a;
   }
 
-  std::atomic<int64_t> current_{0}, peak_{0}, budget_{0}, gap_at_oom_{0};
+  std::atomic<int64_t> current_{0}, peak_{0}, budget_{0};
+  std::atomic<int64_t> gap_at_oom_{-1};  // -1: no failure since forget_oom()
   std::atomic<int64_t> host_current_{0}, host_peak_{0};
   std::atomic<const Ledger*> ledger_{nullptr};
   std::atomic<int64_t> at_peak_weights_{0}, at_peak_grads_{0}, at_peak_optimizer_{0};
@@ -140,6 +141,11 @@ class CpuTracker final : public MemoryTracker {
     return static_cast<int64_t>(resident) * sysconf(_SC_PAGESIZE);
   }
   void set_budget(int64_t bytes) override { a().budget_.store(bytes); }
+  std::optional<int64_t> gap_at_oom() override {
+    const int64_t gap = a().gap_at_oom_.load();
+    return gap < 0 ? std::nullopt : std::optional<int64_t>(gap);
+  }
+  void forget_oom() override { a().gap_at_oom_.store(-1); }
 
  private:
   static TrackingCpuAllocator& a() { return TrackingCpuAllocator::instance(); }

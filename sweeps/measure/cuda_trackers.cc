@@ -13,6 +13,7 @@
 #include <torch/csrc/cuda/memory_snapshot.h>
 
 #include <atomic>
+#include <cstdio>
 #include <fstream>
 #include <mutex>
 #include <string>
@@ -26,9 +27,10 @@ using c10::CachingAllocator::StatType;
 namespace alloc = c10::cuda::CUDACachingAllocator;
 constexpr auto kAll = static_cast<std::size_t>(StatType::AGGREGATE);
 
-std::atomic<int64_t> g_gap_at_oom{0};
+std::atomic<int64_t> g_gap_at_oom{-1};  // -1: no failure since forget_oom()
 std::mutex g_snapshot_mu;
 std::string g_snapshot_prefix;  // set when history is recorded
+bool g_oom_snapshot_written = false;
 
 void write_pickle(const std::string& path) {
   std::ofstream(path, std::ios::binary) << torch::cuda::_memory_snapshot_pickled();
@@ -54,11 +56,26 @@ class CudaTracker final : public MemoryTracker {
         // The allocator calls its observers after releasing its lock, before the tensors of
         // the failing step are freed: the snapshot shows what filled the memory.
         std::lock_guard lock(g_snapshot_mu);
-        if (!g_snapshot_prefix.empty()) write_pickle(g_snapshot_prefix + ".oom.pickle");
+        if (!g_snapshot_prefix.empty()) {
+          write_pickle(g_snapshot_prefix + ".oom.pickle");
+          g_oom_snapshot_written = true;
+        }
       });
     });
   }
-  int64_t gap_at_oom() override { return g_gap_at_oom.load(); }
+  std::optional<int64_t> gap_at_oom() override {
+    const int64_t gap = g_gap_at_oom.load();
+    return gap < 0 ? std::nullopt : std::optional<int64_t>(gap);
+  }
+  // A failure the caller recovered from (cuDNN's plan search catches the OutOfMemoryError of a
+  // workspace that does not fit, aten/src/ATen/native/cudnn/Conv_v8.cpp) fired the observer
+  // too: its gap and snapshot go.
+  void forget_oom() override {
+    g_gap_at_oom = -1;
+    std::lock_guard lock(g_snapshot_mu);
+    if (g_oom_snapshot_written) std::remove((g_snapshot_prefix + ".oom.pickle").c_str());
+    g_oom_snapshot_written = false;
+  }
   int64_t allocated() override { return stats().allocated_bytes[kAll].current; }
   int64_t reserved() override { return stats().reserved_bytes[kAll].current; }
   int64_t peak_allocated() override { return stats().allocated_bytes[kAll].peak; }

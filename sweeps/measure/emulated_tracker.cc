@@ -33,6 +33,8 @@ class EmulatedAllocator final : public c10::Allocator {
     std::lock_guard lock(mu_);
     mem_ = std::move(mem);
     peak_seen_ = 0;
+    gap_at_oom_ = -1;
+    oom_snapshot_written_ = false;
   }
 
   c10::DataPtr allocate(size_t n) override {
@@ -53,7 +55,10 @@ class EmulatedAllocator final : public c10::Allocator {
       gap_at_oom_ = mem_->reserved() - mem_->allocated();
       // As the CUDA tracker's out-of-memory observer: the segments that filled the card, taken
       // before the exception unwinds the step.
-      if (!oom_snapshot_.empty()) mem_->write_snapshot(oom_snapshot_);
+      if (!oom_snapshot_.empty()) {
+        mem_->write_snapshot(oom_snapshot_);
+        oom_snapshot_written_ = true;
+      }
       TORCH_CHECK_WITH(OutOfMemoryError, false, mem_->last_oom_message());
     }
     if (FILE* t = trace()) std::fprintf(t, "%zu\n", n);
@@ -92,10 +97,11 @@ class EmulatedAllocator final : public c10::Allocator {
   std::mutex mu_;
   std::unique_ptr<emu::DeviceMemory> mem_;
   int64_t peak_seen_ = 0;
-  std::atomic<int64_t> gap_at_oom_{0};
+  std::atomic<int64_t> gap_at_oom_{-1};  // -1: no failure since forget_oom()
   const Ledger* ledger_ = nullptr;
   Breakdown at_peak_;
   std::string oom_snapshot_;  // PREFIX.oom.pickle while history is recorded
+  bool oom_snapshot_written_ = false;
 };
 
 class EmulatedTracker final : public MemoryTracker {
@@ -136,7 +142,17 @@ class EmulatedTracker final : public MemoryTracker {
   }
   std::string allocator_settings() override { return settings_; }
   int64_t alloc_retries() override { return locked([](auto& m) { return m.alloc_retries(); }); }
-  int64_t gap_at_oom() override { return EmulatedAllocator::instance().gap_at_oom_.load(); }
+  std::optional<int64_t> gap_at_oom() override {
+    const int64_t gap = EmulatedAllocator::instance().gap_at_oom_.load();
+    return gap < 0 ? std::nullopt : std::optional<int64_t>(gap);
+  }
+  void forget_oom() override {
+    auto& a = EmulatedAllocator::instance();
+    std::lock_guard lock(a.mu_);
+    a.gap_at_oom_ = -1;
+    if (a.oom_snapshot_written_) std::remove(a.oom_snapshot_.c_str());
+    a.oom_snapshot_written_ = false;
+  }
   void empty_cache() override {
     locked([](auto& m) { m.empty_cache(); return 0; });
   }

@@ -5,6 +5,9 @@
 #include <cuda_runtime_api.h>
 #include <torch/headeronly/version.h>
 
+#include <dlfcn.h>
+
+#include <cctype>
 #include <chrono>
 #include <ctime>
 #include <fstream>
@@ -21,6 +24,45 @@ std::string cuda_version_string(int v) {
 }
 
 }  // namespace
+
+std::string driver_version_of_procfs(const std::string& text) {
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("NVRM version:", 0) != 0) continue;
+    std::istringstream words(line);
+    for (std::string w; words >> w;) {
+      // The first word of digits and dots with at least one dot: "580.159.04".
+      if (w.find('.') != std::string::npos && std::isdigit(static_cast<unsigned char>(w[0])) &&
+          w.find_first_not_of("0123456789.") == std::string::npos)
+        return w;
+    }
+  }
+  return "";
+}
+
+std::string nvidia_driver_version() {
+  // nvml.h: nvmlReturn_t nvmlInit_v2(void), nvmlSystemGetDriverVersion(char*, unsigned int),
+  // nvmlShutdown(void); NVML_SUCCESS is 0, NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE 80.
+  if (void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL)) {
+    using Init = int (*)();
+    using Version = int (*)(char*, unsigned int);
+    auto init = reinterpret_cast<Init>(dlsym(nvml, "nvmlInit_v2"));
+    auto version = reinterpret_cast<Version>(dlsym(nvml, "nvmlSystemGetDriverVersion"));
+    auto shutdown = reinterpret_cast<Init>(dlsym(nvml, "nvmlShutdown"));
+    char buf[96] = {0};
+    std::string v;
+    if (init && version && shutdown && init() == 0) {
+      if (version(buf, sizeof buf - 1) == 0) v = buf;
+      shutdown();
+    }
+    dlclose(nvml);
+    if (!v.empty()) return v;
+  }
+  std::ifstream procfs("/proc/driver/nvidia/version");
+  std::stringstream text;
+  text << procfs.rdbuf();
+  return driver_version_of_procfs(text.str());
+}
 
 int cuda_device_count() {
   // cudaGetDeviceCount initialises the runtime but creates no context on a device.
@@ -53,9 +95,10 @@ DeviceInfo query_device(Device device) {
     const auto* prop = at::cuda::getCurrentDeviceProperties();
     d.name = prop->name;
     d.memory_bytes = static_cast<int64_t>(prop->totalGlobalMem);
+    d.driver_version = nvidia_driver_version();
     int driver = 0;
     cudaDriverGetVersion(&driver);
-    d.driver_version = cuda_version_string(driver);
+    d.cuda_driver_version = cuda_version_string(driver);
     int runtime = 0;
     cudaRuntimeGetVersion(&runtime);
     d.cuda_version = cuda_version_string(runtime);

@@ -13,9 +13,19 @@ namespace sweep {
 struct DeviceInfo {
   std::string name;    // "NVIDIA H100 80GB HBM3" | CPU model name
   int64_t memory_bytes = 0;
-  std::string driver_version;  // CUDA driver API version, "13.0"; empty on the CPU
-  std::string cuda_version;    // CUDA runtime torch was built with
+  std::string driver_version;       // the NVIDIA driver, "580.159.04"; empty on the CPU
+  std::string cuda_version;         // CUDA runtime torch was built with
+  std::string cuda_driver_version;  // the CUDA version the driver supports, "13.0"
 };
+
+// The NVIDIA driver's version: NVML's nvmlSystemGetDriverVersion (libnvidia-ml.so.1, loaded
+// at run time: the wheel ships no NVML header or library), else /proc/driver/nvidia/version;
+// "" where neither answers (no driver).
+std::string nvidia_driver_version();
+// The version in /proc/driver/nvidia/version's text ("NVRM version: NVIDIA UNIX x86_64 Kernel
+// Module  580.159.04  ..." or "... Open Kernel Module for x86_64  580.65.06  Release Build
+// ..."); "" when it names none.
+std::string driver_version_of_procfs(const std::string& text);
 
 // Queries the current device (initialises CUDA when device is kCuda).
 DeviceInfo query_device(Device device);

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "sweeps/measure/emulated_card.h"
@@ -49,14 +50,21 @@ class MemoryTracker {
   virtual std::string allocator_settings() { return ""; }
   // Allocator retries so far (CUDA: cudaMalloc retried after freeing cached blocks).
   virtual int64_t alloc_retries() { return 0; }
-  // Reserved minus allocated bytes at the moment of the last out-of-memory failure, taken
-  // before the exception unwinds and frees the step's tensors.
-  virtual int64_t gap_at_oom() { return 0; }
+  // Reserved minus allocated bytes at the allocator's last out-of-memory failure since
+  // forget_oom(), taken before the exception unwinds and frees the step's tensors; nullopt when
+  // the allocator has not failed since (its observer never fired: an OOM raised outside it, by
+  // cuBLAS, cuDNN or the CUDA runtime, has no gap to report).
+  virtual std::optional<int64_t> gap_at_oom() { return std::nullopt; }
+  // Forgets the last failure, and the `prefix.oom.pickle` it wrote (record_history): a failure
+  // that was caught and recovered from (cuDNN's plan search tries workspaces that may not fit)
+  // is not one that ends the burst. The burst calls it on entering each phase, the worker when
+  // the burst did not end in the allocator's out-of-memory failure.
+  virtual void forget_oom() {}
   // Frees cached, unused blocks (CUDA); no-op on the CPU.
   virtual void empty_cache() {}
   // Memory snapshots for PyTorch's visualizer (pytorch.org/memory_viz), CUDA only: records
   // the allocator's history from now on, writes `prefix.oom.pickle` at the moment of an
-  // out-of-memory failure, and write_snapshot(path) writes the history so far. Returns false
+  // out-of-memory failure (until forget_oom()), and write_snapshot(path) writes the history so far. Returns false
   // where there is no allocator history (the CPU).
   virtual bool record_history(const std::string& /*prefix*/) { return false; }
   virtual void write_snapshot(const std::string& /*path*/) {}
@@ -120,12 +128,14 @@ std::unique_ptr<MemoryTracker> make_cuda_tracker();
 std::unique_ptr<MemoryTracker> make_emulated_tracker(const EmulatedCard& card,
                                                      const std::string& alloc_conf);
 
-// Times one step: CUDA events on the current stream on a GPU, a steady clock on the CPU.
+// Times a span of steps (a repetition: one pair of CUDA events on the current stream on a GPU,
+// as the reference brackets its N steps, so no host sync falls between them; a steady clock on
+// the CPU).
 class StepTimer {
  public:
   virtual ~StepTimer() = default;
   virtual void start() = 0;
-  virtual double stop_seconds() = 0;  // waits for the device to finish the step
+  virtual double stop_seconds() = 0;  // waits for the device to finish the span's work
 };
 std::unique_ptr<StepTimer> make_cpu_timer();
 std::unique_ptr<StepTimer> make_cuda_timer();

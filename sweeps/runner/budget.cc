@@ -170,20 +170,19 @@ Budget resolve_budget(const Config& cfg, Device device, const std::vector<HostGp
 
 namespace {
 
-// Runs `cmd` and returns its stdout's last non-empty line (library notices may come first);
-// throws with `what` and the output when it fails.
-std::string last_line_of(const std::string& cmd, const std::string& what) {
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string text;
-  char buf[4096];
-  size_t n;
-  while (p && (n = fread(buf, 1, sizeof buf, p)) > 0) text.append(buf, n);
-  const int status = p ? pclose(p) : -1;
-  std::istringstream in(text);
+// Runs argv and returns its stdout's last non-empty line (library notices may come first;
+// stderr passes through); throws with `what` and the output when it fails or times out.
+std::string last_line_of(const std::vector<std::string>& argv, const std::string& what,
+                         double timeout_s) {
+  const CommandOutput r = run_command(argv, {.timeout_s = timeout_s, .keep_stderr = true});
+  std::istringstream in(r.output);
   std::string line, last;
   while (std::getline(in, line))
     if (!line.empty()) last = line;
-  if (status != 0 || last.empty()) throw std::runtime_error(what + " failed: " + text);
+  if (r.timed_out)
+    throw std::runtime_error(what + " did not finish within " + number_text(timeout_s) +
+                             " s and was killed" + (r.output.empty() ? "" : ": " + r.output));
+  if (r.exit_code != 0 || last.empty()) throw std::runtime_error(what + " failed: " + r.output);
   return last;
 }
 
@@ -223,12 +222,28 @@ void run_representative_bursts() {
 
 }  // namespace
 
-std::vector<HostGpu> probe_gpus(const std::string& exe, const std::vector<std::string>& devices) {
+bool probe_measures_context(const Config& cfg) {
+  return cfg.gpu && !cfg.gpu->context_gib && cfg.budget_gib <= 0;
+}
+
+bool second_context_allowed(int compute_mode) {
+  return compute_mode != kComputeModeExclusiveProcess;
+}
+
+int64_t other_processes_bytes(int compute_mode, int64_t used_at_start, int64_t with_second) {
+  if (!second_context_allowed(compute_mode)) return 0;
+  const int64_t bare_context = std::max<int64_t>(0, with_second - used_at_start);
+  return std::max<int64_t>(0, used_at_start - bare_context);
+}
+
+std::vector<HostGpu> probe_gpus(const std::string& exe, const std::vector<std::string>& devices,
+                                bool measure_context, double timeout_s) {
   std::vector<HostGpu> out;
   for (const auto& device : devices) {
-    const std::string line =
-        last_line_of("CUDA_VISIBLE_DEVICES='" + device + "' '" + exe + "' worker --probe-device",
-                     "probing GPU " + device);
+    std::vector<std::string> argv = {"env", "CUDA_VISIBLE_DEVICES=" + device, exe, "worker",
+                                     "--probe-device"};
+    if (!measure_context) argv.push_back("--no-context");
+    const std::string line = last_line_of(argv, "probing GPU " + device, timeout_s);
     auto j = nlohmann::json::parse(line, nullptr, false);
     if (j.is_discarded()) throw std::runtime_error("probing GPU " + device + ": " + line);
     out.push_back({device, j.value("name", ""), j.value("total_bytes", int64_t{0}),
@@ -251,7 +266,7 @@ int probe_context_main() {
   }
 }
 
-int probe_device_main() {
+int probe_device_main(bool measure_context) {
   if (!torch::cuda::is_available()) {
     std::cerr << "no GPU is visible\n";
     return 1;
@@ -259,15 +274,29 @@ int probe_device_main() {
   try {
     at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
     C10_CUDA_CHECK(cudaFree(nullptr));  // this process's bare context, nothing loaded yet
+    if (!measure_context) {
+      size_t free = 0, total = 0;
+      C10_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+      nlohmann::json j;
+      j["name"] = at::cuda::getCurrentDeviceProperties()->name;
+      j["total_bytes"] = static_cast<int64_t>(total);
+      std::cout << j.dump() << std::endl;
+      return 0;
+    }
     const int64_t used_at_start = device_used_bytes();
     // cudaMemGetInfo sees the whole device: other processes' memory included, and no API
     // reports it per process without NVML (whose header the wheel does not ship). A second
     // fresh process with a bare context of its own reports the device with one more context;
     // the difference is one bare context, and what was used before ours is other processes'.
-    const int64_t with_second = std::stoll(
-        last_line_of("'" + self_exe() + "' worker --probe-context", "a second CUDA context"));
-    const int64_t bare_context = std::max<int64_t>(0, with_second - used_at_start);
-    const int64_t others = std::max<int64_t>(0, used_at_start - bare_context);
+    // In EXCLUSIVE_PROCESS mode the second context cannot open while ours exists (and no other
+    // process's can either): none is started, and others are 0.
+    int mode = kComputeModeDefault;
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&mode, cudaDevAttrComputeMode, c10::cuda::current_device()));
+    int64_t with_second = 0;
+    if (second_context_allowed(mode))
+      with_second = std::stoll(last_line_of({self_exe(), "worker", "--probe-context"},
+                                            "a second CUDA context", kProbeContextTimeoutS));
+    const int64_t others = other_processes_bytes(mode, used_at_start, with_second);
     run_representative_bursts();
     C10_CUDA_CHECK(cudaDeviceSynchronize());
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device());

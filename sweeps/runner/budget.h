@@ -50,15 +50,44 @@ EmulatedCard emulated_card_of(const Config& cfg);
 // an explicit budget_gib: a cap cannot add memory.
 Budget resolve_budget(const Config& cfg, Device device, const std::vector<HostGpu>& gpus);
 
+// Whether a run's probe must measure the context allowance: only for a target card whose
+// context_gib the config does not give (a budget_gib needs the card's memory only).
+bool probe_measures_context(const Config& cfg);
+
+// How long a probe may take before it is killed and the run stops with the reason: the whole
+// `worker --probe-device` (its bursts load every kernel a sweep uses), and its second bare
+// context (`worker --probe-context`).
+inline constexpr double kProbeDeviceTimeoutS = 900;
+inline constexpr double kProbeContextTimeoutS = 120;
+
 // Starts `exe worker --probe-device` once per GPU, each with CUDA_VISIBLE_DEVICES set to the
-// GPU's entry (as its workers get), and reads what it reports.
-std::vector<HostGpu> probe_gpus(const std::string& exe, const std::vector<std::string>& devices);
+// GPU's entry (as its workers get), and reads what it reports; with measure_context false
+// (`--probe-device --no-context`) only the GPU's name and memory, so context_bytes and
+// other_bytes are 0. Throws std::runtime_error when a probe fails or runs past timeout_s.
+std::vector<HostGpu> probe_gpus(const std::string& exe, const std::vector<std::string>& devices,
+                                bool measure_context = true,
+                                double timeout_s = kProbeDeviceTimeoutS);
+
+// The compute modes of cudaDevAttrComputeMode (driver_types.h cudaComputeMode) the probe
+// tells apart.
+inline constexpr int kComputeModeDefault = 0, kComputeModeProhibited = 2,
+                     kComputeModeExclusiveProcess = 3;
+// Whether another process may open a context on a GPU while this one holds one: not in
+// EXCLUSIVE_PROCESS mode (common on Slurm clusters), where a second context fails at once.
+bool second_context_allowed(int compute_mode);
+// Other processes' device memory when the probe started: the device's use then less one bare
+// context (with_second less used_at_start, what a second fresh process's context added).
+// EXCLUSIVE_PROCESS: 0, exactly (no other process can hold the GPU while the probe does), and
+// with_second is not measured.
+int64_t other_processes_bytes(int compute_mode, int64_t used_at_start, int64_t with_second);
 
 // The worker side (`worker --probe-device`), on the one visible GPU: creates the CUDA context,
-// has a second fresh process (`worker --probe-context`) report the device's use with one more
-// bare context, runs a tiny training burst of each family in each precision with each
-// optimizer, and prints a HostGpu as JSON on stdout. Returns the exit code.
-int probe_device_main();
+// reads the GPU's compute mode, has a second fresh process (`worker --probe-context`, killed
+// after kProbeContextTimeoutS) report the device's use with one more bare context where the
+// mode lets one in, runs a tiny training burst of each family in each precision with each
+// optimizer, and prints a HostGpu as JSON on stdout. measure_context false (`--no-context`):
+// the name and memory only, no second context and no bursts. Returns the exit code.
+int probe_device_main(bool measure_context = true);
 // `worker --probe-context`: creates a bare CUDA context and prints the device's used bytes.
 int probe_context_main();
 

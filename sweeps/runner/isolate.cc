@@ -10,7 +10,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -40,6 +43,62 @@ std::string self_exe() {
   std::vector<char> buf(4096);
   ssize_t n = readlink("/proc/self/exe", buf.data(), buf.size() - 1);
   return n > 0 ? std::string(buf.data(), static_cast<std::size_t>(n)) : "sweep";
+}
+
+CommandOutput run_command(const std::vector<std::string>& argv, const CommandOptions& options) {
+  CommandOutput r;
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return r;
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    r.output = std::string("fork: ") + strerror(errno);
+    return r;
+  }
+  if (pid == 0) {
+    setpgid(0, 0);  // a timeout kills the group: what the command started too
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // and so does this process's end (Ctrl-C included)
+    if (getppid() != parent) _exit(126);
+    dup2(fds[1], 1);
+    if (!options.keep_stderr) dup2(fds[1], 2);
+    execvp(args[0], args.data());
+    dprintf(1, "%s: %s", args[0], strerror(errno));
+    _exit(127);
+  }
+  close(fds[1]);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(options.timeout_s);
+  char buf[4096];
+  while (true) {
+    int wait_ms = -1;
+    if (options.timeout_s > 0) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) {
+        r.timed_out = true;
+        break;
+      }
+      wait_ms = static_cast<int>(std::min<int64_t>(left.count(), 1000));
+    }
+    pollfd pfd{fds[0], POLLIN, 0};
+    const int pr = poll(&pfd, 1, wait_ms);
+    if (pr < 0 && errno != EINTR) break;
+    if (pr <= 0) continue;
+    const ssize_t n = read(fds[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // EOF: the command (and what shares its output) closed it
+    r.output.append(buf, static_cast<std::size_t>(n));
+  }
+  close(fds[0]);
+  if (r.timed_out) kill(-pid, SIGKILL);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  r.exit_code = !r.timed_out && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
 }
 
 WorkerResult run_isolated(const Point& p, const IsolateOptions& opt) {

@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "sweeps/runner/zygote.h"
 #include "sweeps/worker/point.h"
@@ -33,5 +34,19 @@ WorkerResult run_isolated(const Point& p, const IsolateOptions& opt);
 
 // Path of the running executable (/proc/self/exe).
 std::string self_exe();
+
+// A helper command (sbatch, squeue, the GPU probe): not a point, so no result pipe and no row.
+struct CommandOutput {
+  int exit_code = -1;      // -1: could not start, killed by a signal, or timed out
+  std::string output;      // stdout, and stderr too unless keep_stderr
+  bool timed_out = false;  // killed at the deadline (with everything it started)
+};
+struct CommandOptions {
+  double timeout_s = 0;      // 0: wait as long as it runs
+  bool keep_stderr = false;  // stderr to this process's stderr, not into `output`
+};
+// Runs argv[0] (looked up on the PATH) without a shell, in a process group of its own, so that
+// a timeout kills what it started too; it dies with this process (PR_SET_PDEATHSIG).
+CommandOutput run_command(const std::vector<std::string>& argv, const CommandOptions& options = {});
 
 }  // namespace sweep

@@ -1,10 +1,7 @@
 // Submitting a sweep to Slurm; see slurm.h. The tasks' side is sweeps/runner/shards.h.
 #include "sweeps/runner/slurm.h"
 
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
-
 
 #include <algorithm>
 #include <cerrno>
@@ -19,8 +16,6 @@
 #include "sweeps/measure/env.h"
 #include "sweeps/runner/isolate.h"
 #include "sweeps/runner/shards.h"
-
-extern char** environ;
 
 namespace sweep {
 namespace fs = std::filesystem;
@@ -112,41 +107,6 @@ std::vector<std::size_t> tasks_to_run(const std::string& out, const SlurmPlan& p
 }
 
 }  // namespace
-
-CommandOutput run_command(const std::vector<std::string>& argv) {
-  CommandOutput r;
-  int fds[2];
-  if (pipe(fds) != 0) return r;
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addclose(&actions, fds[0]);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
-  posix_spawn_file_actions_addclose(&actions, fds[1]);
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = -1;
-  const int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  close(fds[1]);
-  char buf[4096];
-  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) != 0;) {
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) break;
-    r.output.append(buf, static_cast<std::size_t>(n));
-  }
-  close(fds[0]);
-  if (rc != 0) {
-    r.output = argv[0] + ": " + std::strerror(rc);
-    return r;
-  }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
 
 std::string find_on_path(const std::string& name) {
   const char* path = std::getenv("PATH");

@@ -12,17 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "sweeps/runner/isolate.h"
 #include "sweeps/runner/sweep.h"
 
 namespace sweep {
 
-struct CommandOutput {
-  int exit_code = -1;  // -1: could not start, or killed by a signal
-  std::string output;  // stdout and stderr together
-};
-
-// Runs argv[0] (looked up on the PATH) without a shell.
-CommandOutput run_command(const std::vector<std::string>& argv);
 // The executable `name` on the PATH, or "" when there is none.
 std::string find_on_path(const std::string& name);
 

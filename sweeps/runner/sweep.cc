@@ -396,11 +396,13 @@ RunOutcome run_sweep(const RunOptions& opt) {
     g = visible_device(visible, static_cast<std::size_t>(std::stoi(g)));
   }
   // The budget: measured GPUs only where it matters (a target card or a budget on CUDA), each
-  // the GPU its workers get: the --gpus ones, else the first visible one.
+  // the GPU its workers get: the --gpus ones, else the first visible one; its context
+  // allowance only where the config does not give it.
   std::vector<HostGpu> probed;
   if (run.device == Device::kCuda && (cfg.gpu || cfg.budget_gib > 0) && !opt.dry_run)
     probed = probe_gpus(self_exe(), gpus.empty() ? std::vector<std::string>{visible_device(visible, 0)}
-                                                 : gpus);
+                                                 : gpus,
+                        probe_measures_context(cfg));
   const Budget budget = resolve_budget(cfg, run.device, probed);
   run.budget_bytes = budget.bytes;
   run.budget_emulated = budget.emulated;

@@ -17,6 +17,7 @@
 #include "models/zoo.h"
 #include "sweeps/worker/checkpoint.h"
 #include "sweeps/worker/emulate/emulation.h"
+#include "sweeps/worker/load_int8.h"
 #include "sweeps/worker/offload.h"
 #include "sweeps/worker/optim.h"
 #include "sweeps/worker/precision.h"
@@ -37,6 +38,7 @@ class PeakMeter {
     phase_ = phase;
     mem_.reset_peaks();
     mem_.note_reset();
+    mem_.forget_oom();  // one recovered from in the phase before is not this phase's
     if (hooks_.on_phase) hooks_.on_phase(phase, mem_);
     return closed;
   }
@@ -149,20 +151,25 @@ Workload build(const Point& p, Ledger& ledger, MemoryTracker& mem) {
   // is built where it stays. LoRA's adapters, made further down, are made on Meta too.
   std::optional<emu::MetaFactories> on_meta;
   if (w.emulated) on_meta.emplace();
-  if (w.emulated && !p.card.cpu) {
-    {
-      HostScope host;
-      w.model = spec->make();
-    }
-    emu::move_to_device(*w.model);
-  } else {
+  const bool from_host = w.device.is_cuda() || (w.emulated && !p.card.cpu);
+  {
+    std::optional<HostScope> host;
+    if (w.emulated && from_host) host.emplace();
     w.model = spec->make();
-    w.model->to(w.device);
   }
-  if (p.precision == Precision::kBf16) w.model->to(torch::kBFloat16);
-  // from_pretrained(quantization_config=BitsAndBytesConfig(load_in_8bit=True)): the frozen
-  // base's linear weights in 8 bit (models/int8.h), before PEFT adds its adapters.
-  if (p.weights == Weights::kInt8) models::quantize_int8(*w.model, p.family);
+  if (p.weights == Weights::kInt8 && from_host) {
+    // from_pretrained(quantization_config=BitsAndBytesConfig(load_in_8bit=True)) onto a GPU:
+    // tensor by tensor from the host in the load's dtype, the frozen base's linear weights
+    // quantised as they move (load_int8.h), before PEFT adds its adapters.
+    load_int8(*w.model, p.family, w.device,
+              p.precision == Precision::kBf16 ? torch::kBFloat16 : torch::kFloat);
+  } else {
+    if (w.emulated && from_host) emu::move_to_device(*w.model);
+    else w.model->to(w.device);
+    if (p.precision == Precision::kBf16) w.model->to(torch::kBFloat16);
+    // On the CPU the loader converts in place (models/int8.h), host and device being one.
+    if (p.weights == Weights::kInt8) models::quantize_int8(*w.model, p.family);
+  }
   w.model->train(w.train);  // train mode: dropout on, as in a training loop
   if (w.train && p.checkpointing == Checkpointing::kBlock) w.model->set_block_runner(&checkpoint_block);
   w.model->set_use_cache(p.use_cache);
@@ -246,17 +253,27 @@ class Collector : public benchmark::BenchmarkReporter {
   std::optional<double> mean, median, stddev, cv;
 };
 
-// Google Benchmark runs `steps` iterations, `repetitions` times, with the step time we
-// measure (CUDA events on a GPU) as manual time.
+// Google Benchmark runs `steps` iterations, `repetitions` times, with manual time: one timer
+// span per repetition (one CUDA event pair on a GPU), as scripts/hf_reference.py brackets its
+// N steps, so that no host sync falls between the steps of a repetition. Google Benchmark adds
+// up the iterations' times and divides by the iterations; the whole span is given at the last.
+// A failed step ends the burst: Google Benchmark (1.7.1, runner.cc) still runs every later
+// repetition after SkipWithError, and its statistics read the first repetition's report, which
+// a skipped repetition never fills (statistics.cc ComputeStats, *reports[0].statistics: a
+// SIGSEGV when the first failed and two later ones did not). So each later repetition is
+// skipped before its first step: no step runs after the failure, and the phase and the peaks
+// the burst reports are those at the failure.
 void time_steps(const Point& p, StepTimer& timer, const std::function<void()>& step,
                 Measurement& m) {
   std::exception_ptr failure;
   auto* bm = benchmark::RegisterBenchmark("burst", [&](benchmark::State& st) {
+    if (failure) st.SkipWithError("an earlier repetition failed");  // the loop runs no step
+    benchmark::IterationCount done = 0;
     for (auto _ : st) {
       try {
-        timer.start();
+        if (done == 0) timer.start();
         step();
-        st.SetIterationTime(timer.stop_seconds());
+        st.SetIterationTime(++done == st.max_iterations ? timer.stop_seconds() : 0.0);
       } catch (...) {
         failure = std::current_exception();
         st.SkipWithError("step failed");
@@ -365,6 +382,43 @@ std::optional<int64_t> leak_per_step(const std::vector<int64_t>& a) {
   return (a.back() - a[1]) / static_cast<int64_t>(a.size() - 2);
 }
 
+// An out-of-memory failure that bypassed the caching allocator, as torch 2.11 reports it: the
+// reason, or "" for any other error. cuBLAS's handle and workspace (TORCH_CUDABLAS_CHECK:
+// "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `...`"), cuDNN's (AT_CUDNN_CHECK: cuDNN 9
+// says CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED, or _HOST_; cuDNN 8
+// CUDNN_STATUS_ALLOC_FAILED), and the CUDA runtime's own allocations, a lazily loaded kernel
+// module's near capacity among them (C10_CUDA_CHECK throws c10::AcceleratorError with
+// cudaErrorMemoryAllocation, "CUDA error: out of memory"; the driver API's checks say
+// "CUDA driver error: out of memory").
+std::string oom_outside_allocator(const c10::Error& e) {
+  constexpr int32_t kCudaErrorMemoryAllocation = 2;  // driver_types.h
+  const std::string msg = e.what_without_backtrace();
+  auto has = [&](const char* s) { return msg.find(s) != std::string::npos; };
+  if (has("CUBLAS_STATUS_ALLOC_FAILED")) return "cublas-alloc-failed";
+  if (has("CUDNN_STATUS_ALLOC_FAILED") || has("CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED") ||
+      has("CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED"))
+    return "cudnn-alloc-failed";
+  const auto* accelerator = dynamic_cast<const c10::AcceleratorError*>(&e);
+  if ((accelerator && accelerator->get_error_code() == kCudaErrorMemoryAllocation) ||
+      has("CUDA error: out of memory") || has("CUDA driver error: out of memory"))
+    return "cuda-out-of-memory";
+  return "";
+}
+
+// An out-of-memory row: the phase it happened in and the peak before it. The gap is known only
+// where the allocator's observer fired (its own failure); outside it, unknown, never 0.
+void record_oom(Measurement& m, PeakMeter& meter, MemoryTracker& mem, const c10::Error& e,
+                const std::string& reason) {
+  m.status = Status::kOom;
+  m.phase = meter.phase();
+  m.reason = reason;
+  const std::string msg = e.what_without_backtrace();
+  m.message = msg.substr(0, msg.find('\n'));
+  m.oom_retries = mem.alloc_retries();
+  if (reason.empty()) m.oom_gap_bytes = mem.gap_at_oom();
+  meter.close();
+}
+
 }  // namespace
 
 Measurement run_burst(const Point& p, MemoryTracker& mem, StepTimer& timer,
@@ -406,13 +460,11 @@ Measurement run_burst(const Point& p, MemoryTracker& mem, StepTimer& timer,
     throughput(p, w, m);
     m.leak_bytes_per_step = leak_per_step(state.allocated_after);
   } catch (const c10::OutOfMemoryError& e) {
-    m.status = Status::kOom;
-    m.phase = meter.phase();
-    std::string msg = e.what_without_backtrace();
-    m.message = msg.substr(0, msg.find('\n'));
-    m.oom_retries = mem.alloc_retries();
-    m.oom_gap_bytes = mem.gap_at_oom();
-    meter.close();
+    record_oom(m, meter, mem, e, "");
+  } catch (const c10::Error& e) {
+    const std::string reason = oom_outside_allocator(e);
+    if (reason.empty()) throw;  // not memory: the worker records a crash
+    record_oom(m, meter, mem, e, reason);
   }
   meter.fill(m);
   mem.set_ledger(nullptr);

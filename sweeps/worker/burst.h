@@ -17,6 +17,9 @@ struct Measurement {
   Status status = Status::kOk;  // ok | oom
   std::string phase;          // phase of an OOM: build | forward | backward | optimizer
   std::string message;
+  // An OOM outside the caching allocator: the library that ran out (cublas-alloc-failed,
+  // cudnn-alloc-failed, cuda-out-of-memory); empty for the allocator's own.
+  std::string reason;
   // Sizes: parameters after the build, .grad tensors after the first backward, optimizer
   // state after the first step, and the most a micro-batch held above what persists.
   int64_t weights_bytes = 0, grads_bytes = 0, optimizer_bytes = 0, activations_bytes = 0;
@@ -29,7 +32,8 @@ struct Measurement {
   // The peak of each phase, over every step.
   std::optional<int64_t> forward_peak_bytes, backward_peak_bytes, optimizer_peak_bytes;
   std::optional<int64_t> leak_bytes_per_step;
-  std::optional<int64_t> oom_retries, oom_gap_bytes;
+  std::optional<int64_t> oom_retries;
+  std::optional<int64_t> oom_gap_bytes;  // unknown (none) where the allocator's observer never fired
   std::vector<double> step_ms_samples;  // one per repetition: mean step time in it
   std::optional<double> step_ms, step_ms_mean, step_ms_stddev, step_ms_cv;
   std::optional<double> tokens_per_s, samples_per_s, tflops;

@@ -13,6 +13,8 @@
 // CPU therefore show the kernel's state memory, not bnb-on-CPU's peak.
 #include "sweeps/worker/optim8bit.h"
 
+#include <c10/cuda/CUDAFunctions.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -138,8 +140,8 @@ void update_cuda(const torch::Tensor& p, const torch::Tensor& g, AdamW8bitState&
 
 class AdamW8bit final : public Optimizer {
  public:
-  AdamW8bit(std::vector<torch::Tensor> params, const AdamW8bitHyper& h)
-      : Optimizer(std::move(params)), h_(h), state_(params_.size()) {}
+  AdamW8bit(std::vector<torch::Tensor> params, const AdamW8bitHyper& h, ParamSync sync)
+      : Optimizer(std::move(params)), h_(h), sync_(std::move(sync)), state_(params_.size()) {}
 
   int64_t state_bytes() const override {
     int64_t n = maps_.qmap1.defined() ? maps_.qmap1.nbytes() + maps_.qmap2.nbytes() : 0;
@@ -150,7 +152,9 @@ class AdamW8bit final : public Optimizer {
   }
 
   // Optimizer8bit.step: one parameter at a time, its state created just before its first
-  // update (not all states first, as torch.optim's _init_group).
+  // update (not all states first, as torch.optim's _init_group), and the device synchronised
+  // after each update (optim/optimizer.py Optimizer8bit.step: `self.update_step(...)` then
+  // `sync_gpu(p)` in the loop over parameters with a gradient), which the step time includes.
   void step(const torch::Tensor&, const torch::Tensor&) override {
     torch::NoGradGuard no_grad;
     for (std::size_t i = 0; i < params_.size(); ++i) {
@@ -161,6 +165,7 @@ class AdamW8bit final : public Optimizer {
       if (!s.state1.defined()) init_state(p, s);
       ++s.step;
       adamw8bit_update(p, p.grad().contiguous(), s, maps_, h_);
+      sync_(p);
     }
   }
 
@@ -181,6 +186,7 @@ class AdamW8bit final : public Optimizer {
   }
 
   AdamW8bitHyper h_;
+  ParamSync sync_;
   QMaps maps_;
   std::vector<AdamW8bitState> state_;
 };
@@ -250,12 +256,18 @@ void adamw8bit_update(const torch::Tensor& p, const torch::Tensor& g, AdamW8bitS
     update_8bit_chunk(p, g, s, maps, h, k, b0, std::min(blocks, b0 + kChunkBlocks));
 }
 
+void sync_device_of(const torch::Tensor& t) {
+  // utils.py sync_gpu: torch.cuda.synchronize() (the current device) for a CUDA tensor, nothing
+  // elsewhere; a Meta tensor standing for a card's has no device work to wait for.
+  if (t.is_cuda()) c10::cuda::device_synchronize();
+}
+
 std::unique_ptr<Optimizer> make_adamw8bit(double lr, double weight_decay,
-                                          std::vector<torch::Tensor> params) {
+                                          std::vector<torch::Tensor> params, ParamSync sync) {
   AdamW8bitHyper h;
   h.lr = static_cast<float>(lr);
   h.weight_decay = static_cast<float>(weight_decay);
-  return std::make_unique<AdamW8bit>(std::move(params), h);
+  return std::make_unique<AdamW8bit>(std::move(params), h, std::move(sync));
 }
 
 }  // namespace sweep

@@ -8,6 +8,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -53,7 +54,14 @@ struct AdamW8bitHyper {
 void adamw8bit_update(const torch::Tensor& p, const torch::Tensor& g, AdamW8bitState& s,
                       const QMaps& maps, const AdamW8bitHyper& h, bool force_cpu_arithmetic = false);
 
+// What Optimizer8bit.step does after each parameter's update: bnb's sync_gpu(p), which waits
+// for the device of a CUDA parameter and does nothing elsewhere.
+using ParamSync = std::function<void(const torch::Tensor&)>;
+void sync_device_of(const torch::Tensor& t);
+
+// `sync` runs after each parameter's update (tests pass one that records the calls).
 std::unique_ptr<Optimizer> make_adamw8bit(double lr, double weight_decay,
-                                          std::vector<torch::Tensor> params);
+                                          std::vector<torch::Tensor> params,
+                                          ParamSync sync = &sync_device_of);
 
 }  // namespace sweep

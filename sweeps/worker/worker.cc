@@ -38,6 +38,7 @@ nlohmann::json to_record(const Measurement& m) {
   j["status"] = name_of(m.status);
   if (!m.phase.empty()) j["phase"] = m.phase;
   if (!m.message.empty()) j["message"] = m.message;
+  if (!m.reason.empty()) j["reason"] = m.reason;
   j["weights_bytes"] = m.weights_bytes;
   j["grads_bytes"] = m.grads_bytes;
   j["optimizer_bytes"] = m.optimizer_bytes;
@@ -127,12 +128,16 @@ int worker_main(const std::string& point_json, int result_fd) {
       };
     const Measurement m = run_burst(p, *mem, *timer, hooks);
     if (recording && !written) mem->write_snapshot(std::string(snapshot) + ".pickle");
+    // PREFIX.oom.pickle stays only for the allocator's failure that ended the burst, not for
+    // one recovered from (cuDNN's plan search) in a point that went on.
+    if (m.status != Status::kOom || !m.oom_gap_bytes) mem->forget_oom();
     record = to_record(m);
     record["allocator_settings"] = mem->allocator_settings();
     record["device_name"] = dev.name;
     record["device_memory_bytes"] = dev.memory_bytes;
     record["driver_version"] = dev.driver_version;
     record["cuda_version"] = dev.cuda_version;
+    if (!dev.cuda_driver_version.empty()) record["cuda_driver_version"] = dev.cuda_driver_version;
   } catch (const c10::Error& e) {
     std::string msg = e.what_without_backtrace();
     record = {{"status", name_of(Status::kCrash)}, {"message", msg.substr(0, msg.find('\n'))}};

@@ -1,0 +1,115 @@
+// The 8-bit load onto a device; see load_int8.h.
+#include "sweeps/worker/load_int8.h"
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "models/int8.h"
+#include "sweeps/measure/trackers.h"
+
+namespace sweep {
+namespace {
+
+// core_model_loading.py dot_natural_key: per "."-separated part, (0, int) for digits, else
+// (1, text without trailing digits[, trailing digits as an int]).
+using KeyPart = std::tuple<int, std::string, int64_t, bool>;  // kind, text, number, has number
+std::vector<KeyPart> natural_key(const std::string& s) {
+  std::vector<KeyPart> parts;
+  for (std::size_t b = 0, e; b <= s.size(); b = e + 1) {
+    e = std::min(s.find('.', b), s.size());
+    const std::string part = s.substr(b, e - b);
+    const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](unsigned char c) { return std::isdigit(c); });
+    if (digits) {
+      parts.emplace_back(0, "", std::stoll(part), true);
+      continue;
+    }
+    std::size_t t = part.size();
+    while (t > 0 && std::isdigit(static_cast<unsigned char>(part[t - 1]))) --t;
+    if (t < part.size()) parts.emplace_back(1, part.substr(0, t), std::stoll(part.substr(t)), true);
+    else parts.emplace_back(1, part, 0, false);
+  }
+  return parts;
+}
+
+// A tensor on the device (outside any HostScope), or in host memory: Meta tensors on the
+// emulated device, counted by its allocator or as host memory (HostScope).
+torch::Tensor on_device(const torch::Tensor& t, torch::Device device, at::ScalarType dtype) {
+  if (device.is_meta()) return at::empty_strided(t.sizes(), t.strides(), t.options().dtype(dtype));
+  return t.to(device, dtype);
+}
+// value.to("cpu") then, in _quantize, .contiguous(): host memory, not the device's (on the
+// emulated device only the host's counter sees it).
+torch::Tensor on_host_contiguous(const torch::Tensor& t) {
+  if (t.is_meta()) {
+    HostScope host;
+    return at::empty(t.sizes(), t.options());
+  }
+  return t.to(torch::kCPU).contiguous();
+}
+
+}  // namespace
+
+bool natural_key_less(const std::string& a, const std::string& b) {
+  // Python compares the tuples element by element; (0, n) sorts before any (1, ...).
+  const auto ka = natural_key(a), kb = natural_key(b);
+  for (std::size_t i = 0; i < std::min(ka.size(), kb.size()); ++i) {
+    const auto& [kind_a, text_a, n_a, has_a] = ka[i];
+    const auto& [kind_b, text_b, n_b, has_b] = kb[i];
+    if (kind_a != kind_b) return kind_a < kind_b;
+    if (kind_a == 0) {
+      if (n_a != n_b) return n_a < n_b;
+      continue;
+    }
+    if (text_a != text_b) return text_a < text_b;
+    if (has_a != has_b) return !has_a;  // (1, "h") < (1, "h", 2): the shorter tuple first
+    if (n_a != n_b) return n_a < n_b;
+  }
+  return ka.size() < kb.size();
+}
+
+void load_int8(torch::nn::Module& model, const std::string& family, torch::Device device,
+               at::ScalarType dtype) {
+  torch::NoGradGuard no_grad;
+  auto layers = models::int8_layers(model, family);
+  std::map<std::string, models::Int8Layer*> converted;  // "<layer>.weight" -> its layer
+  for (auto& l : layers) converted[l.name + ".weight"] = &l;
+  std::vector<std::pair<std::string, torch::Tensor>> tensors;
+  std::set<const c10::TensorImpl*> seen;  // a tensor registered twice moves once
+  auto add = [&](const std::string& name, const torch::Tensor& t) {
+    if (t.defined() && seen.insert(t.unsafeGetTensorImpl()).second) tensors.emplace_back(name, t);
+  };
+  for (const auto& item : model.named_parameters()) add(item.key(), item.value());
+  for (const auto& item : model.named_buffers()) add(item.key(), item.value());
+  std::stable_sort(tensors.begin(), tensors.end(),
+                   [](const auto& a, const auto& b) { return natural_key_less(a.first, b.first); });
+  for (auto& [name, t] : tensors) {
+    const at::ScalarType as = t.is_floating_point() ? dtype : t.scalar_type();
+    const auto it = converted.find(name);
+    if (it == converted.end()) {
+      t.set_data(on_device(t, device, as));  // the host copy goes with the old data
+      continue;
+    }
+    models::Int8Layer& layer = *it->second;
+    auto value = on_device(t, device, as);
+    torch::Tensor CB, SCB;
+    {
+      auto host = on_host_contiguous(layer.conv1d ? value.t() : value);
+      auto B = on_device(host, device, torch::kHalf);
+      const int64_t rows = B.numel() / B.size(-1);
+      SCB = torch::empty({rows}, B.options().dtype(torch::kFloat));
+      CB = torch::empty(B.sizes(), B.options().dtype(torch::kChar));
+      if (!host.is_meta()) {
+        auto [cb, scb] = models::int8_quantize_weight(host);
+        CB.copy_(cb);
+        SCB.copy_(scb);
+      }
+    }
+    value.reset();
+    set_int8_weight(layer, CB, SCB);
+  }
+}
+
+}  // namespace sweep
