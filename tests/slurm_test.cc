@@ -282,7 +282,8 @@ TEST_F(Slurm, CancelledTaskLosesOnlyItsPointInFlightAndResubmissionCompletesEach
 TEST_F(Slurm, HostileValuesReachSlurmUnchangedAndRunNothing) {
   auto dir = temp_dir("slurm_hostile");
   const std::string marker = (dir / "PWNED").string();
-  const std::string name = "it's $(touch " + marker + ") `touch " + marker + "` a  b #c ü";
+  // A name is one folder name (no '/'): its commands touch PWNED in the working directory.
+  const std::string name = "it's $(touch PWNED) `touch PWNED` a  b #c ü";
   const auto cfg = testing::write_file(dir / "c.yaml", "name: \"" + name + "\"\ndevice: cpu\n"
                                        "models: [gpt2-test]\ngrid: {seq: 8, batch: 1}\n");
   const std::string comment = "back\\slash \"dq\" 'sq' $(touch " + marker + ") #hash";
@@ -303,6 +304,7 @@ TEST_F(Slurm, HostileValuesReachSlurmUnchangedAndRunNothing) {
   }
   sh("scancel " + s.array + " " + s.merge);
   EXPECT_FALSE(fs::exists(marker));
+  EXPECT_FALSE(fs::exists("PWNED"));
 }
 
 TEST_F(Slurm, MissingSbatchRejectedSubmissionAndUnwritableOutputExitTwoHavingSubmittedNothing) {
