@@ -154,7 +154,19 @@ std::string md_section(const CompareResult& r, Verdict v, std::string_view headi
 }
 
 std::string csv_cell(const json& v) {
-  return csv_field(v.is_null() ? "" : v.is_string() ? v.get<std::string>() : v.dump());
+  return spreadsheet_field(v.is_null() ? "" : v.is_string() ? v.get<std::string>() : v.dump());
+}
+
+// The mark in words for compare.csv: a bare + or = is a formula to a spreadsheet.
+std::string mark_word(char mark) {
+  switch (mark) {
+    case '+': return "worse";
+    case '-': return "better";
+    case '~': return "not-significant";
+    case '!': return "newly-failing";
+    case 'x': return "not-comparable";
+    default: return "unchanged";
+  }
 }
 
 // Indented JSON; bytes that are not UTF-8 (a device name, an error message) are replaced
@@ -285,7 +297,9 @@ std::string compare_csv(const CompareResult& r) {
   out += "\n";
   for (const Line& l : lines(r)) {
     std::string row;
-    for (const auto& f : fields()) row += (row.empty() ? "" : ",") + csv_cell(f.value(l));
+    for (const auto& f : fields())
+      row += (row.empty() ? "" : ",") +
+             csv_cell(f.name == "mark" ? json(mark_word(l.metric->mark)) : f.value(l));
     out += row + "\n";
   }
   return out;

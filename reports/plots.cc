@@ -344,7 +344,11 @@ bool Plotter::run(const std::string& stem) {
   if (!drawn) {
     std::string first =
         output.substr(0, output.find_first_of('\n', output.find_first_not_of("\n ")));
+    if (first.empty() && pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      first = "it exited 0 but wrote an empty or no " + stem + ".svg/.png";
     errors_.push_back(script_name + ": gnuplot failed" + (first.empty() ? "" : ": " + first));
+    // No half-drawn image is left to pass for a plot.
+    for (const char* ext : {".svg", ".png"}) fs::remove(fs::path(out_dir_) / (stem + ext));
   }
   return drawn;
 }

@@ -19,6 +19,7 @@
 
 namespace CLI {
 class App;
+class Validator;
 }
 
 namespace sweep::reports {
@@ -162,6 +163,16 @@ std::string recommendations_csv(const Recommendation& r);
 // `recommend --json` (recommend_json.cc): every field above, a Choice through to_json().
 nlohmann::json recommendations_json(const Recommendation& r);
 void to_json(nlohmann::json& j, const Choice& c);
+
+// The check of a floating flag: a finite number from min to max; the message names the text
+// as typed and `what` ("'nan' is not a number of GiB from 0 to 1048576"). CLI11's Range and
+// PositiveNumber let NaN through (every comparison with it is false).
+CLI::Validator finite_number(double min, double max, const std::string& what);
+// --memory-gib and --context-gib (GiB of a card; NaN, 1e308 and 9e9 used to pass and give a
+// negative usable memory), --margin (a fraction kept free): the same checks on recommend,
+// report and fit.
+extern const CLI::Validator kMemoryGib;
+extern const CLI::Validator kMargin;
 
 // Adds the card options shared by `recommend` and `report` (--gpu, --memory-gib, --margin,
 // --context-gib) to cmd; call the returned function in the callback to copy the optional

@@ -220,7 +220,7 @@ std::string recommendations_csv(const Recommendation& r) {
   s += "\n";
   for (const auto& l : lines(r)) {
     std::string row;
-    for (const auto& f : kFields) row += (row.empty() ? "" : ",") + csv_field(f.get(l));
+    for (const auto& f : kFields) row += (row.empty() ? "" : ",") + spreadsheet_field(f.get(l));
     s += row + "\n";
   }
   return s;
@@ -324,20 +324,22 @@ int run_recommend(const std::vector<std::string>& inputs, const RecommendOptions
 
 }  // namespace
 
-// GiB of a card: a finite number a GPU could have. NaN, 1e308 and 9e9 used to pass
-// CLI::PositiveNumber and produce a negative usable memory.
-// (CLI::Range lets NaN through: every comparison with it is false.)
-const CLI::Validator kMemoryGib(
-    [](std::string& text) -> std::string {
-      double v = 0;
-      auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-      if (text.empty() || ec != std::errc() || p != text.data() + text.size() ||
-          !(v >= 0 && v <= kMaxMemoryGib))
-        return "'" + text + "' is not a number of GiB from 0 to " +
-               std::to_string(static_cast<int64_t>(kMaxMemoryGib));
-      return "";
-    },
-    "GIB", "GiB");
+CLI::Validator finite_number(double min, double max, const std::string& what) {
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        double v = 0;
+        auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (text.empty() || ec != std::errc() || p != text.data() + text.size() ||
+            !(v >= min && v <= max))
+          return "'" + text + "' is not " + what + " from " + number_text(min) + " to " +
+                 number_text(max);
+        return "";
+      },
+      number_text(min) + ".." + number_text(max), what);
+}
+
+const CLI::Validator kMemoryGib = finite_number(0, kMaxMemoryGib, "a number of GiB");
+const CLI::Validator kMargin = finite_number(0, 0.95, "a fraction");
 
 std::function<void()> add_card_options(CLI::App* cmd, RecommendOptions& options) {
   struct Given {
@@ -351,7 +353,7 @@ std::function<void()> add_card_options(CLI::App* cmd, RecommendOptions& options)
   gpu->excludes(mem);
   cmd->add_option("--margin", options.margin, "Fraction of the card's memory kept free")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 0.95));
+      ->check(kMargin);
   auto* ctx = cmd->add_option("--context-gib", given->context_gib,
                               "Memory outside the allocator (default: measured, else 0.5 on CUDA)")
                   ->check(kMemoryGib);

@@ -446,6 +446,16 @@ int write_report(const std::string& results_dir, const std::string& out_dir_in,
   report::write_text(out_dir / "report.md", doc.markdown());
   report::write_text(out_dir / "report.html",
                      doc.html("Sweep report: " + res.path, out_dir.string()));
+  // After the report is written (its tables are whole): a failed plot is an error of the
+  // environment, exit 2, not a note.
+  if (!plotter.errors().empty())
+    return print_user_error(UserError(out_dir.string(), 0, "plots",
+                    std::to_string(plotter.errors().size()) +
+                        " plots failed (named above); report.md and report.html are written "
+                        "without them",
+                    "run the .gp file named above with gnuplot in " + out_dir.string() +
+                        " to see why; a missing gnuplot is not an error (the plots are then "
+                        "left out with a note)"));
   return 0;
 }
 

@@ -19,7 +19,8 @@ namespace sweep::reports {
 // report into out_dir (empty: results_dir, or the file's directory). Every row is parsed
 // before anything is written, so bad input throws UserError and leaves out_dir alone.
 // Without gnuplot the tables and plot data are still written and a note says how to get
-// it. Returns 0.
+// it. Returns 0; 2 (the error printed) when gnuplot ran but a plot failed: the report is
+// then written without it, and no empty or partial image is left.
 // With a card (options.gpu or options.memory_gib), the memory charts draw its usable memory
 // by the one rule of recommend.h and the tables say which points fit it.
 struct ReportOptions {

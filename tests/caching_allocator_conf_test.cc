@@ -60,6 +60,9 @@ TEST(CachingAllocatorModel, ConfAcceptsWhatTorchAccepts) {
   EXPECT_DOUBLE_EQ(c.per_process_memory_fraction, 0.5);
   EXPECT_EQ(c.pinned_num_register_threads, 8u);
   EXPECT_TRUE(c.release_lock_on_cudamalloc);
+  EXPECT_EQ(c.backend, "native");
+  // Valid torch (CUDA's stream-ordered allocator), recorded; the emulator refuses it.
+  EXPECT_EQ(accepted("backend:cudaMallocAsync").backend, "cudaMallocAsync");
 }
 
 // ConfigTokenizer::checkToken (AllocatorConfig.h:65-68) only checks the index: a ':' where a
@@ -97,7 +100,8 @@ TEST(CachingAllocatorModel, ConfRejectsWhatTorchRejects) {
   EXPECT_TRUE(has(refused("max_split_size_mb:abc"), "stoull"));
   EXPECT_TRUE(has(refused("backend:foo"),
                   "Unknown allocator backend, options are native and cudaMallocAsync"));
-  EXPECT_TRUE(has(refused("backend:cudaMallocAsync"), "does not emulate"));
+  // NUL: torch reads a C string, so a NUL cannot reach it; the config refuses one before.
+  EXPECT_TRUE(has(refused(std::string("expandable_segments:True") + '\0'), "got 'True"));
   EXPECT_TRUE(has(refused("per_process_memory_fraction:1.5"),
                   "per_process_memory_fraction is invalid, set it in [0.0, 1.0]"));
   EXPECT_TRUE(has(refused("pinned_num_register_threads:3"),

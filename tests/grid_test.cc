@@ -94,10 +94,13 @@ grid:
 
 TEST(Grid, AnUnboundedGridIsCountedAndRefusedBeforeExpanding) {
   // Four 100-value axes: 10^8 points used to end in std::bad_alloc.
-  std::string values;
-  for (int i = 1; i <= 100; ++i) values += (i > 1 ? ", " : "") + std::to_string(i);
+  std::string values, confs;  // 1..100, and 100 allocator settings torch takes
+  for (int i = 1; i <= 100; ++i) {
+    values += (i > 1 ? ", " : "") + std::to_string(i);
+    confs += (i > 1 ? ", " : "") + std::string("\"max_split_size_mb:") + std::to_string(20 + i) + "\"";
+  }
   auto cfg = load("huge", "models: [gpt2-test]\ngrid: {batch: [" + values + "], seq: [" + values +
-                              "], accumulation: [" + values + "], alloc_conf: [" + values + "]}\n");
+                              "], accumulation: [" + values + "], alloc_conf: [" + confs + "]}\n");
   EXPECT_EQ(count_grid(cfg), 100000000u);
   try {
     expand_grid(cfg, RunSettings{});

@@ -277,6 +277,36 @@ TEST_F(Slurm, CancelledTaskLosesOnlyItsPointInFlightAndResubmissionCompletesEach
   EXPECT_TRUE(fs::exists(out + "/report.md"));
 }
 
+// Issue 23, 1: values with quotes, $(), backticks, '#', a backslash and spaces reach Slurm as
+// they were given (sbatch's #SBATCH parser reads the quoting back), and run nothing.
+TEST_F(Slurm, HostileValuesReachSlurmUnchangedAndRunNothing) {
+  auto dir = temp_dir("slurm_hostile");
+  const std::string marker = (dir / "PWNED").string();
+  // A name is one folder name (no '/'): its commands touch PWNED in the working directory.
+  const std::string name = "it's $(touch PWNED) `touch PWNED` a  b #c ü";
+  const auto cfg = testing::write_file(dir / "c.yaml", "name: \"" + name + "\"\ndevice: cpu\n"
+                                       "models: [gpt2-test]\ngrid: {seq: 8, batch: 1}\n");
+  const std::string comment = "back\\slash \"dq\" 'sq' $(touch " + marker + ") #hash";
+  // The comment through the shell: single-quoted for sh, its own quotes closed and escaped.
+  std::string quoted = "'--comment=";
+  for (char c : comment) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  quoted += "'";
+  const std::string out = (dir / "o ut").string();
+  auto r = testing::run_sweep_cli("run " + cfg + " --slurm --sbatch-arg=--hold --sbatch-arg " + quoted +
+                                  " --out '" + out + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const Submission s = submitted(r.output);
+  ASSERT_FALSE(s.array.empty()) << r.output;
+  for (const auto& [job, job_name] : {std::pair{s.array, "sweep-" + name}, {s.merge, "sweep-" + name + "-merge"}}) {
+    const std::string shown = sh("scontrol show job " + job).output;
+    EXPECT_NE(shown.find("JobName=" + job_name + "\n"), std::string::npos) << shown;
+    EXPECT_NE(shown.find("Comment=" + comment), std::string::npos) << shown;
+  }
+  sh("scancel " + s.array + " " + s.merge);
+  EXPECT_FALSE(fs::exists(marker));
+  EXPECT_FALSE(fs::exists("PWNED"));
+}
+
 TEST_F(Slurm, MissingSbatchRejectedSubmissionAndUnwritableOutputExitTwoHavingSubmittedNothing) {
   auto dir = temp_dir("slurm_errors");
   const auto cfg = config(dir, "slurm-errors", "{seq: 64, batch: 1, checkpointing: [none, block]}");
@@ -292,7 +322,7 @@ TEST_F(Slurm, MissingSbatchRejectedSubmissionAndUnwritableOutputExitTwoHavingSub
   for (const char* line : {"#SBATCH --array=0-1%3\n", "#SBATCH --time=00:05:00\n", "#SBATCH --comment=dry\n",
                            "--slurm-task \"$SLURM_ARRAY_TASK_ID\""})
     EXPECT_NE(script.find(line), std::string::npos) << line << " not in\n" << script;
-  EXPECT_NE(read_text(out + "/slurm/merge.sbatch").find(" merge '" + out + "'"), std::string::npos);
+  EXPECT_NE(read_text(out + "/slurm/merge.sbatch").find(" merge " + out + "\n"), std::string::npos);
   EXPECT_EQ(queued(), "");
 
   auto no_sbatch = testing::run_sweep_cli("run " + cfg + " --slurm --out " + out, "PATH=/nonexistent");

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <regex>
 #include <unordered_map>
 #include <filesystem>
 #include <utility>
@@ -113,6 +114,14 @@ std::string csv_field(std::string_view text) {
   std::string q = "\"";
   for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
   return q + "\"";
+}
+
+std::string spreadsheet_field(std::string_view text) {
+  // A plain number ("-1.5", "+2", "3e-5") is a number to every spreadsheet, never a formula.
+  static const std::regex number(R"([+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?)");
+  const bool formula = !text.empty() && std::string_view("=+-@\t\r").find(text.front()) != std::string_view::npos &&
+                       !std::regex_match(text.begin(), text.end(), number);
+  return csv_field(formula ? "'" + std::string(text) : std::string(text));
 }
 
 namespace {

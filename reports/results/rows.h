@@ -104,6 +104,12 @@ std::string number_text(double v);
 // and one CSV field (quoted when it holds a comma or a quote; a newline becomes a space,
 // so that every CSV this suite writes has one record per line).
 std::string csv_field(std::string_view text);
+// One field of a CSV file written for spreadsheets (compare.csv, recommendations.csv): a cell
+// a spreadsheet would evaluate as a formula (beginning =, +, -, @, a tab or a carriage
+// return; OWASP's "CSV injection") gets a leading ', unless it is a plain number ("-1.5").
+// results.csv is not one: it is read back exactly, and the text a user gives that reaches it
+// (models, gpu.name, alloc_conf) is checked when the config is loaded.
+std::string spreadsheet_field(std::string_view text);
 
 // Reads `path` (a results.csv, or a directory holding one). Requires at least the
 // columns `point_id`, `model` and `status`; unknown columns are ignored. Throws UserError

@@ -168,10 +168,13 @@ void register_commands(CLI::App& app, int& exit_code) {
   fit->add_option("model", fo->model, "Model (sweep models lists them)")->required();
   fit->add_option("--gpu", fo->gpu,
                   "The card, by name (e.g. rtx3060, a100-80gb; `sweep gpus` lists them)");
-  fit->add_option("--memory-gib", fo->memory_gib, "The card's memory in GiB, as CUDA reports it");
+  fit->add_option("--memory-gib", fo->memory_gib, "The card's memory in GiB, as CUDA reports it")
+      ->check(reports::kMemoryGib);
   fit->add_option("--seq", fo->seq, "Tokens per sample (GPT-2, T5 encoder)")->check(CLI::PositiveNumber);
   fit->add_option("--target-seq", fo->target_seq, "T5 decoder tokens")->check(CLI::PositiveNumber);
-  fit->add_option("--audio-s", fo->audio_s, "Seconds of audio (Whisper)")->check(CLI::PositiveNumber);
+  fit->add_option("--audio-s", fo->audio_s, "Seconds of audio (Whisper)")
+      ->check(CLI::PositiveNumber)
+      ->check(reports::finite_number(0, 30, "a number of seconds"));
   fit->add_option("--effective-batch", fo->effective_batch,
                   "Micro-batch x accumulation to reach; the pick is measured at its accumulation");
   fit->add_option("--precision", fo->precisions, "Precisions to try (default fp32 bf16-amp bf16)")
@@ -195,8 +198,11 @@ void register_commands(CLI::App& app, int& exit_code) {
                   "the CPU; cpu: the tracking allocator enforces the card's memory; emulated: "
                   "predict --gpu's card)")
       ->check(CLI::IsMember(device_choices()));
-  fit->add_option("--margin", fo->margin, "Fraction of the card kept free")->capture_default_str();
-  fit->add_option("--context-gib", fo->context_gib, "CUDA context allowance (default: measured)");
+  fit->add_option("--margin", fo->margin, "Fraction of the card kept free")
+      ->capture_default_str()
+      ->check(reports::kMargin);
+  fit->add_option("--context-gib", fo->context_gib, "CUDA context allowance (default: measured)")
+      ->check(reports::kMemoryGib);
   fit->add_option("--max-batch", fo->max_batch, "Largest batch a search tries")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

@@ -211,10 +211,7 @@ void parse_cuda(const Tokens& t, AllocatorSettings& s) {
       const std::string& v = t[++i];
       if (v != "native" && v != "cudaMallocAsync")
         throw ConfError{"Unknown allocator backend, options are native and cudaMallocAsync"};
-      if (v == "cudaMallocAsync")
-        throw ConfError{
-            "backend:cudaMallocAsync selects CUDA's stream-ordered allocator, "
-            "which this model of the native caching allocator does not emulate"};
+      s.backend = v;
     } else if (key == "release_lock_on_hipmalloc" || key == "release_lock_on_cudamalloc") {
       t.check_token(++i);
       s.release_lock_on_cudamalloc = t.to_bool(++i);
@@ -266,6 +263,14 @@ std::variant<AllocatorSettings, std::string> parse_alloc_conf(std::string_view c
     return "PYTORCH_CUDA_ALLOC_CONF=\"" + std::string(conf) + "\": " + e.message;
   }
   return s;
+}
+
+std::string alloc_conf_keys() {
+  std::vector<std::string> keys(known_keys().begin(), known_keys().end());
+  std::sort(keys.begin(), keys.end());
+  std::string list;
+  for (const auto& k : keys) list += (list.empty() ? "" : ", ") + k;
+  return list;
 }
 
 size_t roundup_power2_divisions(const AllocatorSettings& s, size_t size) {

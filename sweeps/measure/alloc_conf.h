@@ -49,14 +49,18 @@ struct AllocatorSettings {
   bool pinned_use_cuda_host_register = false;
   size_t pinned_num_register_threads = 1;
   bool graph_capture_record_stream_reuse = false;
+  std::string backend = "native";  // or cudaMallocAsync (CUDA's own, not this model's)
   std::string conf;  // the string as given (last_allocator_settings)
 };
 
 // Parses `conf` as torch 2.11 does (AcceleratorAllocatorConfig::parseArgs, then the CUDA
 // hook CUDAAllocatorConfig::parseArgs). On anything torch would raise on, returns the message
-// torch raises, naming the key or value. backend:cudaMallocAsync is valid torch but a different
-// allocator, which this model does not emulate: it is refused with a message saying so.
+// torch raises, naming the key or value. The one parser of the string: a config's alloc_conf
+// is checked with it too. backend:cudaMallocAsync is valid torch but a different allocator,
+// which this model does not emulate (make_device_memory refuses it).
 std::variant<AllocatorSettings, std::string> parse_alloc_conf(std::string_view conf);
+// The keys torch 2.11 takes, sorted, comma-separated (for a hint).
+std::string alloc_conf_keys();
 
 // AcceleratorAllocatorConfig::roundup_power2_divisions(size): the divisions for size's interval.
 size_t roundup_power2_divisions(const AllocatorSettings& s, size_t size);

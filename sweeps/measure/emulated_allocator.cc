@@ -129,6 +129,9 @@ std::unique_ptr<DeviceMemory> make_device_memory(const EmulatedCard& card,
   auto parsed = parse_alloc_conf(conf);
   if (auto* error = std::get_if<std::string>(&parsed))
     TORCH_CHECK(false, "alloc_conf '", conf, "': ", *error);
+  TORCH_CHECK(std::get<AllocatorSettings>(parsed).backend == "native", "alloc_conf '", conf,
+              "': backend:cudaMallocAsync selects CUDA's stream-ordered allocator, which this "
+              "model of the native caching allocator does not emulate");
   return std::make_unique<CachingMemory>(card, std::get<AllocatorSettings>(std::move(parsed)));
 }
 

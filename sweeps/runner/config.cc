@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <sstream>
 #include <cmath>
 #include <functional>
 #include <set>
@@ -15,6 +18,7 @@
 #include <utility>
 
 #include "models/zoo.h"
+#include "sweeps/measure/alloc_conf.h"
 #include "reports/results/cards.h"
 
 namespace sweep {
@@ -60,16 +64,65 @@ std::string join(const std::vector<std::string>& v) {
   return s;
 }
 
+// A key=value override of the command line, applied onto the file's YAML tree in memory.
+struct Override {
+  std::string text;  // as typed: "grid.batch=[1,2]"
+  std::string key;   // "grid.batch"
+  YAML::Node value;  // its value, now a node of the config's tree
+};
+
+// Whether `n` is `tree` or a node inside it.
+bool contains(const YAML::Node& tree, const YAML::Node& n) {
+  if (tree.is(n)) return true;
+  if (tree.IsMap())
+    for (const auto& kv : tree)
+      if (contains(kv.first, n) || contains(kv.second, n)) return true;
+  if (tree.IsSequence())
+    for (const auto& v : tree)
+      if (contains(v, n)) return true;
+  return false;
+}
+
 struct Ctx {
   std::string file;
-  // Every config error says what to do: the hint is not optional.
+  std::vector<Override> overrides;
+  // The override `n` came from: a node of its value, or a key it added (a key without a
+  // place in the file) under its dotted key; nullptr for a node of the file.
+  const Override* override_of(const YAML::Node& n, const std::string& key) const {
+    if (overrides.empty() || !n.IsDefined()) return nullptr;
+    for (auto o = overrides.rbegin(); o != overrides.rend(); ++o)
+      if (contains(o->value, n)) return &*o;
+    if (n.Mark().is_null())
+      for (auto o = overrides.rbegin(); o != overrides.rend(); ++o)
+        if (key == o->key || key.rfind(o->key + ".", 0) == 0 || key.rfind(o->key + "[", 0) == 0)
+          return &*o;
+    return nullptr;
+  }
+  // The file's line of `n`; 0 for a value an override gave.
+  int line(const YAML::Node& n) const { return override_of(n, "") ? 0 : n.Mark().line + 1; }
+  // Every config error says what to do: the hint is not optional. An error in what an
+  // override gave names the override as typed, not a line of a file the user never wrote.
   [[noreturn]] void fail(const YAML::Node& n, const std::string& key, const std::string& msg,
                          const std::string& hint) const {
+    if (const Override* o = override_of(n, key))
+      throw UserError("command line", 0, o->text, (key.empty() || key == o->key ? "" : key + ": ") + msg,
+                      hint);
     throw UserError(file, n.Mark().line + 1, key, msg, hint);
   }
   std::string scalar(const YAML::Node& n, const std::string& key) const {
     if (!n.IsScalar()) fail(n, key, "expected a single value", "write it as `" + key + ": VALUE`");
+    if (const std::string c = control_character(n.Scalar()); !c.empty())
+      fail(n, key, "contains " + c, "write the value on one line, without control characters");
     return n.Scalar();
+  }
+  // One value of an axis in canonical form (canonical_axis_value), its error placed here.
+  std::string axis_value(const YAML::Node& v, const std::string& axis, const std::string& key) const {
+    const std::string text = scalar(v, key);
+    try {
+      return canonical_axis_value(axis, text, file, line(v), key);
+    } catch (const UserError& e) {
+      fail(v, key, e.what(), e.hint());
+    }
   }
   double number(const YAML::Node& n, const std::string& key, Range r) const {
     try {
@@ -119,11 +172,10 @@ struct Ctx {
 AxisValues parse_axis(const Ctx& c, const YAML::Node& n, const std::string& axis,
                       const std::string& key) {
   AxisValues a;
-  a.line = n.Mark().line + 1;
+  a.line = c.line(n);
   auto one = [&](const YAML::Node& v) {
-    std::string s = v.IsScalar() ? v.Scalar() : "";
     if (!v.IsScalar()) c.fail(v, key, "expected a value or a list of values", "e.g. `" + axis + ": [1, 2]`");
-    a.values.push_back(canonical_axis_value(axis, s, c.file, v.Mark().line + 1, key));
+    a.values.push_back(c.axis_value(v, axis, key));
   };
   if (n.IsSequence()) {
     if (n.size() == 0) c.fail(n, key, "empty list", "give at least one value");
@@ -154,7 +206,7 @@ std::vector<ExcludeRule> parse_excludes(const Ctx& c, const YAML::Node& n,
   for (const auto& r : n) {
     c.only_keys(r, where, allowed);
     ExcludeRule rule;
-    rule.line = r.Mark().line + 1;
+    rule.line = c.line(r);
     for (const auto& kv : r) {
       auto axis = kv.first.as<std::string>();
       std::string v = c.scalar(kv.second, where + "." + axis);
@@ -163,8 +215,7 @@ std::vector<ExcludeRule> parse_excludes(const Ctx& c, const YAML::Node& n,
                                            "run `sweep models` for the list");
         rule.match[axis] = v;
       } else {
-        rule.match[axis] =
-            canonical_axis_value(axis, v, c.file, kv.second.Mark().line + 1, where + "." + axis);
+        rule.match[axis] = c.axis_value(kv.second, axis, where + "." + axis);
       }
     }
     rules.push_back(rule);
@@ -243,7 +294,7 @@ GpuTarget parse_gpu(const Ctx& c, const YAML::Node& v) {
   const std::string written_out =
       "write it out: gpu: {name: \"My card\", memory_gib: 11.75, compute_capability: 8.6, sms: 28}";
   GpuTarget g;
-  g.line = v.Mark().line + 1;
+  g.line = c.line(v);
   auto from_table = [&g](const CardSpec& card) {
     g.name = card.name;
     g.key = card.key;
@@ -257,7 +308,15 @@ GpuTarget parse_gpu(const Ctx& c, const YAML::Node& v) {
     return g;
   }
   c.only_keys(v, "gpu", {"name", "memory_gib", "context_gib", "compute_capability", "sms"});
-  if (v["name"]) g.name = c.scalar(v["name"], "gpu.name");
+  if (v["name"]) {
+    g.name = c.scalar(v["name"], "gpu.name");
+    // The card's name goes into results.csv (its card column), read back as it is written:
+    // one that a spreadsheet would take for a formula is refused here.
+    if (!g.name.empty() && std::strchr("=+-@", g.name.front()))
+      c.fail(v["name"], "gpu.name", "'" + g.name + "' begins with '" + g.name.substr(0, 1) + "'",
+             "a spreadsheet opening results.csv would read it as a formula; begin the name with a "
+             "letter or a digit");
+  }
   if (!v["memory_gib"]) {
     // {name: "RTX 3060"}: a card of the table by name.
     if (g.name.empty())
@@ -321,6 +380,26 @@ int64_t parse_integer(const std::string& text, const Range& r) {
   return static_cast<int64_t>(v);
 }
 
+std::string control_character(std::string_view text) {
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c != 0x7f) continue;
+    const std::string at = " (character " + std::to_string(i + 1) + ")";
+    switch (c) {
+      case '\n': return "a newline" + at;
+      case '\r': return "a carriage return" + at;
+      case '\t': return "a tab" + at;
+      case '\0': return "a NUL byte" + at;
+      default: {
+        char hex[8];
+        std::snprintf(hex, sizeof hex, "%02X", c);
+        return std::string("the control character 0x") + hex + at;
+      }
+    }
+  }
+  return "";
+}
+
 std::string spelled_as(const std::string& value, const std::vector<std::string>& choices) {
   auto folded = [](std::string s) {
     std::replace(s.begin(), s.end(), '_', '-');
@@ -341,7 +420,17 @@ std::string canonical_axis_value(const std::string& axis, const std::string& val
     if (c.empty()) fail("unknown value '" + value + "'", "expected one of: " + join(it->second));
     return c;
   }
-  if (axis == "alloc_conf") return value;
+  if (axis == "alloc_conf") {
+    // As torch 2.11 parses PYTORCH_CUDA_ALLOC_CONF: what it refuses (or aborts on) would make
+    // every point a crash row; a NUL would cut the variable short.
+    if (const std::string c = control_character(value); !c.empty())
+      fail("contains " + c, "write the settings on one line, e.g. expandable_segments:True");
+    const auto parsed = emu::parse_alloc_conf(value);
+    if (const auto* error = std::get_if<std::string>(&parsed))
+      fail(*error, "PyTorch 2.11 refuses it: keys it takes are " + emu::alloc_conf_keys() +
+                       " (key:value, comma-separated, e.g. expandable_segments:True)");
+    return value;
+  }
   const auto range = kAxisRanges.find(axis);
   SWEEP_CHECK(range != kAxisRanges.end(), "axis " + axis + " has no range");
   try {
@@ -357,11 +446,11 @@ std::string canonical_axis_value(const std::string& axis, const std::string& val
   }
 }
 
-Config load_config(const std::string& path) {
-  Ctx c{path};
-  YAML::Node root;
+namespace {
+
+YAML::Node load_yaml(const std::string& path) {
   try {
-    root = YAML::LoadFile(path);
+    return YAML::LoadFile(path);
   } catch (const YAML::BadFile&) {
     throw UserError(path, 0, "", "cannot read the file", "check the path");
   } catch (const YAML::ParserException& e) {
@@ -372,9 +461,84 @@ Config load_config(const std::string& path) {
     throw UserError(path, e.mark.line + 1, "", "not a YAML config: " + e.msg,
                     "start from configs/quickstart.yaml");
   }
+}
+
+// Sets each `key=value` of `overrides` in `root` (a dotted key reaches into mappings, the
+// value is YAML); what each set, for errors to name it.
+std::vector<Override> apply_to(YAML::Node& root, const std::string& path,
+                               const std::vector<std::string>& overrides) {
+  std::vector<Override> applied;
+  for (const auto& o : overrides) {
+    const auto eq = o.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw UserError("command line", 0, o, "an override is key=value",
+                      "e.g. grid.batch=[1,2] models=[gpt2] steps=5");
+    const std::string key = o.substr(0, eq);
+    YAML::Node value;
+    try {
+      value = YAML::Load(o.substr(eq + 1));
+    } catch (const YAML::Exception& e) {
+      throw UserError("command line", 0, o, "the value is not YAML: " + e.msg,
+                      "quote it for the shell, e.g. 'grid.precision=[fp32, bf16-amp]'");
+    }
+    std::vector<std::string> parts;
+    std::stringstream in(key);
+    for (std::string part; std::getline(in, part, '.');) {
+      if (part.empty())
+        throw UserError("command line", 0, o, "empty part in the key", "e.g. grid.batch=[1,2]");
+      parts.push_back(part);
+    }
+    if (key.back() == '.')
+      throw UserError("command line", 0, o, "empty part in the key", "e.g. grid.batch=[1,2]");
+    std::vector<YAML::Node> nodes{root};
+    for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+      YAML::Node next = nodes.back()[parts[i]];
+      if (next.IsDefined() && !next.IsMap())
+        throw UserError("command line", 0, o, parts[i] + " is not a mapping in " + path,
+                        "override a key inside a mapping, e.g. grid.batch");
+      nodes.push_back(next);
+    }
+    nodes.back()[parts.back()] = value;
+    applied.push_back({o, key, value});
+  }
+  return applied;
+}
+
+Config parse_config(const YAML::Node& root, const Ctx& c);
+
+}  // namespace
+
+Config load_config(const std::string& path) { return load_config(path, {}); }
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  YAML::Node root = load_yaml(path);
   if (!root.IsMap())
     throw UserError(path, 1, "", "a config is a mapping of keys to values",
                     "start from configs/quickstart.yaml");
+  const Ctx c{path, apply_to(root, path, overrides)};
+  return parse_config(root, c);
+}
+
+std::string apply_overrides(const std::string& path, const std::vector<std::string>& overrides) {
+  YAML::Node root = load_yaml(path);
+  std::string given;
+  for (const auto& o : overrides) given += " " + o;
+  apply_to(root, path, overrides);
+  YAML::Emitter text;
+  text << root;
+  return "# " + path + " with" + given + "\n" + text.c_str() + "\n";
+}
+
+namespace {
+
+// A config's name is one folder of results/: no separator, not . or ...
+bool plain_name(const std::string& name) {
+  return !name.empty() && name != "." && name != ".." && name.find_first_of("/\\") == std::string::npos &&
+         control_character(name).empty();
+}
+
+Config parse_config(const YAML::Node& root, const Ctx& c) {
+  const std::string& path = c.file;
   c.only_keys(root, "", {"name", "device", "out", "gpu", "budget_gib", "timeout_s", "steps",
                          "warmup_steps", "repetitions", "prune_oom", "search", "search_max_batch",
                          "lr", "weight_decay", "seed", "lora_r", "lora_alpha", "lora_dropout",
@@ -384,10 +548,16 @@ Config load_config(const std::string& path) {
   for (const auto& kv : root) {
     const auto key = kv.first.as<std::string>();
     const YAML::Node& v = kv.second;
-    if (key == "name") cfg.name = c.scalar(v, key);
+    if (key == "name") {
+      cfg.name = c.scalar(v, key);
+      if (!plain_name(cfg.name))
+        c.fail(v, key, "'" + cfg.name + "' is not a plain name: it names the output folder results/NAME",
+               "use letters, digits, '-', '_' or '.', without '/' (and not . or ..); to write "
+               "elsewhere, set `out:` or pass --out");
+    }
     else if (key == "device") {
       cfg.device = c.scalar(v, key);
-      cfg.device_line = v.Mark().line + 1;
+      cfg.device_line = c.line(v);
       if (cfg.device != "auto" && !parse_as<Device>(cfg.device))
         c.fail(v, key, "unknown device '" + cfg.device + "'", "expected one of: auto, " + choices<Device>());
     } else if (key == "out") cfg.out = c.scalar(v, key);
@@ -395,7 +565,7 @@ Config load_config(const std::string& path) {
       cfg.gpu = parse_gpu(c, v);
     else if (key == "budget_gib") {
       cfg.budget_gib = c.number(v, key, {0, 1 << 20});
-      cfg.budget_line = v.Mark().line + 1;
+      cfg.budget_line = c.line(v);
     }
     // A day at most: a deadline is a guard against hangs, and std::chrono overflows past
     // ~1e11 s (timeout_s: 1e300 used to kill every point at once).
@@ -429,7 +599,7 @@ Config load_config(const std::string& path) {
                "a dropout probability from 0 (PEFT's default: none) up to, not including, 1");
     } else if (key == "lora_targets") {
       cfg.lora_targets = parse_targets(c, v, key);
-      cfg.lora_targets_line = v.Mark().line + 1;
+      cfg.lora_targets_line = c.line(v);
     } else if (key == "grid") cfg.grid = parse_grid(c, v, "grid");
     else if (key == "exclude") cfg.exclude = parse_excludes(c, v, "exclude");
   }
@@ -438,7 +608,7 @@ Config load_config(const std::string& path) {
            "move the top-level models into a `sweeps:` entry, or drop `sweeps:`");
   if (root["models"]) {
     SweepGroup g;
-    g.line = root["models"].Mark().line + 1;
+    g.line = c.line(root["models"]);
     g.models = parse_models(c, root["models"], "models");
     cfg.sweeps.push_back(g);
   } else if (root["sweeps"]) {
@@ -448,7 +618,7 @@ Config load_config(const std::string& path) {
       const std::string where = "sweeps[" + std::to_string(i) + "]";
       c.only_keys(s[i], where, {"models", "grid", "exclude"});
       SweepGroup g;
-      g.line = s[i].Mark().line + 1;
+      g.line = c.line(s[i]);
       if (!s[i]["models"]) c.fail(s[i], where + ".models", "missing", "each sweeps entry names its models, e.g. models: [gpt2]");
       g.models = parse_models(c, s[i]["models"], where + ".models");
       if (s[i]["grid"]) g.grid = parse_grid(c, s[i]["grid"], where + ".grid");
@@ -463,48 +633,15 @@ Config load_config(const std::string& path) {
     auto slash = path.find_last_of('/');
     auto base = path.substr(slash == std::string::npos ? 0 : slash + 1);
     cfg.name = base.substr(0, base.find_last_of('.'));
+    if (!plain_name(cfg.name))
+      throw UserError(path, 0, "name", "the file's name '" + base + "' gives no plain name for results/NAME",
+                      "add `name: NAME` to the config, or pass --out");
   }
   if (cfg.out.empty()) cfg.out = "results/" + cfg.name;
   return cfg;
 }
 
-std::string apply_overrides(const std::string& path, const std::vector<std::string>& overrides) {
-  YAML::Node root = YAML::LoadFile(path);
-  std::string given;
-  for (const auto& o : overrides) {
-    given += " " + o;
-    const auto eq = o.find('=');
-    if (eq == std::string::npos || eq == 0)
-      throw UserError("command line", 0, o, "an override is key=value",
-                      "e.g. grid.batch=[1,2] models=[gpt2] steps=5");
-    const std::string key = o.substr(0, eq);
-    YAML::Node value;
-    try {
-      value = YAML::Load(o.substr(eq + 1));
-    } catch (const YAML::Exception& e) {
-      throw UserError("command line", 0, key, "the value is not YAML: " + e.msg,
-                      "quote it for the shell, e.g. 'grid.precision=[fp32, bf16-amp]'");
-    }
-    std::vector<std::string> parts;
-    std::stringstream in(key);
-    for (std::string part; std::getline(in, part, '.');) {
-      if (part.empty())
-        throw UserError("command line", 0, key, "empty part in the key", "e.g. grid.batch=[1,2]");
-      parts.push_back(part);
-    }
-    std::vector<YAML::Node> nodes{root};
-    for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
-      YAML::Node next = nodes.back()[parts[i]];
-      if (next.IsDefined() && !next.IsMap())
-        throw UserError("command line", 0, key, parts[i] + " is not a mapping in " + path,
-                        "override a key inside a mapping, e.g. grid.batch");
-      nodes.push_back(next);
-    }
-    nodes.back()[parts.back()] = value;
-  }
-  YAML::Emitter text;
-  text << root;
-  return "# " + path + " with" + given + "\n" + text.c_str() + "\n";
-}
+}  // namespace
+
 
 }  // namespace sweep

@@ -6,6 +6,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "reports/results/error.h"
@@ -33,6 +34,11 @@ int64_t parse_integer(const std::string& text, const Range& r);
 // ("max-batch" and "max_batch"; "bf16_amp" and "bf16-amp"); "" when it spells none. Every
 // named value a user writes (config, override, flag) is read through it.
 std::string spelled_as(const std::string& value, const std::vector<std::string>& choices);
+
+// The first control character of `text` (C0 or DEL), described for a message ("a newline
+// (character 4)"); "" when there is none. No value of a config or a flag may hold one: it
+// would end a line of a script or of a CSV file, or cut an environment variable short (NUL).
+std::string control_character(std::string_view text);
 
 // One axis as written: canonical string values and the line they came from.
 struct AxisValues {
@@ -105,9 +111,14 @@ struct Config {
 extern const std::vector<std::string> kAxes;
 
 Config load_config(const std::string& path);
-// The YAML text of the config at `path` (already checked with load_config) with `key=value`
-// overrides applied: a dotted key reaches into mappings (`grid.batch`), the value is YAML
-// (`[1, 2]`). Throws UserError for an override that is not key=value or not YAML.
+// The config at `path` with `key=value` overrides applied in memory (no file is written): a
+// dotted key reaches into mappings (`grid.batch`), the value is YAML (`[1, 2]`). Checked as a
+// file is; an error in what an override gave names the override as typed ("command line:
+// grid.batch=[0]: must be at least 1, got 0"), one in the file the file's line.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides);
+// The YAML text of that config (what a run keeps as OUT/configs/): the file's tree with the
+// overrides set, after a comment naming both. Throws UserError for an override that is not
+// key=value or not YAML.
 std::string apply_overrides(const std::string& path, const std::vector<std::string>& overrides);
 // Checks one value of an axis and returns it in canonical form; throws UserError.
 std::string canonical_axis_value(const std::string& axis, const std::string& value,

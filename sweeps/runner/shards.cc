@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
+#include <unistd.h>
+
 #include "reports/results/rows.h"
 #include "sweeps/runner/config.h"
 #include "sweeps/measure/env.h"
@@ -49,10 +51,17 @@ std::vector<std::string> lines_of(const std::string& path) {
 // Point ids and labels task I planned (task-I.plan.json); empty when it has not started.
 std::vector<std::pair<std::string, std::string>> task_points(const std::string& out, std::size_t task) {
   std::vector<std::pair<std::string, std::string>> points;
-  std::ifstream in(task_path(out, task, ".plan.json"));
+  const std::string path = task_path(out, task, ".plan.json");
+  std::ifstream in(path);
   const auto j = nlohmann::json::parse(in, nullptr, false);
-  if (j.is_discarded() || !j.contains("points")) return points;
-  for (const auto& p : j["points"]) points.emplace_back(p.value("id", ""), p.value("label", ""));
+  if (j.is_discarded() || !j.is_object() || !j.contains("points")) return points;
+  try {
+    for (const auto& p : j.at("points")) points.emplace_back(p.at("id").get<std::string>(),
+                                                            p.at("label").get<std::string>());
+  } catch (const nlohmann::json::exception& e) {
+    throw UserError(path, 0, "points", std::string("not a task plan written by sweep: ") + e.what(),
+                    "remove it; the task writes it again when it runs");
+  }
   return points;
 }
 
@@ -73,6 +82,46 @@ std::vector<std::string> task_missing(const std::string& out, const SlurmPlan& p
   return missing;
 }
 
+// The rows of a shard. A line that does not parse (torn: a task killed mid-write, then
+// appended to by the next) is left out, said in `dropped` as "file:line: why", and the rest
+// is read; a file that is no results file at all (its header) throws UserError.
+reports::Results read_shard(const std::string& file, std::vector<std::string>& dropped) {
+  constexpr std::size_t kMaxDropped = 100;  // beyond that the file is garbage, not torn
+  std::vector<std::string> lines;
+  std::vector<int> numbers;  // each kept line's number in `file`
+  // Beside it, per process (status runs unlocked); no task-N.csv, so never taken for a shard.
+  const std::string copy = file + "." + std::to_string(::getpid()) + ".readable";
+  for (;;) {
+    try {
+      if (dropped.empty()) return reports::read_results(file);
+      std::ofstream(copy, std::ios::trunc) << [&] {
+        std::string text;
+        for (const auto& l : lines) text += l + "\n";
+        return text;
+      }();
+      auto rows = reports::read_results(copy);
+      fs::remove(copy);
+      rows.path = file;
+      return rows;
+    } catch (const UserError& e) {
+      fs::remove(copy);
+      if (e.line() <= 1 || dropped.size() >= kMaxDropped) throw;
+      if (lines.empty()) {
+        std::ifstream in(file);
+        for (std::string l; std::getline(in, l);) {
+          lines.push_back(l);
+          numbers.push_back(static_cast<int>(lines.size()));
+        }
+      }
+      const auto at = static_cast<std::size_t>(e.line() - 1);
+      if (at >= lines.size()) throw;
+      dropped.push_back(file + ":" + std::to_string(numbers[at]) + ": " + e.what());
+      lines.erase(lines.begin() + static_cast<std::ptrdiff_t>(at));
+      numbers.erase(numbers.begin() + static_cast<std::ptrdiff_t>(at));
+    }
+  }
+}
+
 // A row read back, as the json ResultsStore::append takes (cells as they were written).
 nlohmann::json row_json(const reports::Row& row) {
   nlohmann::json j;
@@ -91,15 +140,29 @@ bool SlurmPlan::read(const std::string& out, SlurmPlan& plan) {
   std::ifstream in(path(out));
   if (!in) return false;
   const auto j = nlohmann::json::parse(in, nullptr, false);
-  if (j.is_discarded() || !j.contains("tasks") || !j.contains("fingerprint"))
-    throw UserError(path(out), 0, "plan", "not a plan written by `sweep run --slurm`",
-                      "submit again with `sweep run CONFIG --slurm --out " + out + "`");
-  plan.config = j.value("config", "");
-  plan.fingerprint = j.value("fingerprint", "");
-  plan.search = j.value("search", false);
-  plan.tasks = j["tasks"].get<std::vector<std::vector<std::string>>>();
-  plan.array_job = j.value("array_job", "");
-  plan.merge_job = j.value("merge_job", "");
+  const std::string hint = "submit again with `sweep run CONFIG --slurm --out " + out + "`";
+  if (j.is_discarded() || !j.is_object() || !j.contains("tasks") || !j.contains("fingerprint"))
+    throw UserError(path(out), 0, "plan", "not a plan written by `sweep run --slurm`", hint);
+  // Each field by name, so that a wrong type names the file and the field, not only json's
+  // "type_error".
+  std::string field;
+  try {
+    auto text = [&](const char* key) {
+      field = key;
+      return j.contains(key) ? j.at(key).get<std::string>() : std::string();
+    };
+    plan.config = text("config");
+    plan.fingerprint = text("fingerprint");
+    plan.array_job = text("array_job");
+    plan.merge_job = text("merge_job");
+    field = "search";
+    plan.search = j.contains("search") && j.at("search").get<bool>();
+    field = "tasks";
+    plan.tasks = j.at("tasks").get<std::vector<std::vector<std::string>>>();
+  } catch (const nlohmann::json::exception& e) {
+    throw UserError(path(out), 0, field, std::string("not a plan written by `sweep run --slurm`: ") +
+                    e.what(), hint);
+  }
   return true;
 }
 
@@ -149,11 +212,13 @@ std::set<std::string> recorded_ids(const std::string& out, std::vector<std::stri
   if (fs::exists(fs::path(out) / "results.csv")) files.push_back((fs::path(out) / "results.csv").string());
   for (const auto& [task, file] : shard_files(out)) files.push_back(file);
   for (const auto& f : files) {
+    std::vector<std::string> dropped;
     try {
-      for (const auto& r : reports::read_results(f).rows) ids.insert(r.at(schema::column("point_id")));
+      for (const auto& r : read_shard(f, dropped).rows) ids.insert(r.at(schema::column("point_id")));
     } catch (const UserError& e) {
       if (errors) errors->push_back(e.located());
     }
+    if (errors) errors->insert(errors->end(), dropped.begin(), dropped.end());
   }
   return ids;
 }
@@ -233,8 +298,9 @@ void ShardTask::finished(const std::vector<Point>& combo) const {
 int merge_shard_rows(ResultsStore& store, const std::string& out, int& bad) {
   int merged = 0;
   for (const auto& [task, file] : shard_files(out)) {
+    std::vector<std::string> dropped;
     try {
-      for (const auto& row : reports::read_results(file).rows)
+      for (const auto& row : read_shard(file, dropped).rows)
         if (!store.outcome(row.at(schema::column("point_id")))) {
           store.append(row_json(row));
           ++merged;
@@ -243,6 +309,9 @@ int merge_shard_rows(ResultsStore& store, const std::string& out, int& bad) {
       std::fprintf(stderr, "error: %s (shard skipped)\n", e.located().c_str());
       ++bad;
     }
+    for (const auto& d : dropped)
+      std::fprintf(stderr, "warning: %s (line left out; the shard's other rows are merged, and "
+                           "its point is measured again when the sweep is re-run)\n", d.c_str());
   }
   return merged;
 }

@@ -21,24 +21,22 @@ namespace sweep {
 namespace fs = std::filesystem;
 namespace {
 
-// 'text' for bash, embedded single quotes closed and escaped.
-std::string shell_quote(const std::string& text) {
-  std::string q = "'";
-  for (char c : text) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-// A value on an #SBATCH line: sbatch splits those lines at blanks unless double-quoted.
-std::string sbatch_value(const std::string& text) {
-  return text.find_first_of(" \t") == std::string::npos ? text : "\"" + text + "\"";
+// Refuses a value with a control character before it reaches a script: a newline would end
+// an #SBATCH line (a comment to bash) and make the rest a command line of the script.
+void check_script_value(const std::string& file, int line, const std::string& key,
+                        const std::string& value) {
+  if (const std::string c = control_character(value); !c.empty())
+    throw UserError(file, line, key, "contains " + c + ", which cannot go into a Slurm script",
+                    "write the value on one line, without control characters; nothing was "
+                    "written or submitted");
 }
 
 // Lines common to both scripts: where the jobs may run and the user's own sbatch options.
 std::string placement(const SlurmOptions& o) {
   std::string s;
-  if (!o.partition.empty()) s += "#SBATCH --partition=" + sbatch_value(o.partition) + "\n";
-  if (!o.account.empty()) s += "#SBATCH --account=" + sbatch_value(o.account) + "\n";
-  for (const auto& a : o.sbatch_args) s += "#SBATCH " + a + "\n";
+  if (!o.partition.empty()) s += "#SBATCH --partition=" + shell_quote(o.partition) + "\n";
+  if (!o.account.empty()) s += "#SBATCH --account=" + shell_quote(o.account) + "\n";
+  for (const auto& a : o.sbatch_args) s += "#SBATCH " + shell_quote(a) + "\n";
   return s;
 }
 
@@ -108,6 +106,24 @@ std::vector<std::size_t> tasks_to_run(const std::string& out, const SlurmPlan& p
 
 }  // namespace
 
+std::string shell_quote(const std::string& text) {
+  // Python's shlex.quote: a word of only these characters is the same word unquoted.
+  auto plain = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           (c != '\0' && std::strchr("@%+=:,./-_", c));
+  };
+  if (!text.empty() && std::all_of(text.begin(), text.end(), plain)) return text;
+  std::string q = "'";
+  for (char c : text) {
+    // A quote or a backslash goes outside the quotes, escaped ('\'' and '\\'): so the word
+    // reads the same to bash and to sbatch's #SBATCH parser, which (unlike bash) takes a
+    // backslash as an escape inside quotes too.
+    if (c == '\'' || c == '\\') q += std::string("'\\") + c + "'";
+    else q += c;
+  }
+  return q + "'";
+}
+
 std::string find_on_path(const std::string& name) {
   const char* path = std::getenv("PATH");
   std::stringstream dirs(path ? path : "");
@@ -160,12 +176,12 @@ std::string array_script(const ScriptSpec& s) {
   t += "# the combinations into " + s.out + "/shards/task-I.csv. Edit and resubmit by hand with\n";
   t += "#   sbatch " + s.out + "/slurm/sweep.sbatch\n";
   t += "# then merge with `sweep merge " + s.out + "` (or sbatch --dependency=afterany:JOBID merge.sbatch).\n";
-  t += "#SBATCH --job-name=" + sbatch_value("sweep-" + s.name) + "\n";
-  t += "#SBATCH --array=" + s.array + "\n";
-  t += "#SBATCH --output=" + sbatch_value(logs + "/task-%a-%A.out") + "\n";
+  t += "#SBATCH --job-name=" + shell_quote("sweep-" + s.name) + "\n";
+  t += "#SBATCH --array=" + shell_quote(s.array) + "\n";
+  t += "#SBATCH --output=" + shell_quote(logs + "/task-%a-%A.out") + "\n";
   t += "#SBATCH --ntasks=1\n";
-  if (!s.slurm.gres.empty()) t += "#SBATCH --gres=" + sbatch_value(s.slurm.gres) + "\n";
-  if (!s.slurm.time.empty()) t += "#SBATCH --time=" + sbatch_value(s.slurm.time) + "\n";
+  if (!s.slurm.gres.empty()) t += "#SBATCH --gres=" + shell_quote(s.slurm.gres) + "\n";
+  if (!s.slurm.time.empty()) t += "#SBATCH --time=" + shell_quote(s.slurm.time) + "\n";
   t += placement(s.slurm);
   t += "exec " + shell_quote(s.exe) + " run " + shell_quote(s.config) + " --out " + shell_quote(s.out) +
        " --slurm-task \"$SLURM_ARRAY_TASK_ID\"";
@@ -178,8 +194,8 @@ std::string merge_script(const ScriptSpec& s) {
   std::string t = "#!/bin/bash\n";
   t += "# Written by `sweep run --slurm`: after the array, merges its shards into results.csv\n";
   t += "# (each point once), names the points missing and renders the report.\n";
-  t += "#SBATCH --job-name=" + sbatch_value("sweep-" + s.name + "-merge") + "\n";
-  t += "#SBATCH --output=" + sbatch_value(logs + "/merge-%j.out") + "\n";
+  t += "#SBATCH --job-name=" + shell_quote("sweep-" + s.name + "-merge") + "\n";
+  t += "#SBATCH --output=" + shell_quote(logs + "/merge-%j.out") + "\n";
   t += "#SBATCH --ntasks=1\n";
   t += placement(s.slurm);
   return t + "exec " + shell_quote(s.exe) + " merge " + shell_quote(s.out) + "\n";
@@ -198,6 +214,15 @@ RunOutcome submit_slurm(const RunOptions& opt) {
   if (!opt.gpus.empty())
     throw UserError(opt.config, 0, "--gpus", "--gpus does not combine with --slurm",
                       "ask Slurm for GPUs with --gres gpu:1; each array task uses the GPU it is given");
+  // Every value that reaches a script, before anything is written.
+  for (const auto& [flag, value] : {std::pair<std::string, std::string>{"--partition", so.partition},
+                                    {"--account", so.account}, {"--gres", so.gres}, {"--time", so.time},
+                                    {opt.out.empty() ? "out" : "--out", out}})
+    check_script_value(opt.config, 0, flag, value);
+  check_script_value(opt.config, 0, "name", cfg.name);  // load_config refuses it already
+  check_script_value(opt.config, 0, "CONFIG (the config's path)", opt.config);
+  check_script_value(self_exe(), 0, "the sweep binary's path", self_exe());
+  for (const auto& a : so.sbatch_args) check_script_value(opt.config, 0, "--sbatch-arg", a);
   for (const auto& a : so.sbatch_args)
     if (a.rfind("-", 0) != 0)
       throw UserError(opt.config, 0, "--sbatch-arg", "'" + a + "' is not an sbatch option",

@@ -17,6 +17,13 @@
 
 namespace sweep {
 
+// `text` as one word that bash and sbatch's #SBATCH parser both read back unchanged: POSIX
+// single quotes, a ' or a \ written outside them, escaped (sbatch, unlike bash, takes a
+// backslash as an escape inside quotes too); as it is when it holds only letters, digits and
+// @%+=:,./-_ (as Python's shlex.quote). The one quoting of every value in a script; values
+// with control characters are refused before (submit_slurm).
+std::string shell_quote(const std::string& text);
+
 // The executable `name` on the PATH, or "" when there is none.
 std::string find_on_path(const std::string& name);
 

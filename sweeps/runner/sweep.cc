@@ -313,30 +313,29 @@ void hold_lock(const std::string& lock_path, const std::string& out) {
 
 namespace {
 
-// The config file with the command line's key=value overrides applied, written to a file
-// named by its content and loaded from there, so every check and error of a config file
-// applies. A run keeps that file as OUT/configs/<hash>.yaml: named by content, it never
-// replaces the config of an earlier run.
+// The config file with the command line's key=value overrides applied, in memory: every
+// check of a config file applies, and an error in an override names it as typed. A run (not
+// a dry run) keeps the config it ran as OUT/configs/sweep-config-<hash>.yaml: named by
+// content, it never replaces the config of an earlier run.
 Config load_with_overrides(const RunOptions& opt) {
   load_config(opt.config);  // the file itself first, with its own lines
+  Config cfg = load_config(opt.config, opt.overrides);
+  if (opt.dry_run) return cfg;
   const std::string text = apply_overrides(opt.config, opt.overrides);
-  const std::string name = "sweep-config-" + fnv1a_hex(text) + ".yaml";
-  const auto tmp = std::filesystem::temp_directory_path() / name;
+  const auto dir = std::filesystem::path(opt.out.empty() ? cfg.out : opt.out) / "configs";
+  const auto kept = dir / ("sweep-config-" + fnv1a_hex(text) + ".yaml");
+  std::filesystem::create_directories(dir);
+  // Written beside, then renamed over: a link planted at the name is replaced, not followed.
+  const auto part = dir / (kept.filename().string() + ".part");
   {
-    std::ofstream f(tmp);
+    std::ofstream f(part, std::ios::trunc);
     f << text;
     if (!f.flush())
-      throw UserError(tmp.string(), 0, "", "cannot write the config with the overrides",
-                      "make the temporary directory writable, or set TMPDIR");
+      throw UserError(part.string(), 0, "--out", "cannot write the config with the overrides",
+                      "choose an output directory you can write to with --out DIR");
   }
-  Config cfg = load_config(tmp.string());
-  if (!opt.dry_run) {
-    const auto kept = std::filesystem::path(opt.out.empty() ? cfg.out : opt.out) / "configs" / name;
-    std::filesystem::create_directories(kept.parent_path());
-    std::filesystem::copy_file(tmp, kept, std::filesystem::copy_options::overwrite_existing);
-    cfg.path = kept.string();
-  }
-  if (!opt.quiet) std::fprintf(stderr, "config with the overrides: %s\n", cfg.path.c_str());
+  std::filesystem::rename(part, kept);
+  if (!opt.quiet) std::fprintf(stderr, "config with the overrides: %s\n", kept.c_str());
   return cfg;
 }
 
