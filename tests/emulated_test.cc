@@ -163,6 +163,8 @@ TEST(EmulatedIdentity, AnEmulatedRowReadsBackToTheSamePoint) {
   row["schema_version"] = schema::kSchemaVersion;
   row["point_id"] = p.id();
   row["status"] = "ok";
+  row["peak_allocated_bytes"] = 1 << 20;  // an ok row has its peaks (rows.h)
+  row["peak_reserved_bytes"] = 2 << 20;
   const auto dir = testing::temp_dir("emulated_row");
   {
     ResultsStore store(dir.string());
