@@ -143,6 +143,7 @@ int run_fit(const FitOptions& o) {
   // emulated card given, or the card table's.
   int64_t context = 0;
   std::string context_source = "none on the CPU";
+  std::optional<HostGpu> here;  // on CUDA: the GPU that runs the probes
   if (emulated) {
     context = o.context_gib ? std::llround(*o.context_gib * kGiB) : card_context_bytes(*card.spec);
     context_source = o.context_gib ? "given with --context-gib"
@@ -150,19 +151,24 @@ int run_fit(const FitOptions& o) {
                          ? "the card table's, measured on this card"
                          : "the card table's default, not measured for this card";
   } else if (device == Device::kCuda) {
-    if (o.context_gib) {
-      context = std::llround(*o.context_gib * kGiB);
-      context_source = "given with --context-gib";
-    } else {
-      const auto gpus = probe_gpus(self_exe(), {visible_device(std::getenv("CUDA_VISIBLE_DEVICES"), 0)});
-      context = gpus.at(0).context_bytes;
-      context_source = "measured on " + gpus.at(0).name;
-    }
+    here = probe_gpus(self_exe(), {visible_device(std::getenv("CUDA_VISIBLE_DEVICES"), 0)}).at(0);
+    context = o.context_gib ? std::llround(*o.context_gib * kGiB) : here->context_bytes;
+    context_source = o.context_gib ? "given with --context-gib" : "measured on " + here->name;
   }
+  const std::string card_flag = o.gpu.empty() ? "--memory-gib" : "--gpu";
   const int64_t usable = reports::usable_bytes(card.memory_bytes, o.margin, context);
   if (usable <= 0)
-    throw UserError("", 0, "--memory-gib", card.name + " leaves nothing usable after the margin and "
+    throw UserError("", 0, card_flag, card.name + " leaves nothing usable after the margin and "
                     "the context allowance", "give a larger card, or a smaller --margin");
+  // The run would refuse this budget in fit.yaml (budget_gib): said here, of the flag.
+  if (here && usable > here->total_bytes)
+    throw UserError("", 0, card_flag,
+                    card.name + " leaves " + reports::format_bytes(static_cast<double>(usable)) +
+                        " usable, more than this GPU (" + here->name + ", " +
+                        reports::format_bytes(static_cast<double>(here->total_bytes)) +
+                        ") has: a budget cannot add memory",
+                    "measure a card at most this GPU's size, or predict it with --device emulated "
+                    "--gpu NAME");
 
   // The techniques: precision x checkpointing x optimizer, and use_cache=False without
   // checkpointing (transformers turns the cache off under checkpointing in training anyway).
