@@ -281,6 +281,14 @@ std::size_t CompareResult::count(Verdict v) const {
   return n;
 }
 
+std::size_t CompareResult::compared_points() const {
+  return static_cast<std::size_t>(std::count_if(points.begin(), points.end(), [](const auto& p) {
+    return p.base && p.next && std::any_of(p.metrics.begin(), p.metrics.end(), [](const auto& m) {
+             return m.verdict != Verdict::kNotComparable;
+           });
+  }));
+}
+
 std::size_t CompareResult::unchanged_points() const {
   return static_cast<std::size_t>(
       std::count_if(points.begin(), points.end(), [](const auto& p) { return p.unchanged(); }));
@@ -407,7 +415,7 @@ namespace {
 
 struct Args {
   std::string base, next, memory = "1%", throughput = "5%", format = "md", export_dir;
-  bool gate_reserved = false, allow_predicted = false;
+  bool gate_reserved = false, allow_predicted = false, allow_empty = false;
 };
 
 // "5%" or "5" -> 0.05.
@@ -421,7 +429,9 @@ std::optional<double> parse_percent(std::string s) {
 }
 
 int run_compare(const Args& a) {
-  CompareOptions o{.gate_reserved = a.gate_reserved, .allow_predicted = a.allow_predicted};
+  CompareOptions o{.gate_reserved = a.gate_reserved,
+                   .allow_predicted = a.allow_predicted,
+                   .allow_empty = a.allow_empty};
   for (auto [flag, text, out] :
        {std::tuple{"--memory-threshold", &a.memory, &o.memory_threshold},
         {"--throughput-threshold", &a.throughput, &o.throughput_threshold}}) {
@@ -437,6 +447,15 @@ int run_compare(const Args& a) {
   std::cout << compare_text(r, a.format);
   if (!a.export_dir.empty() && !write_compare_exports(r, next, a.export_dir)) return 2;
   std::cerr << "sweep compare: " << compare_summary(r) << "\n";
+  if (r.compared_points() == 0 && !o.allow_empty)
+    throw UserError(next.path, 0, "",
+                    "no point was compared with the baseline (" + std::to_string(r.next.points) +
+                        " point(s) here, " + std::to_string(r.base.points) +
+                        " in the baseline, none comparable): a gate that compares nothing "
+                        "passes nothing",
+                    "check that NEW measured the baseline's configurations (the same models, "
+                    "axes and budget); pass --allow-empty to accept a comparison with nothing in "
+                    "common");
   return r.regressed() ? 1 : 0;
 }
 
@@ -457,6 +476,9 @@ void register_compare_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_flag("--gate-reserved", a->gate_reserved,
                 "Fail on peak reserved memory growth too (default: warn)");
+  cmd->add_flag("--allow-empty", a->allow_empty,
+                "Exit 0 even when no point of NEW could be compared with the baseline (default: "
+                "refused, exit 2)");
   cmd->add_flag(
       "--allow-predicted", a->allow_predicted,
       "Compare rows predicted by emulation (device emulated) with measured ones (default: refused, "

@@ -36,6 +36,10 @@ struct CompareOptions {
   // A row predicted by emulation (device emulated) joined with a measured one: refused
   // (UserError, exit 2) unless allowed; allowed, its memory is compared and gated as usual.
   bool allow_predicted = false;
+  // The gate refuses (exit 2) a comparison in which no point of NEW was compared with the
+  // baseline (an empty NEW, or none of its configurations in the baseline) unless allowed:
+  // otherwise a run that measured nothing would pass it.
+  bool allow_empty = false;
 };
 
 enum class Verdict {
@@ -95,6 +99,8 @@ struct CompareResult {
 
   std::size_t count(Verdict v) const;  // metrics with this verdict
   std::size_t unchanged_points() const;
+  // Points on both sides with at least one metric that could be compared.
+  std::size_t compared_points() const;
   bool regressed() const { return count(Verdict::kRegression) > 0; }
 };
 
@@ -129,9 +135,10 @@ nlohmann::json bencher_json(const Results& results);
 bool write_compare_exports(const CompareResult& r, const Results& next, const std::string& dir);
 
 // `sweep compare BASELINE NEW [--memory-threshold 1%] [--throughput-threshold 5%]
-//  [--gate-reserved] [--allow-predicted] [--format md|json|csv] [--export DIR]`. exit_code:
-// 0 nothing regressed, 1 something did, 2 bad input (`file:line: message` and a `hint:` on
-// stderr, a measured row against a predicted one without --allow-predicted among them).
+//  [--gate-reserved] [--allow-predicted] [--allow-empty] [--format md|json|csv] [--export DIR]`.
+// exit_code: 0 nothing regressed, 1 something did, 2 bad input (`file:line: message` and a
+// `hint:` on stderr, a measured row against a predicted one without --allow-predicted among
+// them) or nothing compared without --allow-empty (the report is printed first).
 void register_compare_command(CLI::App& app, int& exit_code);
 
 }  // namespace sweep::reports

@@ -272,6 +272,7 @@ json compare_json(const CompareResult& r) {
         {"throughput_threshold", r.options.throughput_threshold},
         {"gate_reserved", r.options.gate_reserved},
         {"allow_predicted", r.options.allow_predicted},
+        {"allow_empty", r.options.allow_empty},
         {"allocator_slack_bytes", kAllocatorSlackBytes},
         {"min_samples", kMinSamples},
         {"alpha", kAlpha}}},

@@ -46,23 +46,14 @@ void step_statistics(const Row& r, Point& p) {
 }
 
 Point parse_point(const Row& r) {
-  auto fail = [&](const std::string& msg) { throw UserError(r.source, static_cast<int>(r.line), "", msg, kResultsHint); };
-  auto whole = [&](std::size_t col, std::optional<int> fallback) {
-    std::optional<double> v = r.number(col);
-    if (!v && fallback) return *fallback;
-    if (!v || *v < 1 || *v != std::floor(*v) || *v > 1e9)
-      fail("column '" + std::string(schema::kColumns[col]) + "': '" + r.at(col) +
-           "' is not a positive whole number");
-    return static_cast<int>(*v);
-  };
   Point p;
   p.line = r.line;
-  p.model = r.at(column("model"));
-  if (p.model.empty()) fail("column 'model' is empty");
+  p.model = r.at(column("model"));  // never empty: read_results checked the required cells
   p.status = r.status;
   p.search = r.at(column("search"));
-  p.batch = whole(column("batch"), std::nullopt);
-  p.accumulation = whole(column("accumulation"), 1);
+  // Whole, at least 1 and in int64's range: read_results checked them.
+  p.batch = static_cast<int64_t>(*r.number(column("batch")));
+  p.accumulation = static_cast<int64_t>(r.number(column("accumulation")).value_or(1));
   // The input size: tokens for GPT-2 and T5 (encoder, decoder), seconds for Whisper.
   auto axis = [&](std::size_t col) {
     r.number(col);  // numeric when present

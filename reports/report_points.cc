@@ -36,12 +36,12 @@ Selection select_lines(const Group& g) {
     accs.push_back(std::to_string(p.accumulation));
     has_one = has_one || p.accumulation == 1;
   }
-  s.accumulation = has_one ? 1 : std::stoi(most_common(accs));
+  s.accumulation = has_one ? 1 : std::stoll(most_common(accs));
   for (const Point& p : g.points)
     if (p.accumulation == s.accumulation) optimizers.push_back(p.optimizer);
   s.optimizer = most_common(optimizers);
   // The last row of a (pair, batch) wins when a point was re-measured with other settings.
-  std::map<std::tuple<std::string, int>, Point> latest;
+  std::map<std::tuple<std::string, int64_t>, Point> latest;
   for (const Point& p : g.points)
     if (p.accumulation == s.accumulation && p.optimizer == s.optimizer)
       latest[{p.pair(), p.batch}] = p;

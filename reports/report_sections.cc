@@ -350,8 +350,8 @@ void throughput_section(Document& doc, Plotter& plotter, const Group& g) {
   std::vector<std::string> frontier_text;
   for (const std::string& pair : sel.pairs) {
     Series line;
-    std::optional<int> first_oom;
-    int largest_ok = 0;
+    std::optional<int64_t> first_oom;
+    int64_t largest_ok = 0;
     std::string failed;  // crashes and timeouts: not a frontier, but a reader must know
     for (const Point& p : sel.points) {
       if (p.pair() != pair) continue;
@@ -435,7 +435,7 @@ void search_section(Document& doc, const std::vector<Point>& points) {
   struct Answer {
     const Point* first = nullptr;    // names the combination
     const Point* largest = nullptr;  // the largest batch that fit
-    std::optional<int> first_oom;
+    std::optional<int64_t> first_oom;
     int probes = 0;
     std::string failed;
   };

@@ -36,8 +36,8 @@ struct Point {
   Offload offload = Offload::kNone;  // kOptimizer: AdamW's state on the host (ZeRO-Offload)
   // The weights column: int8 (frozen base in 8 bit); older files: full.
   Weights weights_axis = Weights::kFull;
-  int batch = 0;
-  int accumulation = 1;
+  int64_t batch = 0;
+  int64_t accumulation = 1;
   double budget_bytes = 0;
   bool budget_emulated = false;
   // Device emulated: predicted by emulation of `card`, not measured (memory only: no throughput).
@@ -148,7 +148,7 @@ bool by_technique(const Point& a, const Point& b);
 // the most common optimizer, so each line varies only in batch. Sorted by technique.
 struct Selection {
   std::vector<Point> points;
-  int accumulation = 1;
+  int64_t accumulation = 1;
   std::optional<OptimizerKind> optimizer;
   std::string held;  // "mode train, accumulation 1, optimizer adamw"
   std::vector<std::string> pairs;

@@ -163,6 +163,8 @@ TEST(EmulatedIdentity, AnEmulatedRowReadsBackToTheSamePoint) {
   row["schema_version"] = schema::kSchemaVersion;
   row["point_id"] = p.id();
   row["status"] = "ok";
+  row["peak_allocated_bytes"] = 1 << 20;  // an ok row has its peaks (rows.h)
+  row["peak_reserved_bytes"] = 2 << 20;
   const auto dir = testing::temp_dir("emulated_row");
   {
     ResultsStore store(dir.string());
@@ -251,43 +253,35 @@ TEST(EmulatedCli, FitRefusesEmulationWithoutANamedCard) {
 // plain training that fit, at their largest micro-batch reaching the effective batch.
 TEST(EmulatedFit, ThePickIsRankedByMemory) {
   const auto dir = testing::temp_dir("pick_by_memory");
-  const int64_t budget = 100 << 20;
+  // The question: gpt2-test predicted on an RTX 3060 under 100 MiB, two techniques.
+  Point question = emulated_point("rtx3060");
+  question.budget_bytes = 100 << 20;
+  Point bf16 = question;
+  bf16.precision = Precision::kBf16Amp;
+  bf16.checkpointing = Checkpointing::kBlock;
   {
     ResultsStore store(dir.string());
-    auto probe = [&](const std::string& precision, const std::string& ckpt, int batch,
-                     const char* status, double peak) {
-      nlohmann::json row = {{"schema_version", schema::kSchemaVersion},
-                            {"model", "gpt2-test"},
-                            {"family", "gpt2"},
-                            {"mode", "train"},
-                            {"batch", batch},
-                            {"precision", precision},
-                            {"checkpointing", ckpt},
-                            {"accumulation", 1},
-                            {"optimizer", "adamw"},
-                            {"use_cache", 1},
-                            {"adapter", "none"},
-                            {"offload", "none"},
-                            {"weights", "full"},
-                            {"search", "max_batch"},
-                            {"status", status},
-                            {"budget_bytes", budget},
-                            {"device", "emulated"},
-                            {"device_name", "RTX 3060 (emulated)"}};
-      row["point_id"] = fnv1a_hex(precision + ckpt + std::to_string(batch));
-      if (std::string(status) == "ok") row["peak_reserved_bytes"] = peak;
+    auto probe = [&](Point p, int batch, const char* status, double peak) {
+      p.batch = batch;
+      nlohmann::json row = axis_cells(p);
+      row["schema_version"] = schema::kSchemaVersion;
+      row["point_id"] = p.id();
+      row["search"] = "max_batch";
+      row["status"] = status;
+      row["device_name"] = "RTX 3060 (emulated)";
+      if (std::string(status) == "ok") row["peak_reserved_bytes"] = row["peak_allocated_bytes"] = peak;
       store.append(row);
     };
-    for (int b : {1, 2, 4}) probe("fp32", "none", b, "ok", b * 20e6);
-    probe("fp32", "none", 8, "oom", 0);
-    for (int b : {1, 2, 4, 8, 16}) probe("bf16-amp", "block", b, "ok", b * 5e6);
-    probe("bf16-amp", "block", 32, "oom", 0);
+    for (int b : {1, 2, 4}) probe(question, b, "ok", b * 20e6);
+    probe(question, 8, "oom", 0);
+    for (int b : {1, 2, 4, 8, 16}) probe(bf16, b, "ok", b * 5e6);
+    probe(bf16, 32, "oom", 0);
   }
   const auto results = reports::read_results(dir.string());
   std::vector<FitTechnique> wanted = {
       {Precision::kFp32, Checkpointing::kNone, OptimizerKind::kAdamW},
       {Precision::kBf16Amp, Checkpointing::kBlock, OptimizerKind::kAdamW}};
-  const Analysis a = analyse(results, "gpt2-test", budget, wanted);
+  const Analysis a = analyse(results, {question, bf16}, wanted);
   auto p = pick_by_memory(a, std::nullopt, {});
   ASSERT_TRUE(p);
   EXPECT_EQ(p->technique->precision, Precision::kFp32);  // fewer changes, though a smaller batch

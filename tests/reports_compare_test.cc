@@ -308,6 +308,45 @@ TEST(Compare, MalformedSampleExitsTwoNamingTheLine) {
       << cli.err;
 }
 
+// Issue 23: a NEW file with no comparable row passed the gate (exit 0). Empty, or with none
+// of the baseline's configurations, it fails (exit 2, the report still printed) unless
+// --allow-empty accepts it.
+TEST(Compare, NothingComparedFailsTheGateUnlessAllowEmpty) {
+  TempDir dir;
+  const std::string base = slurp(data("base"));
+  const auto empty = dir.path() / "empty", other = dir.path() / "other";
+  fs::create_directories(empty);
+  fs::create_directories(other);
+  std::ofstream(empty / "results.csv") << base.substr(0, base.find('\n') + 1);  // the header only
+  // Every configuration with its optimizer offloaded: none is in the baseline.
+  std::istringstream lines(base);
+  std::string text, line;
+  for (bool header = true; std::getline(lines, line); header = false)
+    text += line + "," + (header ? "offload" : "optimizer") + "\n";
+  std::ofstream(other / "results.csv") << text;
+  {
+    const Results r = read_results(other.string());
+    ASSERT_FALSE(r.rows.empty());
+  }
+  for (const auto& next : {empty, other}) {
+    SCOPED_TRACE(next.string());
+    const auto refused = run_cli(data("base") + " " + next.string());
+    EXPECT_EQ(refused.code, 2) << refused.err;
+    EXPECT_NE(refused.err.find("error: " + (next / "results.csv").string() +
+                               ": no point was compared with the baseline"),
+              std::string::npos)
+        << refused.err;
+    EXPECT_NE(refused.err.find("--allow-empty"), std::string::npos) << refused.err;
+    const auto allowed = run_cli(data("base") + " " + next.string() + " --allow-empty");
+    EXPECT_EQ(allowed.code, 0) << allowed.err;
+  }
+  // One point in common is enough.
+  const auto one = dir.path() / "one";
+  fs::create_directories(one);
+  std::ofstream(one / "results.csv") << base.substr(0, base.find('\n', base.find('\n') + 1) + 1);
+  EXPECT_EQ(run_cli(data("base") + " " + one.string()).code, 0);
+}
+
 TEST(Compare, MissingFileAndBadThresholdExitTwo) {
   auto cli = run_cli(data("base") + " /nonexistent/results");
   EXPECT_EQ(cli.code, 2);

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include "reports/compare.h"
 #include "reports/recommend.h"
@@ -123,6 +124,61 @@ TEST(TypedReader, UnknownAxisValueIsRefusedWithTheKnownOnes) {
                           [](std::string& t) { set_first_row(t, "optimizer", "AdamW"); });
   expect_every_command_refuses(optimizer, "column 'optimizer': 'AdamW' is not one of " +
                                               choices<OptimizerKind>() + "\n");
+}
+
+// Issue 23: 1e19, 1e308 and 2^64 passed as finite numbers; `recommend` cast them to INT64_MIN
+// and recommended the row, `compare` counted it not comparable and exited 0. Every command
+// now refuses them, in any numeric column, naming the file, the line and the column.
+TEST(TypedReader, NumbersBeyondInt64AreRefusedByEveryCommand) {
+  const std::vector<std::pair<std::string, std::string>> cells = {
+      {"batch", "1e19"},
+      {"peak_reserved_bytes", "1e308"},
+      {"peak_allocated_bytes", "18446744073709551616"},  // 2^64
+      {"budget_bytes", "9223372036854775808"},          // INT64_MAX + 1
+      {"device_memory_bytes", "-1e19"},
+      {"tokens_per_s", "1e19"},
+      {"step_ms_samples", "289.6;1e300"},
+  };
+  for (const auto& [col, value] : cells) {
+    SCOPED_TRACE(col + " = " + value);
+    auto f = edited("int64_" + col, "recommend_ties.csv",
+                    [&](std::string& t) { set_first_row(t, col, value); });
+    const std::string shown = col == "step_ms_samples" ? "1e300" : value;
+    expect_every_command_refuses(f, "column '" + col + "': '" + shown + "' is out of range");
+  }
+  // The largest count there is still reads.
+  auto most = edited("int64_max", "recommend_ties.csv",
+                     [](std::string& t) { set_first_row(t, "budget_bytes", "9223372036854775807"); });
+  EXPECT_NO_THROW(read_results(most.string()));
+}
+
+// Issue 23: `batch 0`, a batch with a fraction and empty required cells were refused by
+// `report` only.
+TEST(TypedReader, BatchBelowOneAndEmptyRequiredCellsAreRefusedByEveryCommand) {
+  const std::vector<std::tuple<std::string, std::string, std::string>> cells = {
+      {"batch", "0", "column 'batch': '0' is less than 1"},
+      {"batch", "2.5", "column 'batch': '2.5' is not a whole number"},
+      {"accumulation", "0", "column 'accumulation': '0' is less than 1"},
+      {"batch", "", "column 'batch': is empty"},
+      {"model", "", "column 'model': is empty"},
+      {"peak_reserved_bytes", "", "column 'peak_reserved_bytes': is empty in a row with status ok"},
+      {"peak_allocated_bytes", "", "column 'peak_allocated_bytes': is empty in a row with status ok"},
+  };
+  for (const auto& [col, value, message] : cells) {
+    SCOPED_TRACE(col + " = '" + value + "'");
+    auto f = edited("required_" + col + value, "recommend_ties.csv",
+                    [&](std::string& t) { set_first_row(t, col, value); });
+    expect_every_command_refuses(f, message);
+  }
+  // A required column missing from the header: line 1.
+  auto f = edited("no_batch_column", "recommend_ties.csv",
+                  [](std::string& t) { t.replace(t.find(",batch,"), 7, ",size,"); });
+  try {
+    read_results(f.string());
+    FAIL() << "a file without a batch column was read";
+  } catch (const UserError& e) {
+    EXPECT_EQ(e.located(), f.string() + ":1: header has no 'batch' column");
+  }
 }
 
 TEST(TypedReader, EmptyAxisCellOfAnOlderFileReadsAsItsFallback) {

@@ -9,6 +9,9 @@
 namespace sweep::reports {
 namespace {
 
+// The columns every results file has (rows.h: the required cells).
+constexpr const char* kHeader = "point_id,model,status,batch,peak_allocated_bytes,peak_reserved_bytes\n";
+
 std::string write_tmp(const std::string& name, const std::string& text) {
   auto dir = std::filesystem::temp_directory_path() / "sweep_results_test";
   std::filesystem::create_directories(dir);
@@ -19,9 +22,9 @@ std::string write_tmp(const std::string& name, const std::string& text) {
 
 TEST(ResultsReader, ReadsColumnsByNameInAnyOrder) {
   auto path = write_tmp("a.csv",
-                        "status,model,point_id,peak_allocated_bytes,message\n"
-                        "ok,gpt2,00aa,1048576,\n"
-                        "crash,gpt2,00bb,,\"killed, by \"\"signal\"\" 11\"\n");
+                        "status,model,point_id,peak_allocated_bytes,message,batch,peak_reserved_bytes\n"
+                        "ok,gpt2,00aa,1048576,,1,2097152\n"
+                        "crash,gpt2,00bb,,\"killed, by \"\"signal\"\" 11\",2,\n");
   auto r = read_results(path);
   ASSERT_EQ(r.rows.size(), 2u);
   EXPECT_EQ(r.rows[0].at(schema::column("model")), "gpt2");
@@ -34,13 +37,13 @@ TEST(ResultsReader, ReadsColumnsByNameInAnyOrder) {
 }
 
 TEST(ResultsReader, DirectoryMeansItsResultsCsv) {
-  auto path = write_tmp("results.csv", "point_id,model,status\n01,gpt2,ok\n");
+  auto path = write_tmp("results.csv", std::string(kHeader) + "01,gpt2,ok,1,1,1\n");
   auto r = read_results(std::filesystem::path(path).parent_path().string());
   EXPECT_EQ(r.rows.size(), 1u);
 }
 
 TEST(ResultsReader, TooFewColumnsNamesTheLine) {
-  auto path = write_tmp("short.csv", "point_id,model,status\n01,gpt2,ok\n02,gpt2\n");
+  auto path = write_tmp("short.csv", std::string(kHeader) + "01,gpt2,ok,1,1,1\n02,gpt2\n");
   try {
     read_results(path);
     FAIL() << "expected UserError";
@@ -57,7 +60,8 @@ TEST(ResultsReader, MissingRequiredColumnIsAnError) {
 
 TEST(ResultsReader, NonNumberInNumericColumnNamesColumnAndLine) {
   // Checked when read: no command ever sees a row with a bad number.
-  auto path = write_tmp("nan.csv", "point_id,model,status,step_ms\n01,gpt2,ok,fast\n");
+  auto path = write_tmp("nan.csv", "point_id,model,status,batch,peak_allocated_bytes,peak_reserved_bytes,step_ms\n"
+                                   "01,gpt2,ok,1,1,1,fast\n");
   try {
     read_results(path);
     FAIL();

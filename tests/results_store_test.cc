@@ -22,8 +22,9 @@ namespace {
 namespace fs = std::filesystem;
 
 nlohmann::json row(const std::string& id, const std::string& message) {
-  return {{"schema_version", 1}, {"point_id", id}, {"model", "gpt2-test"}, {"status", "ok"},
-          {"batch", 1},          {"message", message}};
+  return {{"schema_version", 1}, {"point_id", id},   {"model", "gpt2-test"},
+          {"status", "ok"},      {"batch", 1},       {"peak_allocated_bytes", 1024},
+          {"peak_reserved_bytes", 2048},              {"message", message}};
 }
 
 // A sweep of gpt2-test points, one step each.

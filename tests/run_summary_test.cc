@@ -18,10 +18,12 @@ using nlohmann::json;
 
 // A row as `sweep run` writes it, with the columns these tests read.
 json row(const std::string& id, const std::string& model, int64_t batch, const std::string& status) {
-  return {{"schema_version", 1}, {"point_id", id},    {"model", model}, {"mode", "train"},
-          {"batch", batch},      {"seq", 64},         {"precision", "fp32"}, {"checkpointing", "none"},
-          {"accumulation", 1},   {"optimizer", "adamw"}, {"steps", 2}, {"warmup_steps", 1},
-          {"repetitions", 3},    {"status", status}};
+  json r = {{"schema_version", 1}, {"point_id", id},    {"model", model}, {"mode", "train"},
+            {"batch", batch},      {"seq", 64},         {"precision", "fp32"}, {"checkpointing", "none"},
+            {"accumulation", 1},   {"optimizer", "adamw"}, {"steps", 2}, {"warmup_steps", 1},
+            {"repetitions", 3},    {"status", status}};
+  if (status == "ok") r["peak_allocated_bytes"] = r["peak_reserved_bytes"] = batch << 20;  // rows.h
+  return r;
 }
 
 json timed(json r, double step_ms, double wall_s) {

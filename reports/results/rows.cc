@@ -131,18 +131,46 @@ namespace {
                   "column '" + std::string(column) + "': " + what, kResultsHint);
 }
 
-double checked_number(const Row& row, std::string_view column, std::string_view text,
-                      bool may_be_negative) {
-  double v = 0;
+// Every number a command reads fits int64 (counts are converted to it; a throughput of
+// 1e19 tokens/s is no measurement either): 1e19, 1e308 and 2^64 used to pass as finite and
+// turned into INT64_MIN in `recommend`.
+constexpr double kInt64Limit = 9223372036854775808.0;  // 2^63, the first double past INT64_MAX
+constexpr const char* kInt64MaxText = "9223372036854775807";
+
+bool listed(std::string_view name, const auto& table) {
+  return std::find(table.begin(), table.end(), name) != table.end();
+}
+
+// One numeric cell, checked: a finite number in int64's range, whole in an integer column,
+// not negative unless the column may be, at least 1 where the column counts from 1.
+double checked_number(const Row& row, std::string_view column, std::string_view text) {
+  const bool integer = listed(column, schema::kIntegerColumns);
+  const bool may_be_negative = listed(column, schema::kSignedColumns);
   const char* first = text.data();
   const char* last = first + text.size();
   while (first < last && *first == ' ') ++first;
-  auto [p, ec] = std::from_chars(first, last, v);
-  if (first == last || ec != std::errc() || p != last)
-    bad_cell(row, column, "'" + std::string(text) + "' is not a number");
-  if (!std::isfinite(v)) bad_cell(row, column, "'" + std::string(text) + "' is not a finite number");
+  const std::string shown = "'" + std::string(text) + "'";
+  double v = 0;
+  int64_t whole = 0;
+  // An integer column's digits are read as an integer (exact up to INT64_MAX); a cell such
+  // as "4.0" or "1e3" is then read as a double, which must be whole.
+  if (auto [p, ec] = std::from_chars(first, last, whole); integer && first != last && p == last) {
+    if (ec == std::errc::result_out_of_range)
+      bad_cell(row, column, shown + " is out of range: a count is at most " + kInt64MaxText);
+    v = static_cast<double>(whole);
+  } else {
+    auto [q, ec2] = std::from_chars(first, last, v);
+    if (first == last || (ec2 != std::errc() && ec2 != std::errc::result_out_of_range) || q != last)
+      bad_cell(row, column, shown + " is not a number");
+    if (ec2 == std::errc() && !std::isfinite(v)) bad_cell(row, column, shown + " is not a finite number");
+    if (ec2 == std::errc::result_out_of_range || !(v > -kInt64Limit && v < kInt64Limit))
+      bad_cell(row, column, shown + " is out of range: at most " + kInt64MaxText + " in magnitude");
+    if (integer && v != std::floor(v)) bad_cell(row, column, shown + " is not a whole number");
+  }
   if (v < 0 && !may_be_negative)
-    bad_cell(row, column, "'" + std::string(text) + "' is negative; it counts bytes, steps or time");
+    bad_cell(row, column, shown + " is negative; it counts bytes, steps or time");
+  if (v < 1 && listed(column, schema::kAtLeastOneColumns))
+    bad_cell(row, column, shown + " is less than 1");
   return v;
 }
 
@@ -167,13 +195,15 @@ void check_row(Row& row) {
   if (!s) bad_cell(row, "status", "'" + status + "' is not one of " + choices<Status>());
   row.status = *s;
   check_names<Mode, Precision, Checkpointing, OptimizerKind, Adapter, Offload, Weights, Device>(row);
-  if (row.at(column("point_id")).empty()) bad_cell(row, "point_id", "is empty");
+  for (auto name : schema::kRequiredCells)
+    if (row.at(schema::find_column(name)).empty()) bad_cell(row, name, "is empty");
+  if (row.status == Status::kOk)
+    for (auto name : schema::kRequiredWhenOk)
+      if (row.at(schema::find_column(name)).empty())
+        bad_cell(row, name, "is empty in a row with status ok");
   for (auto name : schema::kNumberColumns) {
     const std::string& cell = row.at(schema::find_column(name));
-    if (cell.empty()) continue;
-    const bool signed_ok = std::find(schema::kSignedColumns.begin(), schema::kSignedColumns.end(),
-                                     name) != schema::kSignedColumns.end();
-    checked_number(row, name, cell, signed_ok);
+    if (!cell.empty()) checked_number(row, name, cell);
   }
   if (auto v = row.number(column("schema_version")); v && (*v > schema::kSchemaVersion || *v < 1))
     throw UserError(row.source, static_cast<int>(row.line), "",
@@ -185,8 +215,8 @@ void check_row(Row& row) {
   row.step_ms_samples.clear();
   for (std::size_t at = 0; at < samples.size();) {
     const std::size_t end = std::min(samples.find(';', at), samples.size());
-    row.step_ms_samples.push_back(checked_number(
-        row, "step_ms_samples", std::string_view(samples).substr(at, end - at), false));
+    row.step_ms_samples.push_back(
+        checked_number(row, "step_ms_samples", std::string_view(samples).substr(at, end - at)));
     at = end + 1;
   }
 }
@@ -219,9 +249,11 @@ Results read_results(const std::string& path_in) {
     read_header(in, idx);
     for (std::size_t i = 0; i < schema::kColumnCount; ++i)
       out.present[i] = in.has_column(std::string(schema::kColumns[i]));
-    for (auto required : {"point_id", "model", "status"})
-      if (!in.has_column(required))
-        throw UserError(path, 1, "", std::string("header has no '") + required + "' column",
+    std::vector<std::string_view> required(schema::kRequiredCells.begin(), schema::kRequiredCells.end());
+    required.insert(required.end(), schema::kRequiredWhenOk.begin(), schema::kRequiredWhenOk.end());
+    for (auto required_column : required)
+      if (!in.has_column(std::string(required_column)))
+        throw UserError(path, 1, "", "header has no '" + std::string(required_column) + "' column",
                         kResultsHint);
     Row row;
     row.source = path;

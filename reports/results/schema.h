@@ -134,14 +134,18 @@ constexpr std::size_t find_column(std::string_view name) {
   return kColumns.size();
 }
 
-// Numeric columns: the reader checks every non-empty cell is a finite number, and not
-// negative unless listed in kSignedColumns. step_ms_samples is a ';'-separated list of them.
+// Numeric columns: the reader checks every non-empty cell is a finite number within the
+// range of int64 (what every command converts counts to), and not negative unless listed in
+// kSignedColumns. step_ms_samples is a ';'-separated list of them.
 inline constexpr std::array kNumberColumns = std::to_array<std::string_view>({
     "schema_version", "batch", "seq", "target_seq", "audio_s", "accumulation", "lora_r",
     "lora_alpha", "lora_dropout", "steps",
     "warmup_steps", "repetitions", "exit_code", "signal", "budget_bytes", "budget_emulated",
     "weights_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes",
-    "peak_allocated_bytes", "peak_reserved_bytes", "device_used_bytes", "leak_bytes_per_step",
+    "peak_allocated_bytes", "peak_reserved_bytes", "device_used_bytes",
+    "at_peak_weights_bytes", "at_peak_grads_bytes", "at_peak_optimizer_bytes",
+    "at_peak_activations_bytes", "forward_peak_bytes", "backward_peak_bytes",
+    "optimizer_peak_bytes", "leak_bytes_per_step",
     "oom_retries", "oom_gap_bytes", "step_ms", "step_ms_mean", "step_ms_stddev", "step_ms_cv",
     "tokens_per_s", "samples_per_s", "tflops", "wall_s", "device_memory_bytes",
     "host_peak_bytes", "offload_transfer_ms",
@@ -153,6 +157,26 @@ constexpr bool is_number_column(std::string_view name) {
 }
 // Memory can shrink between steps: a leak rate may be negative.
 inline constexpr std::array kSignedColumns = std::to_array<std::string_view>({"leak_bytes_per_step"});
+// Counts: whole numbers (bytes, steps, lengths in tokens, codes). The others of
+// kNumberColumns are measurements or settings that may have a fraction.
+inline constexpr std::array kIntegerColumns = std::to_array<std::string_view>({
+    "schema_version", "batch", "seq", "target_seq", "accumulation", "lora_r", "steps",
+    "warmup_steps", "repetitions", "exit_code", "signal", "budget_bytes", "budget_emulated",
+    "weights_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes",
+    "peak_allocated_bytes", "peak_reserved_bytes", "device_used_bytes",
+    "at_peak_weights_bytes", "at_peak_grads_bytes", "at_peak_optimizer_bytes",
+    "at_peak_activations_bytes", "forward_peak_bytes", "backward_peak_bytes",
+    "optimizer_peak_bytes", "leak_bytes_per_step", "oom_retries", "oom_gap_bytes",
+    "device_memory_bytes", "host_peak_bytes",
+});
+// Cells every row has: a row without them measured nothing any command can place. The
+// columns are required in the header too; batch and accumulation are at least 1.
+inline constexpr std::array kRequiredCells =
+    std::to_array<std::string_view>({"point_id", "model", "status", "batch"});
+inline constexpr std::array kAtLeastOneColumns = std::to_array<std::string_view>({"batch", "accumulation"});
+// Cells a row with status ok has: the peaks every command compares against a card.
+inline constexpr std::array kRequiredWhenOk =
+    std::to_array<std::string_view>({"peak_allocated_bytes", "peak_reserved_bytes"});
 
 // The point's axes: the columns that say what was measured, one entry each, in the order the
 // point id names them. The worker side builds from this table and one Point member per entry
@@ -229,5 +253,15 @@ consteval bool axes_are_columns() {
   return true;
 }
 static_assert(axes_are_columns(), "an entry of kAxes names no column of kColumns");
+
+// Every integer column is a numeric column (fails the build otherwise).
+consteval bool integers_are_numbers() {
+  for (auto c : kIntegerColumns)
+    if (!is_number_column(c)) return false;
+  for (auto c : kAtLeastOneColumns)
+    if (!is_number_column(c)) return false;
+  return true;
+}
+static_assert(integers_are_numbers(), "an integer column is not in kNumberColumns");
 
 }  // namespace sweep::schema

@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <sstream>
@@ -18,6 +17,7 @@
 #include "reports/results/rows.h"
 #include "reports/results/stats.h"
 #include "sweeps/cli/fit_analysis.h"
+#include "sweeps/cli/fit_config.h"
 #include "sweeps/runner/budget.h"
 #include "sweeps/runner/config.h"
 #include "sweeps/measure/env.h"
@@ -40,10 +40,10 @@ constexpr int kFitJsonVersion = 1;
 bool has_cache(const models::ModelSpec& spec) { return spec.family == "gpt2" || spec.family == "t5"; }
 
 template <Vocabulary E>
-std::string yaml_list(const std::vector<E>& v) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + to_string(v[i]);
-  return s + "]";
+YAML::Node yaml_list(const std::vector<E>& v) {
+  std::vector<std::string> names;
+  for (const auto& e : v) names.push_back(to_string(e));
+  return flow_list(names);
 }
 
 template <Vocabulary E>
@@ -86,40 +86,13 @@ Card resolve_card(const FitOptions& o) {
     return {std::string(g->name), std::string(g->key), reports::memory_bytes(*g), g};
   }
   const double gib = *o.memory_gib;
-  if (!std::isfinite(gib) || gib <= 0 || gib > reports::kMaxMemoryGib)
+  if (!(gib * kGiB >= 1 && gib <= reports::kMaxMemoryGib))
     throw UserError("", 0, "--memory-gib", "must be a number of GiB above 0 and at most " +
-                    number_text(reports::kMaxMemoryGib) + ", got " + number_text(gib),
+                    number_text(reports::kMaxMemoryGib) + ", got " + shown(gib),
                     "the card's memory as CUDA reports it, e.g. --memory-gib 11.75");
   return {number_text(gib) + " GiB", number_text(gib) + "gib", std::llround(gib * kGiB)};
 }
 
-
-// The header every fit config and its verification config share.
-std::string config_head(const FitOptions& o, const std::string& name, Device device,
-                        const std::string& out, int64_t budget_bytes, const std::string& gpu) {
-  std::ostringstream y;
-  y << "name: " << name << "\ndevice: " << name_of(device) << "\nout: " << out;
-  if (!gpu.empty()) y << "\ngpu: " << gpu;
-  y << "\nbudget_gib: " << number_text(static_cast<double>(budget_bytes) / kGiB)
-    << "\ntimeout_s: 600\nsteps: 1\nwarmup_steps: 1\nrepetitions: 3\nprune_oom: true\n"
-    << "models: [" << o.model << "]\n";
-  return y.str();
-}
-
-std::string input_axes(const FitOptions& o) {
-  std::ostringstream y;
-  if (o.seq) y << "  seq: " << *o.seq << "\n";
-  if (o.target_seq) y << "  target_seq: " << *o.target_seq << "\n";
-  if (o.audio_s) y << "  audio_s: " << number_text(*o.audio_s) << "\n";
-  return y.str();
-}
-
-void write_text(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream f(path);
-  f << text;
-  if (!f.flush())
-    throw UserError(path.string(), 0, "out", "cannot write the fit's config", "choose another --out");
-}
 
 }  // namespace
 
@@ -138,10 +111,7 @@ int run_fit(const FitOptions& o) {
   if (!spec)
     throw UserError("", 0, "MODEL", "unknown model '" + o.model + "'", "`sweep models` lists them");
   const Card card = resolve_card(o);
-  if (!(o.margin >= 0 && o.margin < 0.95))
-    throw UserError("", 0, "--margin", "must be at least 0 and below 0.95", "the default is 0.1");
-  if (o.effective_batch && *o.effective_batch < 1)
-    throw UserError("", 0, "--effective-batch", "must be at least 1", "e.g. --effective-batch 32");
+  check_flags(o, *spec);
 
   // Without a GPU a named card is predicted by emulation (a card by memory alone is measured on
   // the CPU, as before: emulation needs the card's compute capability and SMs).
@@ -173,6 +143,7 @@ int run_fit(const FitOptions& o) {
   // emulated card given, or the card table's.
   int64_t context = 0;
   std::string context_source = "none on the CPU";
+  std::optional<HostGpu> here;  // on CUDA: the GPU that runs the probes
   if (emulated) {
     context = o.context_gib ? std::llround(*o.context_gib * kGiB) : card_context_bytes(*card.spec);
     context_source = o.context_gib ? "given with --context-gib"
@@ -180,19 +151,24 @@ int run_fit(const FitOptions& o) {
                          ? "the card table's, measured on this card"
                          : "the card table's default, not measured for this card";
   } else if (device == Device::kCuda) {
-    if (o.context_gib) {
-      context = std::llround(*o.context_gib * kGiB);
-      context_source = "given with --context-gib";
-    } else {
-      const auto gpus = probe_gpus(self_exe(), {visible_device(std::getenv("CUDA_VISIBLE_DEVICES"), 0)});
-      context = gpus.at(0).context_bytes;
-      context_source = "measured on " + gpus.at(0).name;
-    }
+    here = probe_gpus(self_exe(), {visible_device(std::getenv("CUDA_VISIBLE_DEVICES"), 0)}).at(0);
+    context = o.context_gib ? std::llround(*o.context_gib * kGiB) : here->context_bytes;
+    context_source = o.context_gib ? "given with --context-gib" : "measured on " + here->name;
   }
+  const std::string card_flag = o.gpu.empty() ? "--memory-gib" : "--gpu";
   const int64_t usable = reports::usable_bytes(card.memory_bytes, o.margin, context);
   if (usable <= 0)
-    throw UserError("", 0, "--memory-gib", card.name + " leaves nothing usable after the margin and "
+    throw UserError("", 0, card_flag, card.name + " leaves nothing usable after the margin and "
                     "the context allowance", "give a larger card, or a smaller --margin");
+  // The run would refuse this budget in fit.yaml (budget_gib): said here, of the flag.
+  if (here && usable > here->total_bytes)
+    throw UserError("", 0, card_flag,
+                    card.name + " leaves " + reports::format_bytes(static_cast<double>(usable)) +
+                        " usable, more than this GPU (" + here->name + ", " +
+                        reports::format_bytes(static_cast<double>(here->total_bytes)) +
+                        ") has: a budget cannot add memory",
+                    "measure a card at most this GPU's size, or predict it with --device emulated "
+                    "--gpu NAME");
 
   // The techniques: precision x checkpointing x optimizer, and use_cache=False without
   // checkpointing (transformers turns the cache off under checkpointing in training anyway).
@@ -238,63 +214,83 @@ int run_fit(const FitOptions& o) {
                   wanted.push_back({p, c, opt, cache, ad, off, w});
 
   const std::string out = o.out.empty() ? "results/fit-" + o.model + "-" + card.key : o.out;
-  std::filesystem::create_directories(out);
   const std::string name = "fit-" + o.model + "-" + card.key;
   // The emulated card: the table's, its context written out when given.
-  std::string gpu;
-  if (emulated)
-    gpu =
-        !o.context_gib
-            ? std::string(card.spec->key)
-            : "{name: \"" + card.name +
-                  "\", memory_gib: " + number_text(static_cast<double>(card.memory_bytes) / kGiB) +
-                  ", context_gib: " + number_text(static_cast<double>(context) / kGiB) +
-                  ", compute_capability: " + std::to_string(card.spec->cc_major) + "." +
-                  std::to_string(card.spec->cc_minor) + ", sms: " + std::to_string(card.spec->sms) +
-                  "}";
-  std::ostringstream y;
-  y << "# Written by `sweep fit " << o.model << "` for " << card.name << " (usable "
-    << reports::format_bytes(static_cast<double>(usable)) << " = memory x (1 - "
-    << number_text(o.margin) << ") - context "
-    << reports::format_bytes(static_cast<double>(context)) << ", " << context_source
-    << "). Run again with `sweep run " << out << "/fit.yaml --search max-batch`.\n"
-    << config_head(o, name, device, out, usable, gpu)
-    << "search: max_batch\nsearch_max_batch: " << o.max_batch << "\ngrid:\n  batch: 1\n"
-    << input_axes(o) << "  precision: " << yaml_list(precisions)
-    << "\n  checkpointing: " << yaml_list(ckpts) << "\n  optimizer: " << yaml_list(optimizers)
-    << "\n  adapter: " << yaml_list(adapters) << "\n  offload: " << yaml_list(offloads)
-    << "\n  weights: " << yaml_list(weights) << "\n";
-  std::vector<std::string> excludes;
+  YAML::Node gpu;
+  if (emulated && !o.context_gib) {
+    gpu = std::string(card.spec->key);
+  } else if (emulated) {
+    gpu["name"] = card.name;
+    gpu["memory_gib"] = number_text(static_cast<double>(card.memory_bytes) / kGiB);
+    gpu["context_gib"] = number_text(static_cast<double>(context) / kGiB);
+    gpu["compute_capability"] =
+        std::to_string(card.spec->cc_major) + "." + std::to_string(card.spec->cc_minor);
+    gpu["sms"] = card.spec->sms;
+    gpu.SetStyle(YAML::EmitterStyle::Flow);
+  }
+  YAML::Node y = config_head(o, name, device, out, usable, gpu);
+  y["search"] = "max_batch";
+  y["search_max_batch"] = o.max_batch;
+  YAML::Node grid = y["grid"];
+  grid["batch"] = 1;
+  add_input_axes(o, grid);
+  grid["precision"] = yaml_list(precisions);
+  grid["checkpointing"] = yaml_list(ckpts);
+  grid["optimizer"] = yaml_list(optimizers);
+  grid["adapter"] = yaml_list(adapters);
+  grid["offload"] = yaml_list(offloads);
+  grid["weights"] = yaml_list(weights);
+  auto exclude = [&](std::initializer_list<std::pair<const char*, std::string>> rule) {
+    YAML::Node r;
+    for (const auto& [axis, value] : rule) r[axis] = value;
+    r.SetStyle(YAML::EmitterStyle::Flow);
+    y["exclude"].push_back(r);
+  };
   if (has_cache(*spec)) {
-    y << "  use_cache: [true, false]\n";
-    excludes.push_back("{checkpointing: block, use_cache: false}");
+    grid["use_cache"] = flow_list({"true", "false"});
+    exclude({{"checkpointing", "block"}, {"use_cache", "false"}});
   }
   if (has(offloads, Offload::kOptimizer)) {
     for (const auto opt : optimizers)
-      if (opt != OptimizerKind::kAdamW) excludes.push_back("{offload: optimizer, optimizer: " + to_string(opt) + "}");
-    if (has(precisions, Precision::kBf16)) excludes.push_back("{offload: optimizer, precision: bf16}");
+      if (opt != OptimizerKind::kAdamW) exclude({{"offload", "optimizer"}, {"optimizer", to_string(opt)}});
+    if (has(precisions, Precision::kBf16)) exclude({{"offload", "optimizer"}, {"precision", "bf16"}});
   }
   if (has(weights, Weights::kInt8) && has(adapters, Adapter::kNone))
-    excludes.push_back("{weights: int8, adapter: none}");
-  if (!excludes.empty()) {
-    y << "exclude:\n";
-    for (const auto& e : excludes) y << "  - " << e << "\n";
-  }
+    exclude({{"weights", "int8"}, {"adapter", "none"}});
+  const std::string comment =
+      "Written by `sweep fit " + o.model + "` for " + card.name + " (usable " +
+      reports::format_bytes(static_cast<double>(usable)) + " = memory x (1 - " +
+      number_text(o.margin) + ") - context " + reports::format_bytes(static_cast<double>(context)) +
+      ", " + context_source + "). Run again with `sweep run " + out +
+      "/fit.yaml --search max-batch`.";
+
+  // Validated above; now locked (another fit or run writing OUT is refused before anything is
+  // written), then fit.yaml replaced at once by a config that loads and expands (fit_config.h).
+  // Its points, as the runner expands them, are the question: their budget, card, device and
+  // inputs are what the rows of the answer must have been measured with.
+  std::filesystem::create_directories(out);
+  hold_lock((std::filesystem::path(out) / ".lock").string(), out);
   const auto cfg_path = std::filesystem::path(out) / "fit.yaml";
-  write_text(cfg_path, y.str());
+  const auto results_path = std::filesystem::path(out) / "results.csv";
+  const auto searches = combinations(install_fit_config(
+      cfg_path, emit_config(comment, y), device, [&](const std::vector<Point>& points) {
+        if (!std::filesystem::exists(results_path)) return;
+        const auto* r = measured_elsewhere(reports::read_results(results_path.string()), points);
+        if (r)
+          throw UserError(r->source, static_cast<int>(r->line), "--out",
+                          "this directory holds probes of the same points measured on " +
+                              to_string(*r->value<Device>()) + ", and this fit runs on " +
+                              to_string(device) + ": they would be taken as measured here",
+                          "give this fit its own --out");
+      }));
+  std::vector<Point> question;
+  for (const auto& c : searches) question.push_back(c.front());
 
   // The estimate, from the probes this directory already holds (sweeps/runner/estimate.h): one
   // search per technique, each point of fit.yaml's grid the first probe of one.
-  const auto results_path = std::filesystem::path(out) / "results.csv";
   if (!o.quiet) {
     WallHistory history;
     if (std::filesystem::exists(results_path)) history.add(reports::read_results(results_path.string()));
-    const Config fit_config = load_config(cfg_path.string());
-    RunSettings settings;
-    settings.device = device;
-    settings.budget_bytes = usable;
-    if (emulated) settings.card = emulated_card_of(fit_config);
-    const auto searches = combinations(expand_grid(fit_config, settings));
     const PlanEstimate plan = estimate_plan(searches, true, history, {});
     const std::string estimate = plan.estimated ? "; " + plan.summary("search") + "; probes already measured are reused"
                                                 : "; the time of each probe is shown as it finishes";
@@ -315,13 +311,10 @@ int run_fit(const FitOptions& o) {
   run.zygote = o.zygote;
   if (const int rc = run_sweep(run).exit_code; rc != 0) return rc;
 
-  auto results = reports::read_results(results_path.string());
-  // The budget the workers ran under, as the rows record it.
-  int64_t budget = usable;
-  for (const auto& r : results.rows)
-    if (r.at(column("model")) == o.model && r.at(column("search")) == "max_batch")
-      budget = static_cast<int64_t>(r.number(column("budget_bytes")).value_or(static_cast<double>(usable)));
-  Analysis a = analyse(results, o.model, budget, wanted);
+  // Only the rows of this question: its points' ids at each batch, on its device.
+  const auto results = reports::read_results(results_path.string());  // `a` points into it
+  Analysis a = analyse(results, question, wanted);
+  const int64_t budget = a.budget_bytes;
 
   // The recommendation, measured: the pick at its accumulation is run once more (a plain
   // grid point; at accumulation 1 it is a probe already measured). A pick that does not fit
@@ -340,31 +333,31 @@ int run_fit(const FitOptions& o) {
       break;
     }
     const auto& t = *choice->technique;
-    std::ostringstream v;
-    v << "# The recommendation of `sweep fit`, measured at its accumulation.\n"
-      << config_head(o, name + "-pick", device, out, budget, gpu)
-      << "grid:\n  batch: " << choice->batch << "\n"
-      << input_axes(o) << "  precision: " << name_of(t.precision)
-      << "\n  checkpointing: " << name_of(t.checkpointing)
-      << "\n  optimizer: " << name_of(t.optimizer) << "\n  adapter: " << name_of(t.adapter)
-      << "\n  offload: " << name_of(t.offload) << "\n  weights: " << name_of(t.weights)
-      << "\n  accumulation: " << choice->accumulation << "\n";
-    if (has_cache(*spec)) v << "  use_cache: " << (t.use_cache ? "true" : "false") << "\n";
-    const auto pick_path = std::filesystem::path(out) / "fit-pick.yaml";
-    write_text(pick_path, v.str());
-    run.config = pick_path.string();
+    YAML::Node v = config_head(o, name + "-pick", device, out, budget, gpu);
+    YAML::Node pick_grid = v["grid"];
+    pick_grid["batch"] = choice->batch;
+    add_input_axes(o, pick_grid);
+    pick_grid["precision"] = to_string(t.precision);
+    pick_grid["checkpointing"] = to_string(t.checkpointing);
+    pick_grid["optimizer"] = to_string(t.optimizer);
+    pick_grid["adapter"] = to_string(t.adapter);
+    pick_grid["offload"] = to_string(t.offload);
+    pick_grid["weights"] = to_string(t.weights);
+    pick_grid["accumulation"] = choice->accumulation;
+    if (has_cache(*spec)) pick_grid["use_cache"] = t.use_cache;
+    const auto pick_points =
+        install_fit_config(std::filesystem::path(out) / "fit-pick.yaml",
+                emit_config("The recommendation of `sweep fit`, measured at its accumulation.", v),
+                device);
+    SWEEP_CHECK(pick_points.size() == 1, "fit's pick is one point");
+    run.config = (std::filesystem::path(out) / "fit-pick.yaml").string();
     if (const int rc = run_sweep(run).exit_code; rc != 0) return rc;
     // Only the pick's row is new. `a` (which `choice` points into) and the rows it points to
     // stay as they were: the file is read again into a copy of its own.
     const auto after = reports::read_results(results_path.string());
     const reports::Row* measured = nullptr;
     for (const auto* r : reports::latest_per_point(after).rows)
-      if (r->at(column("model")) == o.model && r->at(column("search")).empty() &&
-          same_technique(*r, t) &&
-          r->number(column("batch")).value_or(0) == static_cast<double>(choice->batch) &&
-          r->number(column("accumulation")).value_or(0) == static_cast<double>(choice->accumulation) &&
-          r->number(column("budget_bytes")).value_or(-1) == static_cast<double>(budget))
-        measured = r;
+      if (measures(*r, pick_points.front())) measured = r;
     if (measured && measured->status == reports::Status::kOk) {
       choice->tokens_per_s = measured->number(column("tokens_per_s")).value_or(0);
       choice->step_ms_cv = measured->number(column("step_ms_cv")).value_or(0);

@@ -31,11 +31,6 @@ std::optional<FitTechnique> technique_of(const reports::Row& r) {
 
 }  // namespace
 
-bool same_technique(const reports::Row& r, const FitTechnique& t) {
-  const auto measured = technique_of(r);
-  return measured && technique_key(*measured) == technique_key(t);
-}
-
 nlohmann::json technique_json(const FitTechnique& t) {
   return {{"precision", to_string(t.precision)}, {"checkpointing", to_string(t.checkpointing)},
           {"optimizer", to_string(t.optimizer)}, {"use_cache", t.use_cache},
@@ -44,17 +39,39 @@ nlohmann::json technique_json(const FitTechnique& t) {
 }
 
 
-Analysis analyse(const reports::Results& results, const std::string& model, int64_t budget,
+namespace {
+
+// The row's point_id is `point`'s at the row's batch; the device aside.
+bool same_point(const reports::Row& row, Point point) {
+  point.batch = static_cast<int64_t>(row.number(column("batch")).value_or(0));
+  return row.at(column("point_id")) == point.id();
+}
+
+}  // namespace
+
+bool measures(const reports::Row& row, Point point) {
+  return row.value<Device>() == point.device && same_point(row, std::move(point));
+}
+
+const reports::Row* measured_elsewhere(const reports::Results& results,
+                                       const std::vector<Point>& searches) {
+  for (const auto* r : reports::latest_per_point(results).rows)
+    for (const auto& p : searches)
+      if (r->value<Device>() != p.device && same_point(*r, p)) return r;
+  return nullptr;
+}
+
+Analysis analyse(const reports::Results& results, const std::vector<Point>& searches,
                  const std::vector<FitTechnique>& wanted) {
   Analysis a;
-  a.budget_bytes = budget;
+  if (!searches.empty()) a.budget_bytes = searches.front().budget_bytes;
   std::map<std::string, FitTechnique> by_key;
   for (const auto& t : wanted) by_key[technique_key(t)] = t;
   const auto latest = reports::latest_per_point(results);
   for (const auto* r : latest.rows) {
-    if (r->at(column("model")) != model || r->at(column("search")) != "max_batch" ||
-        r->value<Mode>() != Mode::kTrain || r->at(column("accumulation")) != "1" ||
-        r->number(column("budget_bytes")).value_or(-1) != static_cast<double>(budget))
+    if (r->at(column("search")) != "max_batch" ||
+        std::none_of(searches.begin(), searches.end(),
+                     [&](const Point& p) { return measures(*r, p); }))
       continue;
     const auto technique = technique_of(*r);
     if (!technique) continue;

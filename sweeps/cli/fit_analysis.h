@@ -13,11 +13,12 @@
 
 #include "reports/results/rows.h"
 #include "sweeps/cli/fit.h"
+#include "sweeps/worker/point.h"
 
 namespace sweep {
 
-// What the rows of OUT say about each technique: the probes of this model and input under
-// this budget, accumulation 1, the last row of each point.
+// What the rows of OUT say about each technique: the probes of this fit's question (its
+// searches), the last row of each point.
 struct Analysis {
   std::vector<FitTechnique> techniques;
   std::map<std::string, std::vector<const reports::Row*>> ok_rows;  // technique key -> ok probes
@@ -25,8 +26,21 @@ struct Analysis {
   int64_t budget_bytes = 0;
 };
 
-// The techniques `wanted`, each with what the probes of `model` under `budget` found.
-Analysis analyse(const reports::Results& results, const std::string& model, int64_t budget,
+// Whether `row` measured `point` at the row's batch: its point_id is the point's id at that
+// batch (model, every input length, budget, card, technique, settings, suite version), and
+// its device is the point's (which the id leaves out).
+bool measures(const reports::Row& row, Point point);
+
+// A row that measured a point of `searches` (at any batch) on another device, or nullptr. The
+// id leaves the device out, so the runner would take such a row as that point's and measure
+// nothing, while the analysis, reading only the question's device, would find nothing.
+const reports::Row* measured_elsewhere(const reports::Results& results,
+                                       const std::vector<Point>& searches);
+
+// The techniques `wanted`, each with what the max-batch probes of `searches` found: fit.yaml's
+// combinations, one point each (its batch is ignored). Rows of another question in the same
+// directory (another budget, seq, card, device, technique) are not read.
+Analysis analyse(const reports::Results& results, const std::vector<Point>& searches,
                  const std::vector<FitTechnique>& wanted);
 
 // The fastest way to the effective batch: among every fitting probe whose batch divides it,
@@ -52,9 +66,6 @@ std::optional<Pick> pick_by_memory(const Analysis& a, std::optional<int64_t> eff
 int technique_count(const FitTechnique& t);
 std::string pick_id(const Pick& p);
 
-// The row measured this technique (its precision, checkpointing, optimizer, use_cache,
-// adapter, offload and weights).
-bool same_technique(const reports::Row& r, const FitTechnique& t);
 // The technique's axes as fit's JSON names them.
 nlohmann::json technique_json(const FitTechnique& t);
 

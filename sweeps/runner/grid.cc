@@ -29,21 +29,25 @@ void set_axis(Point& p, const std::string& axis, const std::string& v) {
   SWEEP_CHECK(set_axis_text(p, axis, v), "'" + axis + "' is no axis of a point (schema::kAxes)");
 }
 
-// A sequence the model cannot take is a config error, not a crashed worker.
+}  // namespace
+
 void check_fits(const models::ModelSpec& spec, const Point& p, const std::string& axis,
-                const std::string& file, int line) {
+                const std::string& file, int line, const std::string& key) {
   if (axis == "seq" && spec.max_seq > 0 && p.seq > spec.max_seq)
-    throw UserError(file, line, "seq",
+    throw UserError(file, line, key,
                     "seq " + std::to_string(p.seq) + " is longer than " + spec.name + "'s " +
                         std::to_string(spec.max_seq) + " positions",
                     "use seq up to " + std::to_string(spec.max_seq) + " for " + spec.name +
-                        ", or give it its own group under sweeps: with a shorter seq");
+                        (file.empty() ? std::string()  // a flag: no config to regroup
+                                      : ", or give it its own group under sweeps: with a shorter seq"));
   if (axis == "audio_s" && spec.max_audio_s > 0 && p.audio_s > spec.max_audio_s + 1e-9)
-    throw UserError(file, line, "audio_s",
+    throw UserError(file, line, key,
                     "audio_s " + number_text(p.audio_s) + " is longer than " + spec.name +
                         "'s " + number_text(spec.max_audio_s) + " s window",
                     "use audio_s up to " + number_text(spec.max_audio_s) + " for " + spec.name);
 }
+
+namespace {
 
 // LoRA targets as PEFT takes them: a model must have a layer that some target names (PEFT
 // fails otherwise), and a target that names no layer of any model it is used with is a typo.
@@ -208,7 +212,7 @@ std::vector<Point> expand_grid(const Config& cfg, const RunSettings& run) {
         for (const auto& v : values) {
           Point q = p;
           set_axis(q, axis, v);
-          check_fits(*spec, q, axis, cfg.path, it != grid.end() ? it->second.line : 0);
+          check_fits(*spec, q, axis, cfg.path, it != grid.end() ? it->second.line : 0, axis);
           rec(i + 1, q);
         }
       };

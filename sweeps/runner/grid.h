@@ -9,6 +9,10 @@
 
 namespace sweep {
 
+namespace models {
+struct ModelSpec;
+}
+
 // How every point of a run is executed; filled by the runner from the config and host.
 struct RunSettings {
   Device device = Device::kCpu;  // resolved, never auto
@@ -27,6 +31,12 @@ std::size_t count_grid(const Config& cfg);
 // Throws UserError when count_grid() exceeds run.max_points, and when the exclude rules
 // remove every point.
 std::vector<Point> expand_grid(const Config& cfg, const RunSettings& run);
+
+// A sequence the model cannot take (`axis` seq beyond its positions, audio_s beyond its
+// window) is an input error, not a crashed worker: UserError naming file, line and key
+// (a config's grid axis, or the flag that gave it).
+void check_fits(const models::ModelSpec& spec, const Point& p, const std::string& axis,
+                const std::string& file, int line, const std::string& key);
 
 // Whether `p` matches every key of `rule`.
 bool matches(const ExcludeRule& rule, const Point& p);

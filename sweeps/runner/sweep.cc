@@ -341,6 +341,15 @@ Config load_with_overrides(const RunOptions& opt) {
 
 }  // namespace
 
+RunSettings run_settings(const Config& cfg, Device device, const Budget& budget) {
+  RunSettings run;
+  run.device = device;
+  run.budget_bytes = budget.bytes;
+  run.budget_emulated = budget.emulated;
+  if (device == Device::kEmulated) run.card = emulated_card_of(cfg);
+  return run;
+}
+
 Config load_run_config(const RunOptions& opt, std::string& out) {
   Config cfg = opt.overrides.empty() ? load_config(opt.config) : load_with_overrides(opt);
   if (!opt.search.empty()) cfg.search = opt.search == "none" ? "" : "max_batch";
@@ -403,9 +412,7 @@ RunOutcome run_sweep(const RunOptions& opt) {
                                                  : gpus,
                         probe_measures_context(cfg));
   const Budget budget = resolve_budget(cfg, run.device, probed);
-  run.budget_bytes = budget.bytes;
-  run.budget_emulated = budget.emulated;
-  if (run.device == Device::kEmulated) run.card = emulated_card_of(cfg);
+  run = run_settings(cfg, run.device, budget);
   run.max_points = opt.max_points;
   auto points = expand_grid(cfg, run);
   auto combos = combinations(points);

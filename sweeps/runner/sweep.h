@@ -74,6 +74,10 @@ std::vector<std::vector<Point>> combinations(const std::vector<Point>& points);
 // already holds is a no-op (`fit` runs its search, then its pick, into one directory).
 void hold_lock(const std::string& lock_path, const std::string& out);
 
+// How the points of `cfg` run on `device` under `budget` (resolve_budget): their budget and,
+// on device emulated, the card. `fit` derives its points' ids from the same settings.
+RunSettings run_settings(const Config& cfg, Device device, const Budget& budget);
+
 // The config with the run's overrides applied (--search), and its output directory.
 Config load_run_config(const RunOptions& opt, std::string& out);
 

@@ -1,0 +1,182 @@
+// fit's flags checked, its configs emitted and installed; see fit_config.h.
+#include "sweeps/cli/fit_config.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <optional>
+#include <type_traits>
+
+#include "models/zoo.h"
+#include "reports/recommend.h"
+#include "sweeps/runner/grid.h"
+#include "sweeps/runner/sweep.h"
+
+namespace sweep {
+namespace {
+
+using reports::kGiB;
+
+[[noreturn]] void cannot_write(const std::filesystem::path& path, int err) {
+  throw UserError(path.string(), 0, "out", std::string("cannot write the fit's config: ") + std::strerror(err),
+                  "choose an output directory you can write to with --out DIR");
+}
+
+// The most samples per optimizer step a fit reaches: the largest accumulation a config takes
+// (sweeps/runner/config.cc), so that every pick (micro-batch >= 1) is one a config can run.
+constexpr int64_t kMaxEffectiveBatch = int64_t{1} << 20;
+
+struct InputFlag {
+  const char* axis;
+  const char* flag;
+  std::optional<std::string> text;  // as given; none: the flag is absent
+};
+
+std::vector<InputFlag> input_flags(const FitOptions& o) {
+  auto text = [](const auto& v) -> std::optional<std::string> {
+    if (!v) return std::nullopt;
+    if constexpr (std::is_floating_point_v<std::decay_t<decltype(*v)>>) return shown(*v);
+    else return std::to_string(*v);
+  };
+  return {{"seq", "--seq", text(o.seq)},
+          {"target_seq", "--target-seq", text(o.target_seq)},
+          {"audio_s", "--audio-s", text(o.audio_s)}};
+}
+
+// Removes the temporary file unless it was installed.
+struct TempFile {
+  std::string path;
+  bool keep = false;
+  ~TempFile() {
+    if (!keep && !path.empty()) ::unlink(path.c_str());
+  }
+};
+
+}  // namespace
+
+std::string shown(double v) {
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  return ec == std::errc() ? std::string(buf, end) : "?";
+}
+
+void check_flags(const FitOptions& o, const models::ModelSpec& spec) {
+  if (!(o.margin >= 0 && o.margin < 0.95))
+    throw UserError("", 0, "--margin", "must be at least 0 and below 0.95, got " + shown(o.margin),
+                    "the fraction of the card kept free; the default is 0.1");
+  if (o.context_gib && !(*o.context_gib >= 0 && *o.context_gib <= reports::kMaxMemoryGib))
+    throw UserError("", 0, "--context-gib",
+                    "must be a number of GiB from 0 to " + number_text(reports::kMaxMemoryGib) +
+                        ", got " + shown(*o.context_gib),
+                    "the memory CUDA's context takes outside the allocator, e.g. --context-gib 0.5; "
+                    "leave it out to measure it");
+  if (o.effective_batch && (*o.effective_batch < 1 || *o.effective_batch > kMaxEffectiveBatch))
+    throw UserError("", 0, "--effective-batch",
+                    "must be from 1 to " + std::to_string(kMaxEffectiveBatch) + ", got " +
+                        std::to_string(*o.effective_batch),
+                    "micro-batch x accumulation per optimizer step, e.g. --effective-batch 32");
+  canonical_axis_value("batch", std::to_string(o.max_batch), "", 0, "--max-batch");
+  std::string takes;
+  for (const auto& f : input_flags(o))
+    if (std::find(spec.axes.begin(), spec.axes.end(), f.axis) != spec.axes.end())
+      takes += std::string(takes.empty() ? "" : ", ") + f.flag;
+  for (const auto& f : input_flags(o)) {
+    if (!f.text) continue;
+    if (std::find(spec.axes.begin(), spec.axes.end(), f.axis) == spec.axes.end())
+      throw UserError("", 0, f.flag, spec.name + " takes no " + f.axis,
+                      "its input lengths: " + (takes.empty() ? std::string("none") : takes));
+    Point p;
+    set_axis_text(p, f.axis, canonical_axis_value(f.axis, *f.text, "", 0, f.flag));
+    check_fits(spec, p, f.axis, "", 0, f.flag);
+  }
+}
+
+YAML::Node config_head(const FitOptions& o, const std::string& name, Device device,
+                       const std::string& out, int64_t budget_bytes, const YAML::Node& gpu) {
+  YAML::Node y;
+  y["name"] = name;
+  y["device"] = std::string(name_of(device));
+  y["out"] = out;
+  if (!gpu.IsNull()) y["gpu"] = gpu;
+  y["budget_gib"] = number_text(static_cast<double>(budget_bytes) / kGiB);
+  y["timeout_s"] = 600;
+  y["steps"] = 1;
+  y["warmup_steps"] = 1;
+  y["repetitions"] = 3;
+  y["prune_oom"] = true;
+  y["models"] = flow_list({o.model});
+  return y;
+}
+
+void add_input_axes(const FitOptions& o, YAML::Node grid) {
+  for (const auto& f : input_flags(o))
+    if (f.text) grid[f.axis] = *f.text;
+}
+
+YAML::Node flow_list(const std::vector<std::string>& values) {
+  YAML::Node list(YAML::NodeType::Sequence);
+  for (const auto& v : values) list.push_back(v);
+  list.SetStyle(YAML::EmitterStyle::Flow);
+  return list;
+}
+
+std::string emit_config(const std::string& comment, const YAML::Node& root) {
+  YAML::Emitter out;
+  out << YAML::Comment(comment) << YAML::Newline << root;
+  return std::string(out.c_str()) + "\n";
+}
+
+void install_file(const std::filesystem::path& path, const std::string& text,
+                  const std::function<void(const std::string& written)>& check) {
+  std::string name = (path.parent_path() / ("." + path.filename().string() + ".XXXXXX")).string();
+  const int fd = ::mkstemp(name.data());
+  if (fd < 0) cannot_write(path, errno);
+  TempFile tmp{name};
+  // mkstemp creates the file for its owner only; a config is as readable as any other file.
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  ::fchmod(fd, 0666 & ~mask);
+  for (std::size_t done = 0; done < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : ENOSPC;
+      ::close(fd);
+      cannot_write(path, err);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  const int synced = ::fsync(fd) == 0 ? 0 : errno;
+  const int closed = ::close(fd) == 0 ? 0 : errno;
+  if (synced || closed) cannot_write(path, synced ? synced : closed);
+  check(tmp.path);
+  std::filesystem::rename(tmp.path, path);
+  tmp.keep = true;
+}
+
+std::vector<Point> install_fit_config(
+    const std::filesystem::path& path, const std::string& text, Device device,
+    const std::function<void(const std::vector<Point>&)>& check) {
+  std::vector<Point> points;
+  install_file(path, text, [&](const std::string& written) {
+    try {
+      const Config c = load_config(written);
+      points = expand_grid(c, run_settings(c, device, resolve_budget(c, device, {})));
+    } catch (const UserError& e) {
+      throw UserError("", 0, "fit",
+                      "the config for these flags is refused: " +
+                          (e.key().empty() ? std::string() : e.key() + ": ") + e.what(),
+                      "this is a bug in sweep fit if the flags are valid; please report it with "
+                      "the command line (" + e.hint() + ")");
+    }
+    check(points);
+  });
+  return points;
+}
+
+}  // namespace sweep
