@@ -273,16 +273,16 @@ TEST(FitOutput, FlagErrorsNameTheFlagBeforeAnythingIsWritten) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"gpt2-test --memory-gib 0.05 --seq 100000", "--seq: seq 100000 is longer than gpt2-test's 256"},
       {"whisper-test --memory-gib 0.05 --seq 16", "--seq: whisper-test takes no seq"},
-      {"whisper-test --memory-gib 0.05 --audio-s 1e300", "--audio-s: must be at most 30"},
+      {"whisper-test --memory-gib 0.05 --audio-s 1e300", "--audio-s: '1e300' is not a number of seconds from 0 to 30"},
       {"gpt2-test --memory-gib 0.05 --effective-batch 99999999999",
        "--effective-batch: must be from 1 to 1048576, got 99999999999"},
       {"gpt2-test --memory-gib 0.05 --max-batch 99999999999", "--max-batch: must be at most"},
-      {"gpt2-test --memory-gib 0.05 --context-gib nan", "--context-gib: must be a number of GiB"},
-      {"gpt2-test --memory-gib 0.05 --context-gib -1", "--context-gib: must be a number of GiB"},
-      {"gpt2-test --memory-gib 0.05 --context-gib inf", "--context-gib: must be a number of GiB"},
-      {"gpt2-test --memory-gib 0.05 --margin nan", "--margin: must be at least 0"},
-      {"gpt2-test --memory-gib 1e300", "--memory-gib: must be a number of GiB above 0 and at most "
-                                       "1048576, got 1e+300"},
+      {"gpt2-test --memory-gib 0.05 --context-gib nan", "--context-gib: 'nan' is not a number of GiB from 0"},
+      {"gpt2-test --memory-gib 0.05 --context-gib -1", "--context-gib: '-1' is not a number of GiB from 0"},
+      {"gpt2-test --memory-gib 0.05 --context-gib inf", "--context-gib: 'inf' is not a number of GiB from 0"},
+      {"gpt2-test --memory-gib 0.05 --margin nan", "--margin: 'nan' is not a fraction from 0 to 0.95"},
+      {"gpt2-test --memory-gib 1e300", "--memory-gib: '1e300' is not a number of GiB from 0 to 1048576"},
+      {"gpt2-test --memory-gib 0", "--memory-gib: must be a number of GiB above 0"},
   };
   for (const auto& [args, message] : cases) {
     const fs::path out = dir / "out";

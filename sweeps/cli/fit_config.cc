@@ -66,15 +66,8 @@ std::string shown(double v) {
 }
 
 void check_flags(const FitOptions& o, const models::ModelSpec& spec) {
-  if (!(o.margin >= 0 && o.margin < 0.95))
-    throw UserError("", 0, "--margin", "must be at least 0 and below 0.95, got " + shown(o.margin),
-                    "the fraction of the card kept free; the default is 0.1");
-  if (o.context_gib && !(*o.context_gib >= 0 && *o.context_gib <= reports::kMaxMemoryGib))
-    throw UserError("", 0, "--context-gib",
-                    "must be a number of GiB from 0 to " + number_text(reports::kMaxMemoryGib) +
-                        ", got " + shown(*o.context_gib),
-                    "the memory CUDA's context takes outside the allocator, e.g. --context-gib 0.5; "
-                    "leave it out to measure it");
+  // --margin, --context-gib, --memory-gib and --audio-s are finite and in range by the CLI's
+  // validators (reports::finite_number), checked before any command runs.
   if (o.effective_batch && (*o.effective_batch < 1 || *o.effective_batch > kMaxEffectiveBatch))
     throw UserError("", 0, "--effective-batch",
                     "must be from 1 to " + std::to_string(kMaxEffectiveBatch) + ", got " +
