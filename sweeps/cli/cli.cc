@@ -146,7 +146,7 @@ void register_commands(CLI::App& app, int& exit_code) {
                 "for pytorch.org/memory_viz");
   run->add_flag("!--no-zygote", opts->zygote,
                 "Exec a fresh `sweep worker` per point instead of forking it from a pre-loaded "
-                "one (the same isolation, ~0.7 s more per point)");
+                "one (the same isolation, ~0.4 s more per point)");
   run->add_option("--gpus", opts->gpus,
                   "Local GPUs to run on concurrently, e.g. 0,1 (one worker per GPU)");
   add_slurm_options(run, opts->slurm);

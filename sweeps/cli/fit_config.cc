@@ -15,17 +15,13 @@
 #include "models/zoo.h"
 #include "reports/recommend.h"
 #include "sweeps/runner/grid.h"
+#include "sweeps/runner/install_file.h"
 #include "sweeps/runner/sweep.h"
 
 namespace sweep {
 namespace {
 
 using reports::kGiB;
-
-[[noreturn]] void cannot_write(const std::filesystem::path& path, int err) {
-  throw UserError(path.string(), 0, "out", std::string("cannot write the fit's config: ") + std::strerror(err),
-                  "choose an output directory you can write to with --out DIR");
-}
 
 // The most samples per optimizer step a fit reaches: the largest accumulation a config takes
 // (sweeps/runner/config.cc), so that every pick (micro-batch >= 1) is one a config can run.
@@ -47,15 +43,6 @@ std::vector<InputFlag> input_flags(const FitOptions& o) {
           {"target_seq", "--target-seq", text(o.target_seq)},
           {"audio_s", "--audio-s", text(o.audio_s)}};
 }
-
-// Removes the temporary file unless it was installed.
-struct TempFile {
-  std::string path;
-  bool keep = false;
-  ~TempFile() {
-    if (!keep && !path.empty()) ::unlink(path.c_str());
-  }
-};
 
 }  // namespace
 
@@ -124,39 +111,13 @@ std::string emit_config(const std::string& comment, const YAML::Node& root) {
   return std::string(out.c_str()) + "\n";
 }
 
-void install_file(const std::filesystem::path& path, const std::string& text,
-                  const std::function<void(const std::string& written)>& check) {
-  std::string name = (path.parent_path() / ("." + path.filename().string() + ".XXXXXX")).string();
-  const int fd = ::mkstemp(name.data());
-  if (fd < 0) cannot_write(path, errno);
-  TempFile tmp{name};
-  // mkstemp creates the file for its owner only; a config is as readable as any other file.
-  const mode_t mask = ::umask(0);
-  ::umask(mask);
-  ::fchmod(fd, 0666 & ~mask);
-  for (std::size_t done = 0; done < text.size();) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : ENOSPC;
-      ::close(fd);
-      cannot_write(path, err);
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  const int synced = ::fsync(fd) == 0 ? 0 : errno;
-  const int closed = ::close(fd) == 0 ? 0 : errno;
-  if (synced || closed) cannot_write(path, synced ? synced : closed);
-  check(tmp.path);
-  std::filesystem::rename(tmp.path, path);
-  tmp.keep = true;
-}
-
 std::vector<Point> install_fit_config(
     const std::filesystem::path& path, const std::string& text, Device device,
     const std::function<void(const std::vector<Point>&)>& check) {
   std::vector<Point> points;
-  install_file(path, text, [&](const std::string& written) {
+  install_file(path, text, "the fit's config", "out",
+               "choose an output directory you can write to with --out DIR",
+               [&](const std::string& written) {
     try {
       const Config c = load_config(written);
       points = expand_grid(c, run_settings(c, device, resolve_budget(c, device, {})));

@@ -47,13 +47,6 @@ YAML::Node flow_list(const std::vector<std::string>& values);
 // The text of a config: `comment` (one line or several) as a YAML comment, then `root`.
 std::string emit_config(const std::string& comment, const YAML::Node& root);
 
-// Installs `text` as the file `path`: written to a fresh temporary file beside it (mkstemp, so
-// no other file is followed or replaced), handed to `check` (which reads it, e.g. with
-// load_config, and may throw), then renamed over `path`. Whatever throws leaves `path` as it
-// was and removes the temporary file.
-void install_file(const std::filesystem::path& path, const std::string& text,
-                  const std::function<void(const std::string& written)>& check);
-
 // A config fit writes, installed once it loads and expands on `device` (with the runner's
 // settings, run_settings) and `check` (which may throw UserError) accepts its points: its
 // points. The flags were checked before, so a refusal of the config itself is fit's own

@@ -14,6 +14,7 @@
 
 #include "reports/results/rows.h"
 #include "sweeps/runner/config.h"
+#include "sweeps/runner/install_file.h"
 #include "sweeps/measure/env.h"
 #include "reports/results/schema.h"
 #include "sweeps/runner/slurm.h"
@@ -169,13 +170,7 @@ bool SlurmPlan::read(const std::string& out, SlurmPlan& plan) {
 void SlurmPlan::write(const std::string& out) const {
   nlohmann::json j = {{"config", config}, {"fingerprint", fingerprint}, {"search", search},
                       {"tasks", tasks},   {"array_job", array_job},     {"merge_job", merge_job}};
-  const std::string target = path(out), tmp = target + ".tmp";
-  {
-    std::ofstream f(tmp);
-    f << j.dump(1) << "\n";
-    if (!f.flush()) throw UserError(tmp, 0, "out", "cannot write", "check permissions and free space");
-  }
-  fs::rename(tmp, target);
+  install_file(path(out), j.dump(1) + "\n", "the Slurm plan", "out", "check permissions and free space");
 }
 
 std::string plan_fingerprint(const std::vector<std::vector<Point>>& combos, bool search) {

@@ -30,6 +30,7 @@
 #include "sweeps/measure/env.h"
 #include "sweeps/runner/estimate.h"
 #include "sweeps/runner/grid.h"
+#include "sweeps/runner/install_file.h"
 #include "sweeps/runner/isolate.h"
 #include "sweeps/runner/results_store.h"
 #include "reports/results/schema.h"
@@ -325,16 +326,8 @@ Config load_with_overrides(const RunOptions& opt) {
   const auto dir = std::filesystem::path(opt.out.empty() ? cfg.out : opt.out) / "configs";
   const auto kept = dir / ("sweep-config-" + fnv1a_hex(text) + ".yaml");
   std::filesystem::create_directories(dir);
-  // Written beside, then renamed over: a link planted at the name is replaced, not followed.
-  const auto part = dir / (kept.filename().string() + ".part");
-  {
-    std::ofstream f(part, std::ios::trunc);
-    f << text;
-    if (!f.flush())
-      throw UserError(part.string(), 0, "--out", "cannot write the config with the overrides",
-                      "choose an output directory you can write to with --out DIR");
-  }
-  std::filesystem::rename(part, kept);
+  install_file(kept, text, "the config with the overrides", "--out",
+               "choose an output directory you can write to with --out DIR");
   if (!opt.quiet) std::fprintf(stderr, "config with the overrides: %s\n", kept.c_str());
   return cfg;
 }

@@ -4,9 +4,10 @@
 // fork()s a child that is, from worker_main on, the process `sweep worker` would have been:
 // the runner's environment at the time of the point plus the point's variables, its own
 // process group, fd 1 and 2 on the point's log, fd 3 the result pipe, PR_SET_PDEATHSIG.
-// Loading LibTorch is most of a worker's start (0.75 s of `sweep --version` on the 2-core
-// VM); a fork is a few milliseconds. Isolation per point is unchanged: each point is still a
-// process of its own, so a crash, an OOM or a leak ends with it.
+// Loading LibTorch is most of a worker's start (0.47 s of `sweep --version` on the 2-core
+// VM); a forked point that does nothing costs 0.03 s (bench/bench_zygote). Isolation per
+// point is unchanged: each point is still a process of its own, so a crash, an OOM or a leak
+// ends with it.
 //
 // CUDA does not survive fork() once initialised in the parent; the zygote never initialises
 // it (it runs only the loop below), so its children may. Env read at library load (libgomp's
