@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "reports/results/rows.h"
+#include "sweeps/runner/budget.h"
 #include "sweeps/runner/isolate.h"
 #include "sweeps/runner/zygote.h"
 #include "test_util.h"
@@ -194,6 +195,21 @@ TEST(Zygote, CudaPointMeasuresAsExecd_CUDA) {
   EXPECT_EQ(threads_of(zygote.pid()), 1);
 }
 
+// Only compiled here; run by scripts/gpu-check.sh cuda. The context probe forked from the
+// zygote (its second bare context exec'd from the probe) measures what the exec'd probe
+// measures: the same libraries, loaded by the same binary, so the same context.
+TEST(Zygote, CudaContextProbeMeasuresAsExecd_CUDA) {
+  Zygote zygote(SWEEP_BINARY);
+  const HostGpu execd = probe_gpus(SWEEP_BINARY, {"0"}, true, 900, nullptr).at(0);
+  const HostGpu forked = probe_gpus(SWEEP_BINARY, {"0"}, true, 900, &zygote).at(0);
+  ASSERT_GT(zygote.pid(), 0);
+  EXPECT_EQ(forked.name, execd.name);
+  EXPECT_EQ(forked.total_bytes, execd.total_bytes);
+  EXPECT_NEAR(static_cast<double>(forked.context_bytes), static_cast<double>(execd.context_bytes), 2 << 20);
+  EXPECT_EQ(forked.other_bytes, execd.other_bytes);
+  EXPECT_EQ(threads_of(zygote.pid()), 1);
+}
+
 // End to end: `sweep run` with its zygote and with --no-zygote writes the same rows but for
 // time (and the resident set within 1%).
 TEST(Zygote, RunWritesTheRowsOfAnExecdRun) {
@@ -229,6 +245,53 @@ grid:
     const std::size_t used = schema::column("device_used_bytes");
     EXPECT_NEAR(*row.number(used) / *er[id]->number(used), 1.0, 0.01) << id;
   }
+}
+
+// The GPU probe (`worker --probe-device`) is forked from the zygote like a point: the
+// command's environment is the runner's plus its own, its output and exit code are the exec'd
+// command's, a hang is killed at the deadline, and the zygote serves on.
+TEST(Zygote, CommandsLikeTheGpuProbeAreForkedFromIt) {
+  Zygote zygote(SWEEP_BINARY);
+  const std::vector<std::string> state = {SWEEP_BINARY, "worker", "--point",
+                                          nlohmann::json(tiny_point()).dump(), "--result-fd", "1"};
+  const std::map<std::string, std::string> env = {{"SWEEP_TEST_FAULT", "state"},
+                                                  {"CUDA_VISIBLE_DEVICES", "7"}};
+  const CommandOutput execd = run_command(state, {.timeout_s = 60, .env = env});
+  const CommandOutput forked = run_command(state, {.timeout_s = 60, .env = env, .zygote = &zygote});
+  ASSERT_GT(zygote.pid(), 0) << "the zygote did not serve the command";
+  ASSERT_EQ(execd.exit_code, 0) << execd.output;
+  ASSERT_EQ(forked.exit_code, 0) << forked.output;
+  const auto a = nlohmann::json::parse(execd.output.substr(0, execd.output.find('\n')));
+  const auto b = nlohmann::json::parse(forked.output.substr(0, forked.output.find('\n')));
+  EXPECT_EQ(a["environ"], b["environ"]);
+  const auto environ = b["environ"].get<std::vector<std::string>>();
+  EXPECT_NE(std::find(environ.begin(), environ.end(), "CUDA_VISIBLE_DEVICES=7"), environ.end());
+  EXPECT_EQ(a["own_process_group"], true);
+  EXPECT_EQ(b["own_process_group"], true);
+  EXPECT_EQ(b["threads"], 1);
+
+  const pid_t served_by = zygote.pid();
+  const CommandOutput hung = run_command(
+      state, {.timeout_s = 2, .env = {{"SWEEP_TEST_FAULT", "hang"}}, .zygote = &zygote});
+  EXPECT_TRUE(hung.timed_out);
+  EXPECT_EQ(hung.exit_code, -1);
+  EXPECT_EQ(zygote.pid(), served_by) << "a command killed at its deadline took the zygote with it";
+  EXPECT_EQ(threads_of(served_by), 1);
+
+  // The probe itself: the same answer either way (this GPU's name and memory on a GPU host;
+  // on a host without one, the same refusal).
+  auto probe = [](Zygote* z) {
+    try {
+      const HostGpu g = probe_gpus(SWEEP_BINARY, {"0"}, false, 300, z).at(0);
+      return g.name + " " + std::to_string(g.total_bytes);
+    } catch (const std::runtime_error& e) {
+      return std::string("refused: ") + e.what();
+    }
+  };
+  const std::string probed_execd = probe(nullptr), probed_forked = probe(&zygote);
+  EXPECT_EQ(probed_execd, probed_forked);
+  EXPECT_FALSE(probed_forked.empty());
+  EXPECT_EQ(zygote.pid(), served_by);
 }
 
 }  // namespace

@@ -248,9 +248,27 @@ void register_commands(CLI::App& app, int& exit_code) {
   zygote->group("");
   zygote->add_option("--control-fd", *control_fd)->required();
   zygote->callback([control_fd, &exit_code] {
-    exit_code = serve_zygote(*control_fd, [](const std::string& point, int result_fd) {
-      return run_guarded([&] { return worker_main(point, result_fd); });
-    });
+    exit_code = serve_zygote(
+        *control_fd,
+        [](const std::string& point, int result_fd) {
+          return run_guarded([&] { return worker_main(point, result_fd); });
+        },
+        // `sweep worker ...` (the GPU probe), parsed as main parses it. Nothing else: the
+        // zygote serves the runner's own workers, not arbitrary subcommands.
+        [](const std::vector<std::string>& args) {
+          if (args.empty() || args.front() != "worker") return 2;
+          CLI::App child{"sweep"};
+          child.require_subcommand(1);
+          int code = 0;
+          register_commands(child, code);
+          std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11's order
+          try {
+            child.parse(reversed);
+          } catch (const CLI::ParseError& e) {
+            return child.exit(e);
+          }
+          return code;
+        });
   });
 }
 

@@ -151,7 +151,10 @@ int run_fit(const FitOptions& o) {
                          ? "the card table's, measured on this card"
                          : "the card table's default, not measured for this card";
   } else if (device == Device::kCuda) {
-    here = probe_gpus(self_exe(), {visible_device(std::getenv("CUDA_VISIBLE_DEVICES"), 0)}).at(0);
+    Zygote zygote(self_exe());  // the probe forked as the probes' points will be
+    here = probe_gpus(self_exe(), {visible_device(std::getenv("CUDA_VISIBLE_DEVICES"), 0)}, true,
+                      kProbeDeviceTimeoutS, o.zygote ? &zygote : nullptr)
+               .at(0);
     context = o.context_gib ? std::llround(*o.context_gib * kGiB) : here->context_bytes;
     context_source = o.context_gib ? "given with --context-gib" : "measured on " + here->name;
   }

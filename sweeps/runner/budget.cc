@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 #include "sweeps/worker/burst.h"
@@ -173,8 +174,10 @@ namespace {
 // Runs argv and returns its stdout's last non-empty line (library notices may come first;
 // stderr passes through); throws with `what` and the output when it fails or times out.
 std::string last_line_of(const std::vector<std::string>& argv, const std::string& what,
-                         double timeout_s) {
-  const CommandOutput r = run_command(argv, {.timeout_s = timeout_s, .keep_stderr = true});
+                         double timeout_s, const std::map<std::string, std::string>& env = {},
+                         Zygote* zygote = nullptr) {
+  const CommandOutput r =
+      run_command(argv, {.timeout_s = timeout_s, .keep_stderr = true, .env = env, .zygote = zygote});
   std::istringstream in(r.output);
   std::string line, last;
   while (std::getline(in, line))
@@ -237,13 +240,13 @@ int64_t other_processes_bytes(int compute_mode, int64_t used_at_start, int64_t w
 }
 
 std::vector<HostGpu> probe_gpus(const std::string& exe, const std::vector<std::string>& devices,
-                                bool measure_context, double timeout_s) {
+                                bool measure_context, double timeout_s, Zygote* zygote) {
   std::vector<HostGpu> out;
   for (const auto& device : devices) {
-    std::vector<std::string> argv = {"env", "CUDA_VISIBLE_DEVICES=" + device, exe, "worker",
-                                     "--probe-device"};
+    std::vector<std::string> argv = {exe, "worker", "--probe-device"};
     if (!measure_context) argv.push_back("--no-context");
-    const std::string line = last_line_of(argv, "probing GPU " + device, timeout_s);
+    const std::string line = last_line_of(argv, "probing GPU " + device, timeout_s,
+                                          {{"CUDA_VISIBLE_DEVICES", device}}, zygote);
     auto j = nlohmann::json::parse(line, nullptr, false);
     if (j.is_discarded()) throw std::runtime_error("probing GPU " + device + ": " + line);
     out.push_back({device, j.value("name", ""), j.value("total_bytes", int64_t{0}),

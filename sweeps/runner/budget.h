@@ -16,6 +16,8 @@
 
 namespace sweep {
 
+class Zygote;
+
 // What a fresh CUDA process sees on one GPU (from `sweep worker --probe-device`).
 struct HostGpu {
   std::string index;            // the GPU's CUDA_VISIBLE_DEVICES entry
@@ -64,9 +66,11 @@ inline constexpr double kProbeContextTimeoutS = 120;
 // GPU's entry (as its workers get), and reads what it reports; with measure_context false
 // (`--probe-device --no-context`) only the GPU's name and memory, so context_bytes and
 // other_bytes are 0. Throws std::runtime_error when a probe fails or runs past timeout_s.
+// With a zygote (of `exe`) each probe is forked from it, as the points are; its second bare
+// context (`worker --probe-context`) is a process of its own, exec'd from the probe.
 std::vector<HostGpu> probe_gpus(const std::string& exe, const std::vector<std::string>& devices,
                                 bool measure_context = true,
-                                double timeout_s = kProbeDeviceTimeoutS);
+                                double timeout_s = kProbeDeviceTimeoutS, Zygote* zygote = nullptr);
 
 // The compute modes of cudaDevAttrComputeMode (driver_types.h cudaComputeMode) the probe
 // tells apart.

@@ -47,28 +47,49 @@ std::string self_exe() {
 
 CommandOutput run_command(const std::vector<std::string>& argv, const CommandOptions& options) {
   CommandOutput r;
+  if (argv.empty()) return r;
+  // Built before fork: the child of a threaded process may only make async-signal-safe calls.
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  const std::vector<std::string> environment = environment_with(options.env);
+  std::vector<char*> envp;
+  for (const auto& e : environment) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return r;
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid < 0) {
-    close(fds[0]);
-    close(fds[1]);
-    r.output = std::string("fork: ") + strerror(errno);
-    return r;
-  }
-  if (pid == 0) {
-    setpgid(0, 0);  // a timeout kills the group: what the command started too
-    prctl(PR_SET_PDEATHSIG, SIGKILL);  // and so does this process's end (Ctrl-C included)
-    if (getppid() != parent) _exit(126);
-    dup2(fds[1], 1);
-    if (!options.keep_stderr) dup2(fds[1], 2);
-    execvp(args[0], args.data());
-    dprintf(1, "%s: %s", args[0], strerror(errno));
-    _exit(127);
+  pid_t pid = -1;
+  const bool from_zygote = options.zygote && argv.front() == options.zygote->exe();
+  if (from_zygote) {
+    if (const auto child = options.zygote->spawn_command({argv.begin() + 1, argv.end()}, options.env,
+                                                         fds[1], options.keep_stderr ? 2 : fds[1]))
+      pid = *child;
+    if (pid < 0) {  // no zygote could serve: exec it
+      close(fds[0]);
+      close(fds[1]);
+      CommandOptions exec = options;
+      exec.zygote = nullptr;
+      return run_command(argv, exec);
+    }
+  } else {
+    const pid_t parent = getpid();
+    pid = fork();
+    if (pid < 0) {
+      close(fds[0]);
+      close(fds[1]);
+      r.output = std::string("fork: ") + strerror(errno);
+      return r;
+    }
+    if (pid == 0) {
+      setpgid(0, 0);  // a timeout kills the group: what the command started too
+      prctl(PR_SET_PDEATHSIG, SIGKILL);  // and so does this process's end (Ctrl-C included)
+      if (getppid() != parent) _exit(126);
+      dup2(fds[1], 1);
+      if (!options.keep_stderr) dup2(fds[1], 2);
+      execvpe(args[0], args.data(), envp.data());
+      dprintf(1, "%s: %s", args[0], strerror(errno));
+      _exit(127);
+    }
   }
   close(fds[1]);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(options.timeout_s);
@@ -95,7 +116,17 @@ CommandOutput run_command(const std::vector<std::string>& argv, const CommandOpt
   close(fds[0]);
   if (r.timed_out) kill(-pid, SIGKILL);
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  if (from_zygote) {
+    const auto ended = options.zygote->wait(pid);
+    if (!ended) {  // the zygote died under it, and the command with it: run it again, exec'd
+      CommandOptions exec = options;
+      exec.zygote = nullptr;
+      return run_command(argv, exec);
+    }
+    status = *ended;
+  } else {
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
   }
   r.exit_code = !r.timed_out && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;

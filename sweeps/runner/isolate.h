@@ -44,6 +44,10 @@ struct CommandOutput {
 struct CommandOptions {
   double timeout_s = 0;      // 0: wait as long as it runs
   bool keep_stderr = false;  // stderr to this process's stderr, not into `output`
+  std::map<std::string, std::string> env;  // set in the command (empty value = unset)
+  // Where argv[0] is this zygote's executable (`sweep worker --probe-device`): fork the
+  // command from it instead of exec'ing the binary again.
+  Zygote* zygote = nullptr;
 };
 // Runs argv[0] (looked up on the PATH) without a shell, in a process group of its own, so that
 // a timeout kills what it started too; it dies with this process (PR_SET_PDEATHSIG).

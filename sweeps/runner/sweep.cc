@@ -136,8 +136,12 @@ std::string prune_key(const Point& p) {
 // thread per GPU shares it.
 class Runner {
  public:
-  Runner(const RunOptions& opt, const std::string& out, ResultsStore& store, Progress& progress)
-      : opt_(opt), out_(out), exe_(self_exe()), store_(store), progress_(progress) {}
+  // `zygote`: one already started on this thread (the GPU probe's), kept as this thread's lane's.
+  Runner(const RunOptions& opt, const std::string& out, ResultsStore& store, Progress& progress,
+         std::unique_ptr<Zygote> zygote = nullptr)
+      : opt_(opt), out_(out), exe_(self_exe()), store_(store), progress_(progress) {
+    if (zygote && opt_.zygote) zygotes_[std::this_thread::get_id()] = std::move(zygote);
+  }
 
   // The point's outcome: recorded earlier (resume) unless --force, else measured now.
   ProbeOutcome run(const Point& p, const std::string& gpu, const std::string& search = "",
@@ -399,11 +403,13 @@ RunOutcome run_sweep(const RunOptions& opt) {
   // The budget: measured GPUs only where it matters (a target card or a budget on CUDA), each
   // the GPU its workers get: the --gpus ones, else the first visible one; its context
   // allowance only where the config does not give it.
+  // The probe is forked from the zygote that then runs this thread's points.
   std::vector<HostGpu> probed;
+  std::unique_ptr<Zygote> zygote = opt.zygote ? std::make_unique<Zygote>(self_exe()) : nullptr;
   if (run.device == Device::kCuda && (cfg.gpu || cfg.budget_gib > 0) && !opt.dry_run)
     probed = probe_gpus(self_exe(), gpus.empty() ? std::vector<std::string>{visible_device(visible, 0)}
                                                  : gpus,
-                        probe_measures_context(cfg));
+                        probe_measures_context(cfg), kProbeDeviceTimeoutS, zygote.get());
   const Budget budget = resolve_budget(cfg, run.device, probed);
   run = run_settings(cfg, run.device, budget);
   run.max_points = opt.max_points;
@@ -444,7 +450,7 @@ RunOutcome run_sweep(const RunOptions& opt) {
       std::fprintf(stderr, "note: --snapshot records the CUDA allocator's history; on the CPU "
                            "there is none, so no snapshots are written\n");
   }
-  Runner runner(opt, out, store, progress);
+  Runner runner(opt, out, store, progress, std::move(zygote));
 
   // One thread per GPU (one in all without --gpus; one per core on an emulated card), each
   // taking the next combination. A thread that throws (a full disk) stops the others taking

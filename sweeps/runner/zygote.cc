@@ -1,7 +1,7 @@
 // The pre-loaded worker; see zygote.h. The control socket is a SOCK_SEQPACKET socketpair:
 // each message one JSON object, the spawn request carrying the log and result fds
-// (SCM_RIGHTS). Request {"point", "environ"} -> reply {"pid"} (or {"error"}), then, once the
-// child ended, {"status": wait status}.
+// (SCM_RIGHTS). Request {"point", "environ"} or {"argv", "environ"} -> reply {"pid"} (or
+// {"error"}), then, once the child ended, {"status": wait status}.
 #include "sweeps/runner/zygote.h"
 
 #include <fcntl.h>
@@ -114,22 +114,6 @@ int thread_count() {
   return -1;
 }
 
-std::vector<std::string> environment_with(const std::map<std::string, std::string>& changes) {
-  std::map<std::string, std::string> env;
-  for (char** e = environ; e && *e; ++e) {
-    const std::string kv = *e;
-    const auto eq = kv.find('=');
-    if (eq != std::string::npos) env.emplace(kv.substr(0, eq), kv.substr(eq + 1));
-  }
-  for (const auto& [k, v] : changes) {
-    if (v.empty()) env.erase(k);
-    else env[k] = v;
-  }
-  std::vector<std::string> out;
-  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
-  return out;
-}
-
 // The pages of mapped files (LibTorch's code and data) that are resident in this process: an
 // exec'd worker touches them while loading, so they count in its resident set (a CPU row's
 // device_used_bytes). fork() copies no page tables of file mappings without private
@@ -200,6 +184,22 @@ void populate_pages(const PageRanges& ranges) {
 
 }  // namespace
 
+std::vector<std::string> environment_with(const std::map<std::string, std::string>& changes) {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    const std::string kv = *e;
+    const auto eq = kv.find('=');
+    if (eq != std::string::npos) env.emplace(kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  for (const auto& [k, v] : changes) {
+    if (v.empty()) env.erase(k);
+    else env[k] = v;
+  }
+  std::vector<std::string> out;
+  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
+  return out;
+}
+
 std::string environment_key() {
   std::string key;
   for (const auto& kv : environment_with({})) key += kv + '\n';
@@ -265,10 +265,23 @@ bool Zygote::start() {
 std::optional<pid_t> Zygote::spawn(const std::string& point_json,
                                    const std::map<std::string, std::string>& env, int log_fd,
                                    int result_fd) {
+  return request({{"point", point_json}}, env, log_fd, result_fd);
+}
+
+std::optional<pid_t> Zygote::spawn_command(const std::vector<std::string>& args,
+                                           const std::map<std::string, std::string>& env, int out_fd,
+                                           int err_fd) {
+  return request({{"argv", args}}, env, out_fd, err_fd);
+}
+
+std::optional<pid_t> Zygote::request(const nlohmann::json& what,
+                                     const std::map<std::string, std::string>& env, int log_fd,
+                                     int result_fd) {
   if (pid_ > 0 && environment_key() != environ_) stop();  // a child must see today's environment
+  nlohmann::json request = what;
+  request["environ"] = environment_with(env);
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (pid_ < 0 && !start()) return std::nullopt;
-    const nlohmann::json request = {{"point", point_json}, {"environ", environment_with(env)}};
     if (send_message(fd_, request, {log_fd, result_fd})) {
       const auto reply = recv_message(fd_, nullptr, 60'000);
       if (reply && reply->contains("pid")) return (*reply)["pid"].get<pid_t>();
@@ -292,7 +305,8 @@ std::optional<int> Zygote::wait(pid_t child) {
   return (*reply)["status"].get<int>();
 }
 
-int serve_zygote(int control_fd, const std::function<int(const std::string&, int)>& run_point) {
+int serve_zygote(int control_fd, const std::function<int(const std::string&, int)>& run_point,
+                 const std::function<int(const std::vector<std::string>&)>& run_command) {
   const pid_t self = getpid();
   const PageRanges resident = resident_file_pages();
   if (!send_message(control_fd, {{"ready", true}})) return 1;
@@ -301,7 +315,9 @@ int serve_zygote(int control_fd, const std::function<int(const std::string&, int
     const auto request = recv_message(control_fd, &fds);
     if (!request) return 0;  // the runner closed the socket (or died): done
     const int threads = thread_count();
-    if (fds.size() != 2 || !request->contains("point") || !request->contains("environ") || threads != 1) {
+    const bool point = request->contains("point") && (*request)["point"].is_string();
+    const bool command = request->contains("argv") && (*request)["argv"].is_array();
+    if (fds.size() != 2 || point == command || !request->contains("environ") || threads != 1) {
       for (int f : fds) close(f);
       send_message(control_fd, {{"error", threads != 1 ? "the zygote has " + std::to_string(threads) +
                                                              " threads; fork would not copy them"
@@ -309,8 +325,9 @@ int serve_zygote(int control_fd, const std::function<int(const std::string&, int
       if (threads != 1) return 1;
       continue;
     }
-    const int log_fd = fds[0], result_fd = fds[1];
-    const std::string point = (*request)["point"].get<std::string>();
+    const int log_fd = fds[0], result_fd = fds[1];  // a command's: stdout, stderr
+    const std::string point_json = point ? (*request)["point"].get<std::string>() : std::string();
+    const auto args = command ? (*request)["argv"].get<std::vector<std::string>>() : std::vector<std::string>();
     const auto env = (*request)["environ"].get<std::vector<std::string>>();
     const pid_t pid = fork();
     if (pid == 0) {
@@ -320,9 +337,10 @@ int serve_zygote(int control_fd, const std::function<int(const std::string&, int
       setpgid(0, 0);
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != self) _exit(126);
+      // A command's two fds are its stdout and stderr; it has no result pipe.
       dup2(log_fd, 1);
-      dup2(log_fd, 2);
-      dup2(result_fd, 3);
+      dup2(point ? log_fd : result_fd, 2);
+      if (point) dup2(result_fd, 3);
       if (log_fd > 3) close(log_fd);
       if (result_fd > 3) close(result_fd);
       populate_pages(resident);
@@ -331,7 +349,7 @@ int serve_zygote(int control_fd, const std::function<int(const std::string&, int
         const auto eq = kv.find('=');
         setenv(kv.substr(0, eq).c_str(), kv.substr(eq + 1).c_str(), 1);
       }
-      const int rc = run_point(point, 3);
+      const int rc = point ? run_point(point_json, 3) : run_command(args);
       // The row is written: end as the process the runner waits for, without LibTorch's
       // static teardown (deregistering every operator: ~10% of a tiny point, measured with
       // perf). Nothing of ours finishes at exit; stdio buffers (a log, an allocator trace)

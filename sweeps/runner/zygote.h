@@ -19,8 +19,10 @@
 
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace sweep {
 
@@ -38,14 +40,23 @@ class Zygote {
   // Its pid, or nullopt when no zygote can serve (the caller execs the worker instead).
   std::optional<pid_t> spawn(const std::string& point_json, const std::map<std::string, std::string>& env,
                              int log_fd, int result_fd);
+  // Starts a child that runs `sweep ARGS...` as an exec of this binary would (the GPU probe's
+  // `worker --probe-device`), with `out_fd` as its stdout and `err_fd` as its stderr. Same
+  // contract as spawn.
+  std::optional<pid_t> spawn_command(const std::vector<std::string>& args,
+                                     const std::map<std::string, std::string>& env, int out_fd,
+                                     int err_fd);
   // The child's wait status once it ended; nullopt when the zygote died meanwhile (the child
   // then died with it, by PR_SET_PDEATHSIG). The zygote restarts on the next spawn.
   std::optional<int> wait(pid_t child);
 
   pid_t pid() const { return pid_; }  // the zygote's, -1 when none runs (tests)
+  const std::string& exe() const { return exe_; }
 
  private:
   bool start();
+  std::optional<pid_t> request(const nlohmann::json& what, const std::map<std::string, std::string>& env,
+                               int log_fd, int result_fd);
   void stop();
 
   std::string exe_;
@@ -55,11 +66,16 @@ class Zygote {
 };
 
 // The zygote's side (`sweep zygote --control-fd N`): serves spawn requests on `control_fd`
-// until the runner closes it. Each child calls `run_point(point_json, 3)` and exits with its
-// value, as `sweep worker` returns from main.
-int serve_zygote(int control_fd, const std::function<int(const std::string&, int)>& run_point);
+// until the runner closes it. Each child calls `run_point(point_json, 3)`, or for a command
+// `run_command(args)`, and exits with its value, as `sweep` returns from main.
+int serve_zygote(int control_fd, const std::function<int(const std::string&, int)>& run_point,
+                 const std::function<int(const std::vector<std::string>&)>& run_command);
 
 // The runner's environment as one string (sorted NAME=VALUE lines): what a zygote started with.
 std::string environment_key();
+
+// This process's environment changed by `changes` (an empty value unsets), as NAME=VALUE
+// strings sorted by name: what a child of the runner gets.
+std::vector<std::string> environment_with(const std::map<std::string, std::string>& changes);
 
 }  // namespace sweep
