@@ -119,6 +119,11 @@ Target resolve_target(const std::vector<Measured>& rows, const RecommendOptions&
     const auto mem = static_cast<double>(t.memory_bytes);
     for (const auto& spec : gpus())
       if (t.cuda && std::abs(static_cast<double>(memory_bytes(spec)) - mem) <= 0.01 * mem) t.gpu = &spec;
+    if (t.gpu) {  // the card's own memory; its context is then what the budget left out
+      const int64_t budget = t.memory_bytes - t.context_bytes;
+      t.memory_bytes = memory_bytes(*t.gpu);
+      t.context_bytes = t.memory_bytes - budget;
+    }
     t.name = t.gpu ? std::string(t.gpu->name)
                    : "the emulated budget of " + format_bytes(static_cast<double>(t.cap_bytes()));
     t.context_source += "; the rows ran under an emulated budget of " +

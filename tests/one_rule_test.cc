@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <sstream>
@@ -120,8 +121,14 @@ TEST(OneRule, TheRowsBudgetIsTheRtx3060sCapAndTheCeilingKeepsTheMargin) {
   EXPECT_EQ(r.target.name, "RTX 3060");
   EXPECT_EQ(r.target.cap_bytes(), kCap);
   EXPECT_EQ(from_recommendation(r), from_recommend(reports::read_results(kRows)));
-  // The recommended ceiling: 11.75 GiB x 0.9 - the 0.75 GiB context = 9.83 GiB.
-  EXPECT_EQ(reports::format_bytes(static_cast<double>(r.target.ceiling_bytes())), "9.83 GiB");
+  // The recommended ceiling: 11.75 GiB x 0.9 - the 0.75 GiB context, the same as --gpu's.
+  reports::RecommendOptions o;
+  o.gpu = "rtx3060";
+  const auto with_gpu = reports::recommend({reports::read_results(kRows)}, o);
+  EXPECT_EQ(r.target.ceiling_bytes(), with_gpu.target.ceiling_bytes());
+  EXPECT_EQ(r.target.cap_bytes(), with_gpu.target.cap_bytes());
+  EXPECT_EQ(r.target.ceiling_bytes(),
+            static_cast<int64_t>(std::floor(11.75 * reports::kGiB * 0.9)) - (12616466432 - kCap));
   EXPECT_EQ(reports::format_bytes(static_cast<double>(r.target.cap_bytes())), "11.00 GiB");
   for (const auto& g : r.groups)
     if (g.fastest && !g.above_ceiling)
