@@ -123,12 +123,15 @@ Target resolve_target(const std::vector<Measured>& rows, const RecommendOptions&
       const int64_t budget = t.memory_bytes - t.context_bytes;
       t.memory_bytes = memory_bytes(*t.gpu);
       t.context_bytes = t.memory_bytes - budget;
+      t.context_source = "the card's memory less the emulated budget of " +
+                         format_bytes(static_cast<double>(budget)) + " the rows ran under";
+    } else {
+      t.context_source += "; the rows ran under an emulated budget of " +
+                          format_bytes(static_cast<double>(t.memory_bytes - t.context_bytes)) +
+                          ", taken as the cap";
     }
     t.name = t.gpu ? std::string(t.gpu->name)
                    : "the emulated budget of " + format_bytes(static_cast<double>(t.cap_bytes()));
-    t.context_source += "; the rows ran under an emulated budget of " +
-                        format_bytes(static_cast<double>(t.memory_bytes - t.context_bytes)) +
-                        ", taken as the cap";
   }
   return t;
 }
