@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 
 namespace sweep::reports {
 namespace {
@@ -67,7 +68,8 @@ constexpr const char* kStyle =
     "color:#222}table{border-collapse:collapse;margin:.5em 0}th,td{border:1px solid #ccc;"
     "padding:.2em .6em}th{background:#f3f3f3}td.r{text-align:right;"
     "font-variant-numeric:tabular-nums}img{max-width:100%}p.fixed{color:#555;"
-    "font-size:.9em}";
+    "font-size:.9em}section#summary{border:2px solid #0072b2;border-radius:6px;padding:0 1em;"
+    "margin-bottom:1.5em}details{margin:.5em 0}summary{cursor:pointer;font-weight:600}";
 
 }  // namespace
 
@@ -171,6 +173,20 @@ void Document::image(Image image) {
   blocks_.push_back({.kind = Kind::kImage, .image = std::move(image)});
 }
 
+void Document::begin_details(std::string summary) {
+  open_.push_back(Kind::kDetails);
+  blocks_.push_back({.kind = Kind::kDetails, .text = {std::move(summary)}});
+}
+void Document::begin_section(std::string id) {
+  open_.push_back(Kind::kSection);
+  blocks_.push_back({.kind = Kind::kSection, .text = {std::move(id)}});
+}
+void Document::end() {
+  if (open_.empty()) throw std::logic_error("Document::end without a begin");
+  blocks_.push_back({.kind = Kind::kEnd, .level = static_cast<int>(open_.back())});
+  open_.pop_back();
+}
+
 std::string Document::markdown() const {
   std::string out;
   for (const Block& b : blocks_) {
@@ -189,6 +205,15 @@ std::string Document::markdown() const {
         break;
       case Kind::kImage:
         out += "![" + md_escape(b.image.alt) + "](" + b.image.stem + ".svg)";
+        break;
+      case Kind::kDetails:
+        out += "<details><summary>" + html_escape(b.text[0]) + "</summary>";
+        break;
+      case Kind::kSection:
+        continue;
+      case Kind::kEnd:
+        if (static_cast<Kind>(b.level) == Kind::kSection) continue;
+        out += "</details>";
         break;
     }
     if (!out.empty() && out.back() != '\n') out += "\n";
@@ -227,6 +252,15 @@ std::string Document::html(const std::string& title, const std::string& image_di
                base64(read_file(png.string())) + "\"></p>\n";
         break;
       }
+      case Kind::kDetails:
+        out += "<details><summary>" + html_escape(b.text[0]) + "</summary>\n";
+        break;
+      case Kind::kSection:
+        out += "<section id=\"" + html_escape(b.text[0]) + "\">\n";
+        break;
+      case Kind::kEnd:
+        out += static_cast<Kind>(b.level) == Kind::kSection ? "</section>\n" : "</details>\n";
+        break;
     }
   }
   return out + "</body>\n</html>\n";

@@ -68,6 +68,11 @@ class Document {
   void list(std::vector<std::string> items);
   void table(Table table);
   void image(Image image);
+  // A block that opens folded (<details>, `summary` its one line; Markdown keeps the same tags,
+  // which GitHub renders folded), or a named <section id="..."> (HTML only), closed by end().
+  void begin_details(std::string summary);
+  void begin_section(std::string id);
+  void end();
 
   // Markdown for GitHub: images as ![alt](stem.svg), relative to the file.
   std::string markdown() const;
@@ -75,7 +80,7 @@ class Document {
   std::string html(const std::string& title, const std::string& image_dir) const;
 
  private:
-  enum class Kind { kHeading, kParagraph, kList, kTable, kImage };
+  enum class Kind { kHeading, kParagraph, kList, kTable, kImage, kDetails, kSection, kEnd };
   struct Block {
     Kind kind;
     int level = 0;
@@ -84,6 +89,7 @@ class Document {
     Image image;
   };
   std::vector<Block> blocks_;
+  std::vector<Kind> open_;  // begin_details/begin_section not yet ended
 };
 
 std::string markdown_table(const Table& table);

@@ -111,6 +111,24 @@ double nice_step(double max) {
 
 }  // namespace
 
+std::vector<double> thin_tics(const std::vector<double>& tics, bool log2) {
+  if (tics.size() < 3) return tics;
+  auto at = [log2](double x) { return log2 ? std::log2(std::max(x, 1e-9)) : x; };
+  const double span = at(tics.back()) - at(tics.front());
+  // 960 px of plot: a label of up to four digits needs about 1/24 of it.
+  const double gap = span / 24;
+  std::vector<double> kept = {tics.front()};
+  for (std::size_t i = 1; i < tics.size(); ++i) {
+    const bool last = i + 1 == tics.size();
+    if (at(tics[i]) - at(kept.back()) < gap) {
+      if (!last) continue;
+      if (kept.size() > 1) kept.pop_back();  // the largest batch is always labelled: it drops its neighbour
+    }
+    kept.push_back(tics[i]);
+  }
+  return kept;
+}
+
 std::string palette(std::size_t i) {
   static const char* kColors[] = {"#0072b2", "#e69f00", "#009e73", "#cc79a7",
                                   "#56b4e9", "#d55e00", "#000000", "#f0e442"};
@@ -152,18 +170,29 @@ bool Plotter::draw(const LineChart& c) {
   // A line far above the data (a whole 80 GiB device under 5 GiB of points) would flatten
   // them; then it is named in a corner instead.
   double data_max = max_of(ys, 0);
-  bool off_scale = c.hline && data_max > 0 && *c.hline > 2 * data_max;
-  if (c.hline && !off_scale) {
-    plots.push_back(num(*c.hline) + " with lines dt 2 lw 1.5 lc rgb " + quote(kGrey) + " title " +
-                    quote(c.hline_title));
-    entries.push_back(c.hline_title);
+  double ymax = data_max;
+  std::string above;
+  for (const HLine& h : c.hlines) {
+    if (data_max > 0 && h.y > 2 * data_max) {
+      above += (above.empty() ? "" : "; ") + h.title;
+      continue;
+    }
+    plots.push_back(num(h.y) + " with lines dt " + std::to_string(h.dash) + " lw 1.5 lc rgb " +
+                    quote(kGrey) + " title " + quote(h.title));
+    entries.push_back(h.title);
+    ymax = std::max(ymax, h.y);
   }
-  double ymax = (off_scale ? data_max : std::max(data_max, c.hline.value_or(0))) * 1.08;
-  if (off_scale)
-    body << "  set label 1 " << quote(c.hline_title + ": above this range")
+  ymax = c.ymax ? *c.ymax : ymax * 1.08;
+  if (!above.empty())
+    body << "  set label 1 " << quote(above + ": above this range")
          << " at graph 0.02, graph 0.95 left tc rgb " << quote(kGrey) << "\n";
   else
     body << "  unset label 1\n";
+  if (!c.note.empty())
+    body << "  set label 2 " << quote(c.note) << " at graph 0.98, graph 0.95 right tc rgb "
+         << quote(kRed) << "\n";
+  else
+    body << "  unset label 2\n";
   body << "  set title " << quote(c.title) << "\n  set xlabel " << quote(c.xlabel)
        << "\n  set ylabel " << quote(c.ylabel) << "\n"
        << "  set grid xtics ytics lc rgb '#dddddd'\n";
@@ -180,8 +209,9 @@ bool Plotter::draw(const LineChart& c) {
     }
   }
   if (!c.xtics.empty()) {
+    const std::vector<double> tics = thin_tics(c.xtics, c.log2_x);
     body << "  set xtics (";
-    for (std::size_t i = 0; i < c.xtics.size(); ++i) body << (i ? ", " : "") << num(c.xtics[i]);
+    for (std::size_t i = 0; i < tics.size(); ++i) body << (i ? ", " : "") << num(tics[i]);
     body << ")\n";
   }
   body << "  set yrange [0:" << num(ymax > 0 ? ymax : 1) << "]\n";
@@ -350,6 +380,7 @@ bool Plotter::run(const std::string& stem) {
     // No half-drawn image is left to pass for a plot.
     for (const char* ext : {".svg", ".png"}) fs::remove(fs::path(out_dir_) / (stem + ext));
   }
+  drawn_ += drawn;
   return drawn;
 }
 

@@ -26,11 +26,19 @@ struct Series {
   bool lines = true;
 };
 
+// A horizontal reference line across a LineChart (the cap, the recommended ceiling).
+struct HLine {
+  double y = 0;
+  std::string title;
+  int dash = 2;  // gnuplot dashtype
+};
+
 struct LineChart {
   std::string stem, title, xlabel, ylabel;
   std::vector<Series> series;
-  std::optional<double> hline;  // e.g. the memory budget
-  std::string hline_title;
+  std::vector<HLine> hlines;  // e.g. the cap and the recommended ceiling
+  std::optional<double> ymax;  // the top of the y range; empty: the data's (and lines') top
+  std::string note;            // written in a corner, e.g. what is off the scale
   bool log2_x = false;
   std::vector<double> xtics;  // empty: gnuplot's choice
 };
@@ -58,6 +66,11 @@ struct BarChart {
   std::vector<Panel> panels;
 };
 
+// The x tics a chart labels: sorted `tics` less those closer than 1/24 of the axis to the
+// last one kept (labels that would overlap: batches 21 and 22 on a log axis up to 97); the
+// first and the largest are always kept.
+std::vector<double> thin_tics(const std::vector<double>& tics, bool log2);
+
 // Okabe-Ito colours (distinguishable with colour blindness), cycled.
 std::string palette(std::size_t i);
 inline constexpr const char* kRed = "#d62728";
@@ -74,12 +87,15 @@ class Plotter {
   bool draw(const BarChart& chart);
   // One line per chart gnuplot failed on.
   const std::vector<std::string>& errors() const { return errors_; }
+  // Charts drawn (each an .svg and a .png).
+  int drawn() const { return drawn_; }
 
  private:
   bool run(const std::string& stem);
   std::string out_dir_;
   std::string gnuplot_;
   std::vector<std::string> errors_;
+  int drawn_ = 0;
 };
 
 }  // namespace sweep::reports

@@ -1,6 +1,7 @@
 // The recommendation analysis: rows -> per-model choices under one memory budget.
-// A row fits when its peak *reserved* bytes (not allocated: fragmentation is real) are at
-// most the usable memory. When nothing fits, the walk over changes follows the order the
+// A row fits when it ran with no OOM and its peak *reserved* bytes (not allocated:
+// fragmentation is real) are at most the cap; it is recommended only under the recommended
+// ceiling (the one rule, fit_rule.h). When nothing fits, the walk over changes follows the order the
 // Hugging Face single-GPU training guide and PyTorch's memory notes give: mixed precision,
 // activation checkpointing, smaller micro-batch with more accumulation, lighter optimizer.
 #include "reports/recommend.h"
@@ -141,25 +142,67 @@ std::optional<Choice> largest_batch(const std::vector<Choice>& v) {
   });
 }
 
-// What rows of one group look like under one budget.
+// The recommendation among candidates under the ceiling, and why when it is not simply the
+// fastest. On the CPU by memory: its step times say nothing about a GPU and swing with the
+// host's load (a batch-1 row measured 70 times faster than batch 2 of the same configuration).
+// Elsewhere the fastest, unless its step time varied by more than its lead over the runner-up
+// (fit_rule.h prefer_runner_up): then the steadier runner-up.
+std::optional<Choice> recommended(const std::vector<Choice>& v, bool cpu, std::string* why) {
+  if (cpu) {
+    if (v.empty()) return std::nullopt;
+    if (why)
+      *why = "ranked by memory, not throughput: on the CPU step times say nothing about a GPU "
+             "and vary with the host's load, so the configuration with the fewest changes from "
+             "plain training that fits, at its largest batch, is recommended";
+    return *std::min_element(v.begin(), v.end(), ranks_by_memory);
+  }
+  std::vector<Choice> timed;
+  for (const auto& c : v)
+    if (c.tokens_per_s > 0) timed.push_back(c);
+  if (timed.size() < 2) return best_timed_else_predicted(v);
+  std::sort(timed.begin(), timed.end(), ranks_before);
+  const Choice &best = timed[0], &next = timed[1];
+  if (best.on_target == next.on_target &&
+      prefer_runner_up(best.tokens_per_s, best.step_ms_cv, next.tokens_per_s, next.step_ms_cv)) {
+    if (why)
+      *why = runner_up_note(best.label(), best.tokens_per_s, best.step_ms_cv, next.label(),
+                            next.tokens_per_s, next.step_ms_cv);
+    return next;
+  }
+  return best;
+}
+
+// What rows of one group look like under one card's rule.
 struct Budgeted {
   std::vector<Measured> rows;  // the group's rows, on_target set
-  int64_t usable = 0;
-  bool fits(const Measured& m) const { return m.ok && m.choice.peak_reserved_bytes <= usable; }
-  std::vector<Choice> fitting(const std::function<bool(const Measured&)>& keep) const {
+  FitRule rule;
+  bool fits(const Measured& m) const {
+    return rule.fits(m.ok, static_cast<double>(m.choice.peak_reserved_bytes));
+  }
+  bool recommendable(const Measured& m) const {
+    return rule.recommendable(m.ok, static_cast<double>(m.choice.peak_reserved_bytes));
+  }
+  std::vector<Choice> fitting(const std::function<bool(const Measured&)>& keep,
+                              bool under_ceiling = false) const {
     std::vector<Choice> out;
     for (const auto& m : rows)
-      if (fits(m) && keep(m)) out.push_back(m.choice);
+      if ((under_ceiling ? recommendable(m) : fits(m)) && keep(m)) out.push_back(m.choice);
     return out;
   }
-  std::optional<Choice> fastest() const {
-    return best_timed_else_predicted(fitting([](const Measured& m) { return m.train(); }));
+  // The recommendation: under the ceiling; else (above_ceiling set) what fits the cap.
+  std::optional<Choice> fastest(bool* above_ceiling = nullptr, std::string* why = nullptr) const {
+    auto train = [](const Measured& m) { return m.train(); };
+    if (auto c = recommended(fitting(train, true), !rule.cuda, why)) return c;
+    auto c = recommended(fitting(train), !rule.cuda, why);
+    if (c && above_ceiling) *above_ceiling = true;
+    return c;
   }
 };
 
-Budgeted budgeted(const std::vector<const Measured*>& rows, int64_t usable, const OnTarget& on) {
+Budgeted budgeted(const std::vector<const Measured*>& rows, const FitRule& rule,
+                  const OnTarget& on) {
   Budgeted b;
-  b.usable = usable;
+  b.rule = rule;
   for (const auto* m : rows) {
     b.rows.push_back(*m);
     b.rows.back().choice.on_target = on(*m);
@@ -229,7 +272,9 @@ void effective_batch(const Budgeted& b, int64_t n, GroupRecommendation& g) {
     return same_configuration(x, y) && x.batch == y.batch;
   };
   for (const auto& m : b.rows) {
-    if (!b.fits(m) || !m.train() || (m.choice.tokens_per_s <= 0 && !m.choice.predicted)) continue;
+    if (!b.recommendable(m) || !m.train() || (m.choice.tokens_per_s <= 0 && !m.choice.predicted &&
+                                               b.rule.cuda))
+      continue;
     const Choice& c = m.choice;
     if (c.batch * c.accumulation == n) cand.push_back(c);
     if (c.accumulation != 1 || c.batch <= 0 || n % c.batch != 0 || n == c.batch) continue;
@@ -243,7 +288,7 @@ void effective_batch(const Budgeted& b, int64_t n, GroupRecommendation& g) {
     inferred.inferred = true;
     cand.push_back(inferred);
   }
-  g.effective = best_timed_else_predicted(cand);
+  g.effective = recommended(cand, !b.rule.cuda, nullptr);
 }
 
 void eval_checks(const Budgeted& b, GroupRecommendation& g) {
@@ -273,7 +318,7 @@ void eval_checks(const Budgeted& b, GroupRecommendation& g) {
 }
 
 // Where the configuration's measured peaks (peak reserved vs batch; the higher one where a
-// batch was measured at several accumulations) meet `usable`, by the max-batch search's own
+// batch was measured at several accumulations) meet the cap, by the max-batch search's own
 // extrapolation (reports::batch_at_budget); only a batch beyond the largest measured one is
 // a prediction.
 std::optional<int64_t> predicted_batch(const Budgeted& b, const Choice& c) {
@@ -281,7 +326,7 @@ std::optional<int64_t> predicted_batch(const Budgeted& b, const Choice& c) {
   for (const auto& m : b.rows)
     if (m.ok && same_configuration(m.choice, c) && m.choice.peak_reserved_bytes > 0)
       peaks[m.choice.batch] = std::max(peaks[m.choice.batch], static_cast<double>(m.choice.peak_reserved_bytes));
-  const auto at = batch_at_budget(peaks, static_cast<double>(b.usable));
+  const auto at = batch_at_budget(peaks, static_cast<double>(b.rule.cap_bytes()));
   if (!at || *at <= c.batch || *at > 1'000'000'000) return std::nullopt;
   return at;
 }
@@ -289,16 +334,37 @@ std::optional<int64_t> predicted_batch(const Budgeted& b, const Choice& c) {
 // Marks a largest batch bounded when a larger batch of its configuration was measured not to
 // fit; otherwise predicts where the limit is.
 void bound(const Budgeted& b, Choice& c) {
-  c.bounded = std::any_of(b.rows.begin(), b.rows.end(), [&](const Measured& m) {
-    return same_configuration(m.choice, c) && m.choice.batch > c.batch && m.exceeds(b.usable);
-  });
+  for (const Measured& m : b.rows)
+    if (same_configuration(m.choice, c) && m.choice.batch > c.batch &&
+        m.exceeds(b.rule.cap_bytes()) && (!c.first_over || m.choice.batch < *c.first_over))
+      c.first_over = m.choice.batch;
+  c.bounded = c.first_over.has_value();
   if (!c.bounded) c.predicted_batch = predicted_batch(b, c);
 }
 
-void max_batch_per_precision(const Budgeted& b, GroupRecommendation& g) {
-  for (const Precision p : all_of<Precision>()) {
+// The report's technique order: precision, checkpointing (none first), optimizer, then the
+// rest of the label.
+bool technique_order(const Choice& x, const Choice& y) {
+  auto key = [](const Choice& c) {
+    return std::make_tuple(static_cast<int>(c.precision), static_cast<int>(c.checkpointing),
+                           c.optimizer ? static_cast<int>(*c.optimizer) : -1, c.adapter,
+                           c.offload, !c.use_cache, c.alloc_conf);
+  };
+  return key(x) < key(y);
+}
+
+// The largest batch that fits the cap, per technique.
+void max_batch_per_technique(const Budgeted& b, GroupRecommendation& g) {
+  std::vector<Choice> seen;
+  for (const auto& m : b.rows)
+    if (m.train() && std::none_of(seen.begin(), seen.end(), [&](const Choice& c) {
+          return same_configuration(c, m.choice);
+        }))
+      seen.push_back(m.choice);
+  std::stable_sort(seen.begin(), seen.end(), technique_order);
+  for (const Choice& t : seen) {
     auto c = largest_batch(
-        b.fitting([&](const Measured& m) { return m.train() && m.choice.precision == p; }));
+        b.fitting([&](const Measured& m) { return m.train() && same_configuration(m.choice, t); }));
     if (!c) continue;
     bound(b, *c);
     g.max_batch.push_back(*c);
@@ -317,7 +383,7 @@ std::string measure_command(const GroupRecommendation& g, const Target& t) {
   if (!g.seq.empty()) s << " --seq " << g.seq;
   if (!g.target_seq.empty()) s << " --target-seq " << g.target_seq;
   if (!g.audio_s.empty()) s << " --audio-s " << g.audio_s;
-  if (t.margin != 0.1) s << " --margin " << t.margin;
+  if (t.margin != kDefaultMargin) s << " --margin " << t.margin;
   if (!t.cuda) s << " --device cpu";
   return s.str();
 }
@@ -335,7 +401,13 @@ std::vector<std::string> notes_for(const Recommendation& r, const std::vector<Me
   std::set<std::string> elsewhere;
   for (const auto& m : rows)
     if (m.ok && m.train() && !on_target(m)) elsewhere.insert(m.choice.measured_on);
-  if (r.other_card)
+  if (r.other_card && !r.target.cuda)
+    notes.push_back("Recommending for " + r.target.name + " of CPU memory from rows measured on " +
+                    join(elsewhere) +
+                    " with another memory size: a configuration's peak on the CPU is what "
+                    "PyTorch allocates for it, whatever the host's RAM, so the peaks hold; the "
+                    "throughput is the measuring host's.");
+  else if (r.other_card)
     notes.push_back("Recommending for " + r.target.name + " from rows measured on " +
                     join(elsewhere) +
                     ": memory transfers between GPUs, throughput does not. Configurations are "
@@ -396,19 +468,33 @@ int Choice::techniques() const {
 
 bool Choice::noisy() const { return step_ms_cv > kNoisyStepCv; }
 
-std::string Choice::label() const {
-  std::string s = to_string(precision) + ", ";
-  if (mode == Mode::kEval) return s + "batch " + std::to_string(batch) + " (eval)";
-  s += checkpointing == Checkpointing::kNone ? "no checkpointing"
-                                             : to_string(checkpointing) + " checkpointing";
-  s += ", batch " + std::to_string(batch);
-  if (accumulation > 1) s += " x " + std::to_string(accumulation);
-  s += ", " + to_string(optimizer);
-  if (!alloc_conf.empty()) s += ", alloc_conf " + alloc_conf;
-  if (!use_cache) s += ", use_cache=False";
-  if (!adapter.empty()) s += ", " + adapter;
-  if (offload != Offload::kNone) s += ", offload " + to_string(offload);
+namespace {
+// The parts of a configuration's label before and after its batch.
+std::string label_head(const Choice& c) {
+  std::string s = to_string(c.precision) + ", ";
+  if (c.mode == Mode::kEval) return s;
+  return s + (c.checkpointing == Checkpointing::kNone ? "no checkpointing"
+                                                      : to_string(c.checkpointing) + " checkpointing");
+}
+std::string label_tail(const Choice& c) {
+  if (c.mode == Mode::kEval) return " (eval)";
+  std::string s = ", " + to_string(c.optimizer);
+  if (!c.alloc_conf.empty()) s += ", alloc_conf " + c.alloc_conf;
+  if (!c.use_cache) s += ", use_cache=False";
+  if (!c.adapter.empty()) s += ", " + c.adapter;
+  if (c.offload != Offload::kNone) s += ", offload " + to_string(c.offload);
   return s;
+}
+}  // namespace
+
+std::string Choice::label() const {
+  std::string batch_text = (mode == Mode::kEval ? "" : ", ") + std::string("batch ") + std::to_string(batch);
+  if (accumulation > 1 && mode != Mode::kEval) batch_text += " x " + std::to_string(accumulation);
+  return label_head(*this) + batch_text + label_tail(*this);
+}
+
+std::string Choice::technique() const {
+  return mode == Mode::kEval ? to_string(precision) + " (eval)" : label_head(*this) + label_tail(*this);
 }
 
 std::string GroupRecommendation::label() const {
@@ -468,12 +554,13 @@ Recommendation recommend(const std::vector<Results>& results, const RecommendOpt
   // Cross-GPU columns: the table's cards that could hold the smallest measured peak, one
   // column per memory size; their context is the target's (or CUDA's default).
   r.column_context_bytes = r.target.cuda ? r.target.context_bytes : kDefaultCudaContextBytes;
+  // None for the CPU: its rows' peaks leave out what CUDA adds (context, allocator rounding).
   for (const auto& spec : gpus()) {
     auto mem = memory_bytes(spec);
-    if (smallest_peak < 0 || mem < smallest_peak) continue;
-    if (r.columns.empty() || r.columns.back().memory_bytes != mem)
+    if (smallest_peak < 0 || mem < smallest_peak || !r.target.cuda) continue;
+    if (r.columns.empty() || r.columns.back().rule.memory_bytes != mem)
       r.columns.push_back(
-          {"", {}, mem, usable_bytes(mem, r.target.margin, r.column_context_bytes)});
+          {"", {}, FitRule{mem, r.column_context_bytes, r.target.margin, true, ""}});
     auto& c = r.columns.back();
     c.name += (c.name.empty() ? "" : " / ") + std::string(spec.name);
     c.gpus.push_back(&spec);
@@ -491,13 +578,13 @@ Recommendation recommend(const std::vector<Results>& results, const RecommendOpt
       g.train_rows += m->train();
       g.train_ok += m->train() && m->ok;
     }
-    Budgeted b = budgeted(members, r.target.usable_bytes, on_target);
-    g.fastest = b.fastest();
+    Budgeted b = budgeted(members, r.target, on_target);
+    g.fastest = b.fastest(&g.above_ceiling, &g.headline_note);
     if (r.has_eval) eval_checks(b, g);
-    max_batch_per_precision(b, g);
+    max_batch_per_technique(b, g);
     if (options.effective_batch) effective_batch(b, *options.effective_batch, g);
     g.limit_reached = std::any_of(members.begin(), members.end(), [&](const Measured* m) {
-      return m->train() && m->exceeds(r.target.usable_bytes);
+      return m->train() && m->exceeds(r.target.cap_bytes());
     });
     g.measure_command = measure_command(g, r.target);
     if (!g.fastest) walk_closest(b, g);
@@ -511,9 +598,9 @@ Recommendation recommend(const std::vector<Results>& results, const RecommendOpt
         return std::find(col.gpus.begin(), col.gpus.end(), s) != col.gpus.end();
       };
       covered.push_back(std::any_of(members.begin(), members.end(), [&](const Measured* m) {
-        return m->train() && m->exceeds(col.usable_bytes);
+        return m->train() && m->exceeds(col.rule.cap_bytes());
       }));
-      cells.push_back(covered.back() ? budgeted(members, col.usable_bytes, on_column).fastest()
+      cells.push_back(covered.back() ? budgeted(members, col.rule, on_column).fastest()
                                      : std::nullopt);
     }
   }

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "reports/fit_rule.h"
 #include "reports/gpus.h"
 #include "reports/results/rows.h"
 
@@ -32,22 +33,24 @@ using ::sweep::kDefaultCudaContextBytes;
 struct RecommendOptions {
   std::string gpu;                         // --gpu NAME, looked up in gpus(); "" = none
   std::optional<double> memory_gib;        // --memory-gib N
-  double margin = 0.1;                     // fraction of memory kept free
+  double margin = kDefaultMargin;          // fraction of memory kept free (fit_rule.h)
   std::optional<int64_t> effective_batch;  // micro-batch x accumulation to reach
   std::optional<double> context_gib;       // overrides the measured/default allowance
+  // The cap the rows ran under (a budget enforced while measuring, memory - context), when
+  // neither --gpu nor --memory-gib is given: `report` passes a group's budget. Without it a
+  // file whose rows all ran under one emulated budget is read the same way.
+  std::optional<int64_t> budget_bytes;
 };
 
-// The card recommended for and its budget.
-struct Target {
+// The card recommended for and its two figures by the one rule (fit_rule.h): cap_bytes()
+// for "fits", ceiling_bytes() for "recommended".
+struct Target : FitRule {
   std::string name;              // "RTX 3060", "12 GiB", or the measuring device's name
   const GpuSpec* gpu = nullptr;  // its table entry, when known
-  int64_t memory_bytes = 0;
   bool memory_as_sold = false;  // from the GPU table's capacity, not what CUDA reports
-  double margin = 0;
-  int64_t context_bytes = 0;
-  std::string context_source;  // how context_bytes was chosen, for the report
-  int64_t usable_bytes = 0;    // floor(memory x (1 - margin)) - context
-  bool cuda = true;
+  // No --gpu or --memory-gib, and every row ran under one emulated budget: the budget is the
+  // cap (it was memory - context when the rows were measured).
+  bool from_budget = false;
 };
 
 // One configuration and what was measured for it.
@@ -81,12 +84,17 @@ struct Choice {
   // the max-batch search's own extrapolation (reports::batch_at_budget).
   bool bounded = true;
   std::optional<int64_t> predicted_batch;
+  // For a largest batch: the smallest larger batch of the configuration measured not to fit
+  // (its first OOM, or a peak over the cap); empty when unbounded.
+  std::optional<int64_t> first_over;
 
   // Changes from the plain configuration (fp32, no checkpointing, accumulation 1, AdamW,
   // default allocator): ties go to the simpler one.
   int techniques() const;
   // "bf16-amp, block, batch 8 x 4, adamw"
   std::string label() const;
+  // The label less the batch: "bf16-amp, block checkpointing, adamw".
+  std::string technique() const;
   bool noisy() const;  // step_ms_cv above kNoisyStepCv: its rank by throughput is unreliable
 };
 
@@ -100,8 +108,16 @@ struct ClosestStep {
 // The recommendation for one model at one sequence setting.
 struct GroupRecommendation {
   std::string model, seq, target_seq, audio_s;  // as in the rows; empty = not applicable
-  std::optional<Choice> fastest;                // fastest train configuration that fits
-  std::vector<Choice> max_batch;                // largest fitting micro-batch per precision
+  // The recommendation: the fastest train configuration under the recommended ceiling (the
+  // steadier runner-up where noise decides, fit_rule.h; by memory on the CPU and for
+  // predictions); when nothing is under the ceiling, the fastest that fits the cap
+  // (above_ceiling).
+  std::optional<Choice> fastest;
+  bool above_ceiling = false;
+  std::string headline_note;  // why the headline is not simply the fastest, "" when it is
+  // Largest micro-batch that fits the cap, per technique (every axis but batch and
+  // accumulation), in the report's technique order.
+  std::vector<Choice> max_batch;
   std::optional<Choice> effective;              // cheapest way to the effective batch
   std::optional<Choice> eval_max_batch;         // largest eval batch that fits
   std::optional<Choice> eval_counterpart;       // eval row matching `fastest`
@@ -121,7 +137,7 @@ struct GroupRecommendation {
 struct GpuColumn {
   std::string name;  // "A100 80GB / H100 PCIe / H100 80GB SXM"
   std::vector<const GpuSpec*> gpus;
-  int64_t memory_bytes = 0, usable_bytes = 0;
+  FitRule rule;  // its memory, the target's margin and context
 };
 
 struct Recommendation {
@@ -136,20 +152,16 @@ struct Recommendation {
   std::vector<GroupRecommendation> groups;
   std::vector<GpuColumn> columns;
   int64_t column_context_bytes = 0;  // the target's allowance, or CUDA's default
-  // [group][column]: the fastest fit, only where the group's rows reach that card's limit
-  // (covered); elsewhere empty and printed "not measured": every measured row fits such a
-  // card, so what is fastest on it was never measured.
+  // [group][column]: the recommendation for that card, only where the group's rows reach its
+  // cap (covered); elsewhere empty, and the column is left out of the table when no group
+  // reaches it (every measured row fits such a card, so what is fastest on it was never
+  // measured: said once under the table).
   std::vector<std::vector<std::optional<Choice>>> cells;
   std::vector<std::vector<bool>> covered;
 };
 
-// The one rule for "fits", used by `recommend`, `fit` and the budget `fit` searches under:
-// a configuration fits a card when its peak reserved memory is at most
-// floor(memory x (1 - margin)) - context, memory being what CUDA reports for the card.
-int64_t usable_bytes(int64_t memory, double margin, int64_t context);
-
-// The card recommended (or reported) for, its context allowance and usable memory, by the
-// rule above; `sweep report --gpu/--memory-gib` draws the same line. Throws UserError for an
+// The card recommended (or reported) for, its context allowance, cap and recommended ceiling
+// by the one rule (fit_rule.h); `sweep report` draws the same lines. Throws UserError for an
 // unknown --gpu, results that do not say which card, or no usable memory.
 Target card_target(const std::vector<Results>& results, const RecommendOptions& options);
 
@@ -178,6 +190,12 @@ extern const CLI::Validator kMargin;
 // --context-gib) to cmd; call the returned function in the callback to copy the optional
 // ones into options.
 std::function<void()> add_card_options(CLI::App* cmd, RecommendOptions& options);
+
+// Where `report` and `recommend` write when --out is not given: beside the results file, unless
+// it sits in a git work tree outside that tree's results/ folder (docs/tables/
+// rtx3060-results.csv): then <tree>/results/<name>/, name being the file's stem or, for a
+// results.csv, its directory's name, so that nothing is written among the sources.
+std::string default_out_dir(const std::string& results_path);
 
 // `sweep recommend RESULTS_DIR... [--gpu NAME | --memory-gib N] [--margin F]
 //  [--effective-batch N] [--context-gib X] [--out DIR]`

@@ -12,15 +12,20 @@
 
 namespace sweep::reports {
 
-int64_t usable_bytes(int64_t memory, double margin, int64_t context) {
-  // The epsilon keeps 10 GiB x 0.8 from landing one byte under 8 GiB.
-  auto kept =
-      static_cast<int64_t>(std::floor(static_cast<long double>(memory) * (1 - margin) + 1e-6L));
-  return kept - context;
-}
-
 namespace recommend_internal {
 namespace {
+
+// The one budget every row with a budget ran under, when each of them emulated it (a larger
+// GPU capped to a smaller card's memory less its context); nullopt otherwise.
+std::optional<int64_t> one_emulated_budget(const std::vector<Measured>& rows) {
+  std::optional<int64_t> budget;
+  for (const auto& m : rows) {
+    if (m.budget <= 0 && !m.ok && !m.oom()) continue;
+    if (!m.emulated || m.budget <= 0 || (budget && *budget != m.budget)) return std::nullopt;
+    budget = m.budget;
+  }
+  return budget;
+}
 
 Target resolve_target(const std::vector<Measured>& rows, const RecommendOptions& o,
                       OnTarget& on_target) {
@@ -53,6 +58,13 @@ Target resolve_target(const std::vector<Measured>& rows, const RecommendOptions&
     on_target = [mem = static_cast<double>(t.memory_bytes), cuda = t.cuda](const Measured& m) {
       return m.cuda == cuda && m.device_memory && std::abs(*m.device_memory - mem) <= 0.02 * mem;
     };
+  } else if (const auto budget = o.budget_bytes ? o.budget_bytes : one_emulated_budget(rows)) {
+    // The rows answer for the card their budget emulated: the budget is its cap (set below).
+    t.from_budget = true;
+    t.memory_bytes = *budget;
+    t.name = "the emulated budget";
+    t.cuda = any_cuda;
+    on_target = [](const Measured&) { return true; };
   } else {
     std::map<std::string, double> devices;
     for (const auto& m : rows)
@@ -100,6 +112,27 @@ Target resolve_target(const std::vector<Measured>& rows, const RecommendOptions&
   } else {
     t.context_source = "none on the CPU";
   }
+  if (t.from_budget) {
+    // memory - context = the budget: the card whose reported memory that is, when the table
+    // has one within 1% ("RTX 3060": 11.00 GiB + 0.75 GiB measured = 11.75 GiB).
+    t.memory_bytes += t.context_bytes;
+    const auto mem = static_cast<double>(t.memory_bytes);
+    for (const auto& spec : gpus())
+      if (t.cuda && std::abs(static_cast<double>(memory_bytes(spec)) - mem) <= 0.01 * mem) t.gpu = &spec;
+    if (t.gpu) {  // the card's own memory; its context is then what the budget left out
+      const int64_t budget = t.memory_bytes - t.context_bytes;
+      t.memory_bytes = memory_bytes(*t.gpu);
+      t.context_bytes = t.memory_bytes - budget;
+      t.context_source = "the card's memory less the emulated budget of " +
+                         format_bytes(static_cast<double>(budget)) + " the rows ran under";
+    } else {
+      t.context_source += "; the rows ran under an emulated budget of " +
+                          format_bytes(static_cast<double>(t.memory_bytes - t.context_bytes)) +
+                          ", taken as the cap";
+    }
+    t.name = t.gpu ? std::string(t.gpu->name)
+                   : "the emulated budget of " + format_bytes(static_cast<double>(t.cap_bytes()));
+  }
   return t;
 }
 
@@ -108,8 +141,18 @@ Target resolve_target(const std::vector<Measured>& rows, const RecommendOptions&
 Target target_of(const std::vector<Measured>& rows, const RecommendOptions& options,
                  OnTarget& on_target) {
   Target t = resolve_target(rows, options, on_target);
-  t.usable_bytes = usable_bytes(t.memory_bytes, t.margin, t.context_bytes);
-  if (t.usable_bytes <= 0)
+  // Rows that ran under this card's own cap, emulated (the budget a config gave as the card's
+  // memory less its context): that budget is the cap, so that an OOM under it bounds the
+  // largest batch, rather than a context measured a MiB apart.
+  if (const auto budget = one_emulated_budget(rows);
+      budget && !t.from_budget && t.cuda && !options.context_gib &&
+      std::abs(static_cast<double>(t.cap_bytes() - *budget)) <= 0.01 * static_cast<double>(t.memory_bytes)) {
+    t.context_source = "the rows' emulated budget " + format_bytes(static_cast<double>(*budget)) +
+                       " taken as the cap (" + t.context_source + ": " +
+                       format_bytes(static_cast<double>(t.context_bytes)) + ")";
+    t.context_bytes = t.memory_bytes - *budget;
+  }
+  if (t.ceiling_bytes() <= 0)
     throw UserError("", 0, "", "no usable memory: " + format_bytes(static_cast<double>(t.memory_bytes)) +
                                    " x (1 - margin " + std::to_string(t.margin) + ") - context " +
                                    format_bytes(static_cast<double>(t.context_bytes)) + " <= 0",

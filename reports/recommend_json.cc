@@ -11,7 +11,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr int kRecommendJsonVersion = 1;
+constexpr int kRecommendJsonVersion = 2;  // 2: cap_bytes and ceiling_bytes (the one rule) for usable_bytes
 
 json optional_choice(const std::optional<Choice>& c) { return c ? json(*c) : json(nullptr); }
 
@@ -46,6 +46,7 @@ void to_json(json& j, const Choice& c) {
        {"predicted", c.predicted},
        {"on_target", c.on_target},
        {"bounded", c.bounded},
+       {"first_over", c.first_over ? json(*c.first_over) : json(nullptr)},
        {"predicted_batch", c.predicted_batch ? json(*c.predicted_batch) : json(nullptr)}};
 }
 
@@ -60,7 +61,8 @@ json recommendations_json(const Recommendation& r) {
                  {"margin", t.margin},
                  {"context_bytes", t.context_bytes},
                  {"context_source", t.context_source},
-                 {"usable_bytes", t.usable_bytes},
+                 {"cap_bytes", t.cap_bytes()},
+                 {"ceiling_bytes", t.ceiling_bytes()},
                  {"cuda", t.cuda}};
   j["effective_batch"] = r.effective_batch ? json(*r.effective_batch) : json(nullptr);
   j["measured_on"] = r.measured_on;
@@ -80,6 +82,8 @@ json recommendations_json(const Recommendation& r) {
                            {"target_seq", g.target_seq},
                            {"audio_s", g.audio_s},
                            {"fastest", optional_choice(g.fastest)},
+                           {"above_ceiling", g.above_ceiling},
+                           {"headline_note", g.headline_note},
                            {"max_batch", g.max_batch},
                            {"effective", optional_choice(g.effective)},
                            {"eval_max_batch", optional_choice(g.eval_max_batch)},
@@ -98,8 +102,9 @@ json recommendations_json(const Recommendation& r) {
     for (const auto* g : c.gpus) gpus.push_back(gpu_key(g));
     columns.push_back({{"name", c.name},
                        {"gpus", gpus},
-                       {"memory_bytes", c.memory_bytes},
-                       {"usable_bytes", c.usable_bytes}});
+                       {"memory_bytes", c.rule.memory_bytes},
+                       {"cap_bytes", c.rule.cap_bytes()},
+                       {"ceiling_bytes", c.rule.ceiling_bytes()}});
   }
   json cells = json::array();
   for (const auto& row : r.cells) {

@@ -26,7 +26,7 @@ struct Line {
   std::string kind;  // fastest | nothing-fits | closest-step | max-batch | effective-batch |
                      // eval-max-batch | eval-counterpart | cross-gpu
   std::string target;
-  int64_t usable = 0;
+  const FitRule* rule = nullptr;  // the card's cap and recommended ceiling
   const GroupRecommendation* group = nullptr;
   std::optional<Choice> choice;
   std::string note;
@@ -49,10 +49,20 @@ struct OutField {
 // A size for people: MiB under 1 GiB, with its unit (the CSV keeps GiB numbers).
 std::string size_text(int64_t bytes) { return format_bytes(static_cast<double>(bytes)); }
 
+// What a line's headroom is measured to: the recommended ceiling for a recommendation, the cap
+// for a largest batch that fits (fit_rule.h).
+bool recommendation_kind(const Line& l) {
+  return l.kind == "fastest" || l.kind == "effective-batch" || l.kind == "cross-gpu";
+}
+int64_t limit_of(const Line& l) {
+  return recommendation_kind(l) ? l.rule->ceiling_bytes() : l.rule->cap_bytes();
+}
+
 // clang-format off
 const std::vector<OutField> kFields = {
   {"target", "target", [](const Line& l) { return l.target; }},
-  {"usable_gib", "usable", [](const Line& l) { return gib(static_cast<double>(l.usable)); }, [](const Line& l) { return size_text(l.usable); }},
+  {"cap_gib", "cap", [](const Line& l) { return gib(static_cast<double>(l.rule->cap_bytes())); }, [](const Line& l) { return size_text(l.rule->cap_bytes()); }},
+  {"ceiling_gib", "recommended ceiling", [](const Line& l) { return gib(static_cast<double>(l.rule->ceiling_bytes())); }, [](const Line& l) { return size_text(l.rule->ceiling_bytes()); }},
   {"kind", "kind", [](const Line& l) { return l.kind; }},
   {"model", "model", [](const Line& l) { return l.group->model; }},
   {"seq", "seq", [](const Line& l) { return l.group->seq; }},
@@ -71,8 +81,9 @@ const std::vector<OutField> kFields = {
    [](const Line& l) { return with_choice(l, [](auto& c) { return c.tokens_per_s > 0 ? rate(c.tokens_per_s) : c.predicted ? std::string("not measured") : std::string(); }); }},
   {"peak_reserved_gib", "peak reserved", [](const Line& l) { return with_choice(l, [](auto& c) { return c.status == Status::kOk ? gib(static_cast<double>(c.peak_reserved_bytes)) : std::string(); }); },
    [](const Line& l) { return with_choice(l, [](auto& c) { return c.status == Status::kOk ? size_text(c.peak_reserved_bytes) : std::string(); }); }},
-  {"headroom_gib", "headroom", [](const Line& l) { return with_choice(l, [&](auto& c) { return c.status == Status::kOk ? gib(static_cast<double>(l.usable - c.peak_reserved_bytes)) : std::string(); }); },
-   [](const Line& l) { return with_choice(l, [&](auto& c) { return c.status == Status::kOk ? size_text(l.usable - c.peak_reserved_bytes) : std::string(); }); }},
+  // Headroom is memory left, not batches: where no larger batch was measured not to fit, a note says so.
+  {"headroom_gib", "headroom", [](const Line& l) { return with_choice(l, [&](auto& c) { return c.status == Status::kOk ? gib(static_cast<double>(limit_of(l) - c.peak_reserved_bytes)) : std::string(); }); },
+   [](const Line& l) { return with_choice(l, [&](auto& c) { return c.status == Status::kOk ? size_text(limit_of(l) - c.peak_reserved_bytes) + (c.bounded ? "" : " (larger batches not measured)") : std::string(); }); }},
   {"status", "status", [](const Line& l) { return with_choice(l, [](auto& c) { return to_string(c.status); }); }},
   {"step_ms_cv", "step CV", [](const Line& l) { return with_choice(l, [](auto& c) { return c.step_ms_cv > 0 ? fixed(c.step_ms_cv, 3) : std::string(); }); }},
   {"inferred", "inferred", [](const Line& l) { return with_choice(l, [](auto& c) { return std::string(c.inferred ? "1" : "0"); }); }},
@@ -95,7 +106,7 @@ std::vector<Line> lines(const Recommendation& r) {
   for (std::size_t i = 0; i < r.groups.size(); ++i) {
     const auto& g = r.groups[i];
     auto add = [&](std::string kind, std::optional<Choice> c, std::string note = "") {
-      out.push_back({std::move(kind), t.name, t.usable_bytes, &g, std::move(c), std::move(note)});
+      out.push_back({std::move(kind), t.name, &t, &g, std::move(c), std::move(note)});
     };
     // A largest batch no OOM bounded is only the largest measured.
     auto largest = [&](const std::optional<Choice>& c) -> std::string {
@@ -109,15 +120,22 @@ std::vector<Line> lines(const Recommendation& r) {
     };
     if (g.fastest) {
       std::string note =
+          g.above_ceiling
+              ? "above the recommended ceiling: nothing measured stays under it; this fits the "
+                "cap, with less than the margin kept free"
+              : "";
+      if (!g.headline_note.empty())
+        note += std::string(note.empty() ? "" : "; ") + g.headline_note;
+      note +=
           g.limit_reached ? ""
-                          : "limit not reached: every measured configuration fits, a larger "
+                          : std::string(note.empty() ? "" : "; ") + "limit not reached: every measured configuration fits, a larger "
                             "batch may fit and be faster; measure it: " +
                                 g.measure_command;
       if (g.fastest->predicted)
         note += std::string(note.empty() ? "" : "; ") +
                 "predicted by emulation, not measured: ranked by memory "
                 "(fewest changes from plain training, then the largest batch), no throughput";
-      if (g.fastest->noisy())
+      if (g.fastest->noisy() && r.target.cuda)
         note += std::string(note.empty() ? "" : "; ") + "noisy: its step time varied " +
                 fixed(100 * g.fastest->step_ms_cv, 0) +
                 "% between repetitions, so its rank by throughput is not reliable (measure again "
@@ -148,7 +166,7 @@ std::vector<Line> lines(const Recommendation& r) {
             "recommended train config in eval: " + g.eval_check);
     }
     for (std::size_t c = 0; c < r.columns.size(); ++c)
-      out.push_back({"cross-gpu", r.columns[c].name, r.columns[c].usable_bytes, &g, r.cells[i][c],
+      out.push_back({"cross-gpu", r.columns[c].name, &r.columns[c].rule, &g, r.cells[i][c],
                      !r.covered[i][c] ? kNotMeasured : r.cells[i][c] ? "" : "nothing fits"});
   }
   return out;
@@ -190,15 +208,29 @@ std::string md_table(const std::vector<Line>& all, const std::vector<std::string
 }
 
 
+// The columns of the cross-GPU table some group's rows reach (cover): the others, where every
+// measured row fits, say nothing about what is fastest there.
+std::vector<std::size_t> measured_columns(const Recommendation& r) {
+  std::vector<std::size_t> shown;
+  for (std::size_t c = 0; c < r.columns.size(); ++c)
+    for (std::size_t i = 0; i < r.groups.size(); ++i)
+      if (r.covered[i][c]) {
+        shown.push_back(c);
+        break;
+      }
+  return shown;
+}
+
 std::string cross_gpu_table(const Recommendation& r) {
-  if (r.columns.empty()) return "";
+  const auto shown = measured_columns(r);
+  if (shown.empty()) return "";
   std::vector<std::string> headers = {"model"};
-  for (const auto& c : r.columns)
-    headers.push_back(c.name + " (" + size_text(c.memory_bytes) + ")");
+  for (const std::size_t c : shown)
+    headers.push_back(r.columns[c].name + " (" + size_text(r.columns[c].rule.memory_bytes) + ")");
   std::vector<std::vector<std::string>> rows;
   for (std::size_t i = 0; i < r.groups.size(); ++i) {
     auto& row = rows.emplace_back(1, r.groups[i].label());
-    for (std::size_t c = 0; c < r.columns.size(); ++c) {
+    for (const std::size_t c : shown) {
       const auto& cell = r.cells[i][c];
       row.push_back(!r.covered[i][c] ? "not measured"
                     : cell           ? cell->label() + " · " +
@@ -230,15 +262,14 @@ std::string recommendations_markdown(const Recommendation& r) {
   const Target& t = r.target;
   const auto all = lines(r);
   std::ostringstream s;
-  s << "# Recommendations for " << t.name << " (" << size_text(t.memory_bytes) << ")"
+  s << "# Recommendations for " << t.name << " (" << size_text(t.memory_bytes)
+    << (t.cuda ? "" : " of CPU memory") << ")"
     << (r.predicted_cards.empty() ? "" : ": " + r.predicted_line()) << "\n\n"
-    << "Usable memory: " << size_text(t.memory_bytes)
-    << (t.memory_as_sold ? " (as sold: CUDA reports a little less; --memory-gib with nvidia-smi's "
-                           "memory.total gives the exact figure)"
+    << "The rule, " << t.derivation(t.name) << "."
+    << (t.memory_as_sold ? " Memory (as sold: CUDA reports a little less; --memory-gib with "
+                           "nvidia-smi's memory.total gives the exact figure)."
                          : "")
-    << " x (1 - " << fixed(t.margin, 2) << ") - " << size_text(t.context_bytes) << " context ("
-    << t.context_source << ") = " << size_text(t.usable_bytes)
-    << ". A configuration fits when its peak reserved memory is at most that.\n\n";
+    << "\n\n";
   for (std::size_t i = 0; i < r.notes.size(); ++i)
     s << (i ? ">\n> " : "> ") << r.notes[i] << (i + 1 == r.notes.size() ? "\n\n" : "\n");
   std::vector<std::string_view> who = {"model", "seq", "target_seq", "audio_s", "configuration"};
@@ -250,11 +281,14 @@ std::string recommendations_markdown(const Recommendation& r) {
     v.insert(v.end(), extra.begin(), extra.end());
     return v;
   };
-  s << (r.predicted_cards.empty()
-            ? "## Fastest configuration that fits\n\n"
-            : "## Recommended configuration that fits (predicted rows: ranked by memory)\n\n")
+  s << (!r.predicted_cards.empty()
+            ? "## Recommended configuration (predicted rows: ranked by memory)\n\n"
+        : !t.cuda ? "## Recommended configuration (CPU rows: ranked by memory)\n\n"
+                  : "## Recommended configuration: the fastest under the recommended ceiling\n\n")
     << md_table(all, {"fastest", "nothing-fits"}, cols({"note"}));
-  s << "## Largest micro-batch per precision\n\n" << md_table(all, {"max-batch"}, cols({"note"}));
+  s << "## Largest batch that fits, per technique\n\n"
+    << "Headroom here is what is left under the cap (" << size_text(t.cap_bytes()) << ").\n\n"
+    << md_table(all, {"max-batch"}, cols({"note"}));
   if (r.effective_batch)
     s << "## Effective batch " << *r.effective_batch << "\n\n"
       << "Micro-batch x accumulation (x 1 GPU). Inferred rows take the accumulation-1 row's "
@@ -268,20 +302,21 @@ std::string recommendations_markdown(const Recommendation& r) {
     const auto& c = g.steps[static_cast<std::size_t>(g.closest_step)];
     std::vector<Line> steps;
     for (const auto& st : g.steps)
-      steps.push_back({"closest-step", t.name, t.usable_bytes, &g, st.best, st.change});
+      steps.push_back({"closest-step", t.name, &t, &g, st.best, st.change});
     s << "## Nothing fits: " << g.label() << "\n\n"
-      << "Nothing measured fits in " << size_text(t.usable_bytes)
+      << "Nothing measured fits the cap of " << size_text(t.cap_bytes())
       << ". Closest: " << c.best->label() << " (" << c.change << "), "
-      << size_text(c.best->peak_reserved_bytes - t.usable_bytes) << " over. The lowest measured peak using the changes in the order the guides "
+      << size_text(c.best->peak_reserved_bytes - t.cap_bytes()) << " over. The lowest measured peak using the changes in the order the guides "
          "recommend, each on top of the ones before:\n\n"
       << md_table(steps, {"closest-step"},
                   {"note", "configuration", "tokens_per_s", "peak_reserved_gib", "headroom_gib"});
   }
-  if (!r.columns.empty()) {
+  const auto shown = measured_columns(r);
+  if (!shown.empty()) {
     std::string devices;
     for (const auto& d : r.measured_on) devices += (devices.empty() ? "" : ", ") + d;
     s << "## Across GPUs\n\n"
-      << "Fastest fitting configuration per card of the GPU table, with the same margin and a "
+      << "The recommendation per card of the GPU table, by the same rule with a "
       << size_text(r.column_context_bytes)
       << " context allowance. Memory transfers between cards; the throughput is as measured"
       << (devices.empty() ? std::string() : " on " + devices)
@@ -290,8 +325,39 @@ std::string recommendations_markdown(const Recommendation& r) {
          "say what is fastest on it (a larger batch, never run, may be); measure it with `sweep "
          "fit MODEL --gpu NAME`.\n\n"
       << cross_gpu_table(r);
+    if (shown.size() < r.columns.size()) {
+      std::string left;
+      for (std::size_t c = 0; c < r.columns.size(); ++c)
+        if (std::find(shown.begin(), shown.end(), c) == shown.end())
+          left += (left.empty() ? "" : ", ") + r.columns[c].name;
+      s << "Left out, nothing measured there (every measured configuration fits them): " << left
+        << ".\n\n";
+    }
+  } else if (!r.columns.empty()) {
+    s << "## Across GPUs\n\nNot measured: every measured configuration fits every larger card "
+         "of the GPU table, so the rows cannot say what is fastest on one; measure it with `sweep "
+         "fit MODEL --gpu NAME`.\n\n";
   }
   return s.str();
+}
+
+std::string default_out_dir(const std::string& results_path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path file = fs::weakly_canonical(fs::absolute(results_path, ec), ec);
+  const fs::path dir = file.parent_path();
+  for (fs::path at = dir; !at.empty(); at = at.parent_path()) {
+    if (fs::exists(at / ".git", ec)) {
+      const fs::path rel = fs::relative(dir, at, ec);
+      if (!rel.empty() && *rel.begin() == "results") break;  // already under results/
+      const std::string name = file.filename() == "results.csv" ? dir.filename().string()
+                                                                 : file.stem().string();
+      return (at / "results" / (name.empty() ? "report" : name)).string();
+    }
+    if (at == at.parent_path()) break;
+  }
+  const std::string beside = fs::path(results_path).parent_path().string();
+  return beside.empty() ? "." : beside;
 }
 
 namespace {
@@ -306,8 +372,7 @@ int run_recommend(const std::vector<std::string>& inputs, const RecommendOptions
     const std::string md = recommendations_markdown(r);
     if (json) std::cout << recommendations_json(r).dump(2) << "\n";
     else std::cout << md;
-    if (out_dir.empty()) out_dir = fs::path(results.front().path).parent_path().string();
-    if (out_dir.empty()) out_dir = ".";
+    if (out_dir.empty()) out_dir = default_out_dir(results.front().path);
     std::error_code ec;
     fs::create_directories(out_dir, ec);
     for (const auto& [name, text] : {std::pair{"recommendations.md", md},
@@ -318,6 +383,8 @@ int run_recommend(const std::vector<std::string>& inputs, const RecommendOptions
       if (!f)
         throw UserError(path, 0, "", "cannot write", "check that --out names a writable directory");
     }
+    std::cerr << "sweep recommend: wrote " << (fs::path(out_dir) / "recommendations.md").string()
+              << " and recommendations.csv" << (json ? "" : " (printed above)") << "\n";
     return 0;
   }
 }
@@ -374,14 +441,14 @@ void register_recommend_command(CLI::App& app, int& exit_code) {
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
       "recommend", "What fits a GPU's memory and which configuration is fastest, from results");
-  cmd->add_option("results", a->inputs, "Results directories (or results.csv files)")->required();
+  cmd->add_option("results", a->inputs, "Results directories, or results CSV files (docs/tables/rtx3060-results.csv)")->required();
   auto card = add_card_options(cmd, a->options);
   auto* eff = cmd->add_option("--effective-batch", a->effective_batch,
                               "Micro-batch x accumulation to reach")
                   ->check(CLI::PositiveNumber);
   cmd->add_option("--out", a->out,
-                  "Where to write recommendations.{md,csv} (default: beside the "
-                  "first results.csv)");
+                  "where to write recommendations.md and .csv (default: beside the results, or "
+                  "results/<name>/ when the results sit in a source tree outside results/)");
   cmd->add_flag("--json", a->json,
                 "The recommendation as JSON on stdout (recommend_json_version 1) instead of Markdown");
   cmd->callback([a, eff, card, &exit_code] {

@@ -161,12 +161,18 @@ std::string predicted_cards(const std::vector<Point>& pts) {
   return cards;
 }
 
+void title(Document& doc, const std::vector<Point>& pts) {
+  const std::string cards = predicted_cards(pts);
+  doc.heading(1,
+              cards.empty() ? std::string("Sweep report") : "Sweep report: " + predicted_by(cards));
+}
+
+// What measured the rows and when: after the summary, the answer comes first.
 void header(Document& doc, const Results& res, const std::vector<Point>& pts) {
   const std::string cards = predicted_cards(pts);
   const auto predicted =
       std::count_if(pts.begin(), pts.end(), [](const Point& p) { return p.predicted; });
-  doc.heading(1,
-              cards.empty() ? std::string("Sweep report") : "Sweep report: " + predicted_by(cards));
+  doc.heading(2, "About these results");
   std::map<Status, int> count;
   for (const Point& p : pts) ++count[p.status];
   std::string statuses;
@@ -251,7 +257,23 @@ void write_text(const fs::path& path, const std::string& text) {
 }  // namespace
 
 bool Group::fits(const Point& p) const {
-  return usable_bytes > 0 && p.ok() && p.peak_reserved && *p.peak_reserved <= usable_bytes;
+  return rule && p.peak_reserved && rule->fits(p.ok(), *p.peak_reserved);
+}
+
+std::string Group::measured_by() const {
+  std::vector<std::string> devices;
+  for (const Point& p : points) {
+    std::string d = p.predicted          ? "predicted: emulated " + p.card
+                    : p.device_name.empty() ? std::string()
+                    : p.device_name == "cpu" || p.device_name.rfind("cpu", 0) == 0
+                        ? "measured on the CPU"
+                        : "measured on " + p.device_name;
+    if (!d.empty() && std::find(devices.begin(), devices.end(), d) == devices.end())
+      devices.push_back(d);
+  }
+  std::string s;
+  for (const auto& d : devices) s += (s.empty() ? "" : "; ") + d;
+  return s.empty() ? "device unknown" : s;
 }
 
 std::string Point::technique() const {
@@ -365,29 +387,33 @@ void add_plot(Document& doc, bool drawn, const std::string& stem, const std::str
 namespace report {
 namespace {
 
-// Each group's usable line (see Group::usable_bytes); throws UserError before any write.
-// `results` holds the one file read (card_target takes a list, as recommend does).
-void set_usable(std::vector<Group>& groups, const std::vector<Results>& results,
-                const ReportOptions& options) {
+// Each group's rule (see Group::rule); throws UserError before any write. `results` holds the
+// one file read (card_target takes a list, as recommend does).
+void set_rules(std::vector<Group>& groups, const std::vector<Results>& results,
+               const ReportOptions& options) {
   const bool card = !options.card.gpu.empty() || options.card.memory_gib;
   std::optional<Target> given;
   if (card) given = card_target(results, options.card);
-  std::map<double, Target> by_memory;  // the measuring devices' memory -> their target
+  std::map<std::pair<double, bool>, Target> known;  // (budget or memory, enforced) -> target
   for (Group& g : groups) {
     if (given) {
-      g.usable_bytes = static_cast<double>(given->usable_bytes);
-      g.usable_title = "usable on " + given->name + ": " + format_bytes(g.usable_bytes);
-    } else if (g.budget_enforced) {
-      g.usable_bytes = g.budget_bytes;  // enforced while measuring: already the usable memory
-      g.usable_title = g.budget_title;
-    } else if (g.budget_bytes > 0) {
-      RecommendOptions o = options.card;
-      o.memory_gib = g.budget_bytes / kGiB;
-      auto it = by_memory.find(g.budget_bytes);
-      if (it == by_memory.end()) it = by_memory.emplace(g.budget_bytes, card_target(results, o)).first;
-      g.usable_bytes = static_cast<double>(it->second.usable_bytes);
-      g.usable_title = "usable: " + format_bytes(g.usable_bytes) + " of " + format_bytes(g.budget_bytes);
+      g.rule = *given;
+      g.card = given->name;
+      continue;
     }
+    if (g.budget_bytes <= 0) continue;
+    auto it = known.find({g.budget_bytes, g.budget_enforced});
+    if (it == known.end()) {
+      RecommendOptions o = options.card;
+      // A budget enforced while measuring was already the cap (memory - context).
+      if (g.budget_enforced)
+        o.budget_bytes = std::llround(g.budget_bytes);
+      else
+        o.memory_gib = g.budget_bytes / kGiB;
+      it = known.emplace(std::pair{g.budget_bytes, g.budget_enforced}, card_target(results, o)).first;
+    }
+    g.rule = it->second;
+    g.card = it->second.name;
   }
 }
 
@@ -402,20 +428,30 @@ int write_report(const std::string& results_dir, const std::string& out_dir_in,
   const Results& res = results.front();
   std::vector<report::Point> points = report::parse_points(res);  // throws before any write
   std::vector<report::Group> groups = report::make_groups(points);
-  report::set_usable(groups, results, options);
-  fs::path out_dir = out_dir_in.empty() ? fs::path(res.path).parent_path() : fs::path(out_dir_in);
-  if (out_dir.empty()) out_dir = ".";
+  report::set_rules(groups, results, options);
+  fs::path out_dir = out_dir_in.empty() ? fs::path(default_out_dir(res.path)) : fs::path(out_dir_in);
   fs::create_directories(out_dir);
+
+  // The summary's answer is recommend()'s on the same rows and card, so that the two agree;
+  // rows that do not say which card (several devices, no memory) get a line saying how to ask.
+  std::optional<Recommendation> rec;
+  std::string no_recommendation;
+  try {
+    rec = recommend(results, options.card);
+  } catch (const UserError& e) {
+    no_recommendation = e.what() + std::string(" (") + e.hint() + ")";
+  }
 
   Plotter plotter(out_dir.string());
   Document doc;
+  report::title(doc, points);
+  report::summary_section(doc, points, rec ? &*rec : nullptr, no_recommendation);
   report::header(doc, res, points);
   if (!plotter.available()) {
     std::cerr << "sweep report: note: " << report::kNoGnuplot << "\n";
     doc.paragraph(report::kNoGnuplot);
   }
   report::failures(doc, points);
-  report::search_section(doc, points);
   for (const report::Group& g : groups) {
     doc.heading(2, g.title());
     if (g.left_out > 0)
@@ -424,10 +460,14 @@ int write_report(const std::string& results_dir, const std::string& out_dir_in,
           " points with another allocator setting or budget are not shown; compared here: " +
           (g.alloc_conf.empty() ? "the default allocator" : "alloc_conf " + g.alloc_conf) + ".");
     report::memory_section(doc, plotter, g);
+    // The rest opens folded: the memory chart and the summary answer the question.
+    doc.begin_details("Techniques at each batch, where the memory goes, throughput (" +
+                      std::to_string(g.points.size()) + " points)");
     report::technique_section(doc, plotter, g);
     report::guides_section(doc, g);
     report::breakdown_section(doc, plotter, g);
     report::throughput_section(doc, plotter, g);
+    doc.end();
   }
   if (!plotter.errors().empty()) {
     doc.heading(2, "Plot errors");
@@ -437,6 +477,9 @@ int write_report(const std::string& results_dir, const std::string& out_dir_in,
   report::write_text(out_dir / "report.md", doc.markdown());
   report::write_text(out_dir / "report.html",
                      doc.html("Sweep report: " + res.path, out_dir.string()));
+  std::cout << "sweep report: wrote " << (out_dir / "report.html").string() << " and "
+            << (out_dir / "report.md").string() << " (" << plotter.drawn()
+            << " plots) from " << res.path << "\n";
   // After the report is written (its tables are whole): a failed plot is an error of the
   // environment, exit 2, not a note.
   if (!plotter.errors().empty())
@@ -458,9 +501,10 @@ void register_report_command(CLI::App& app, int& exit_code) {
   auto opts = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand(
       "report", "Write report.md, report.html and plots (SVG, PNG) from a results directory");
-  cmd->add_option("RESULTS_DIR", opts->results_dir, "directory holding results.csv (or the file)")
+  cmd->add_option("RESULTS_DIR", opts->results_dir, "directory holding results.csv, or a results CSV file")
       ->required();
-  cmd->add_option("--out", opts->out_dir, "where to write the report (default: RESULTS_DIR)");
+  cmd->add_option("--out", opts->out_dir, "where to write the report (default: beside the results, or results/<name>/ when "
+                  "the results sit in a source tree outside results/)");
   auto card = add_card_options(cmd, opts->report.card);
   cmd->callback([opts, card, &exit_code] {
     card();

@@ -56,28 +56,22 @@ Selection select_lines(const Group& g) {
   return s;
 }
 
-// "batch 4, fp16-amp / block", naming only the technique axes that vary across `points`.
-std::vector<std::string> short_labels(const std::vector<Point>& points) {
-  auto varies = [&](auto get) {
-    return std::any_of(points.begin(), points.end(),
-                       [&](const Point& p) { return get(p) != get(points.front()); });
-  };
-  bool prec = varies([](const Point& p) { return p.precision; });
-  bool ckpt = varies([](const Point& p) { return p.checkpointing; });
-  bool acc = varies([](const Point& p) { return p.accumulation; });
-  bool opt = varies([](const Point& p) { return p.optimizer; });
-  bool adapter = varies([](const Point& p) { return std::make_pair(p.adapter, p.lora_r); });
-  std::vector<std::string> out;
-  for (const Point& p : points) {
-    std::string s = "batch " + std::to_string(p.batch);
-    if (prec) s += ", " + to_string(p.precision);
-    if (ckpt) s += (prec ? " / " : ", ") + to_string(p.checkpointing);
-    if (acc) s += ", acc " + std::to_string(p.accumulation);
-    if (opt) s += ", " + to_string(p.optimizer);
-    if (adapter) s += ", " + adapter_text(p);
-    out.push_back(s);
-  }
-  return out;
+std::string pair_title(const Point& p) {
+  return to_string(p.precision) + ", " +
+         (p.checkpointing == Checkpointing::kNone ? std::string("no checkpointing")
+          : p.checkpointing ? to_string(p.checkpointing) + " checkpointing"
+                            : std::string("checkpointing unknown")) +
+         (p.adapter == Adapter::kNone ? "" : ", " + adapter_text(p));
+}
+
+std::string technique_title(const Point& p) {
+  std::string s = pair_title(p) + ", " + to_string(p.optimizer);
+  if (p.accumulation > 1) s += ", acc " + std::to_string(p.accumulation);
+  if (!p.use_cache) s += ", use_cache=False";
+  if (p.offload != Offload::kNone) s += ", offload " + to_string(p.offload);
+  if (p.weights_axis != Weights::kFull) s += ", " + to_string(p.weights_axis) + " weights";
+  if (!p.alloc_conf.empty()) s += ", " + p.alloc_conf;
+  return s;
 }
 
 std::vector<Field<Point>> technique_fields() {

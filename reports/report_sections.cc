@@ -13,11 +13,11 @@ namespace {
 
 constexpr double kSmallActivationShare = 0.25;  // below this, checkpointing barely helps
 
-Series pair_series(const Point& p) {
+// One colour per line of a chart (its place among the chart's pairs), so that no two series
+// share one; dashed with square points where checkpointing is on.
+Series pair_series(const Point& p, std::size_t index) {
   bool block = p.checkpointing != Checkpointing::kNone;
-  return {.title = p.pair(),
-          .color = palette(static_cast<std::size_t>(precision_rank(p.precision))),
-          .dash = block ? 2 : 1,
+  return {.title = pair_title(p), .color = palette(index), .dash = block ? 2 : 1,
           .point_type = block ? 5 : 7};
 }
 
@@ -26,7 +26,7 @@ Series pair_series(const Point& p) {
 LineChart batch_chart(const Group& g, const Selection& sel, const std::string& suffix,
                       const std::string& what, const std::string& ylabel) {
   LineChart c{.stem = g.stem + suffix,
-              .title = g.title() + ": " + what + " vs batch size",
+              .title = g.title() + ": " + what + " vs batch size (" + g.measured_by() + ")",
               .xlabel = "batch size (samples per micro-batch)",
               .ylabel = ylabel};
   std::set<int> batches;
@@ -39,6 +39,34 @@ LineChart batch_chart(const Group& g, const Selection& sel, const std::string& s
 Series red_crosses(std::string title) {
   return {
       .title = std::move(title), .color = kRed, .point_type = 2, .point_size = 2.2, .lines = false};
+}
+
+// An outlier (a value over three times the median of the chart's values, a noisy burst) would
+// squash every other line against the axis: the y range stops above the rest, and the
+// returned sentence names what is off the scale ("" when nothing is).
+std::string clip_outliers(LineChart& chart) {
+  std::vector<double> ys;
+  for (const Series& s : chart.series)
+    for (const auto& [x, y] : s.points) ys.push_back(y);
+  if (ys.size() < 3) return "";
+  const double m = median(ys);
+  double rest = 0;
+  std::string named;
+  for (const Series& s : chart.series)
+    for (const auto& [x, y] : s.points) {
+      if (y > 3 * m) {
+        if (!s.title.empty())
+          named += (named.empty() ? "" : ", ") + s.title + " at batch " +
+                   std::to_string(static_cast<int64_t>(x)) + " (" + fixed(y, 0) + ")";
+      } else {
+        rest = std::max(rest, y);
+      }
+    }
+  if (named.empty() || rest <= 0) return "";
+  chart.ymax = rest * 1.15;
+  chart.note = "off the scale: " + named;
+  return " Off the scale, so that it does not flatten the other lines (over three times the "
+         "median; likely noise, see its step CV below): " + named + ".";
 }
 
 std::string tokens(std::optional<double> v) { return v ? fixed(*v, *v >= 100 ? 0 : 1) : ""; }
@@ -62,18 +90,22 @@ void memory_section(Document& doc, Plotter& plotter, const Group& g) {
                  .point_type = 6,
                  .point_size = 2,
                  .lines = false};
-  // Failures with no peak are drawn at the limit they ran into.
-  const double limit = g.unit.of(g.budget_bytes > 0 ? g.budget_bytes : g.usable_bytes);
-  for (const std::string& pair : sel.pairs) {
+  // Failures are drawn at the cap they ran into, or above it: an out-of-memory point did not
+  // fit, so its cross never sits under the line that says what fits.
+  const double limit = g.unit.of(g.rule ? static_cast<double>(g.rule->cap_bytes())
+                                        : g.budget_bytes);
+  for (std::size_t i = 0; i < sel.pairs.size(); ++i) {
+    const std::string& pair = sel.pairs[i];
     Series line;
     for (const Point& p : sel.points) {
       if (p.pair() != pair) continue;
-      if (line.title.empty()) line = pair_series(p);
+      if (line.title.empty()) line = pair_series(p, i);
       if (p.ok() && p.peak_reserved) line.points.emplace_back(p.batch, g.unit.of(*p.peak_reserved));
-      // An OOM is drawn at the peak it reached before failing, when the worker knew it.
+      // An OOM is drawn at the peak it reached before failing when that is above the cap.
       if (p.status == Status::kOom) {
         std::optional<double> reached = p.peak_reserved ? p.peak_reserved : p.peak_allocated;
-        oom.points.emplace_back(p.batch, reached && *reached > 0 ? g.unit.of(*reached) : limit);
+        oom.points.emplace_back(p.batch,
+                                std::max(limit, reached ? g.unit.of(*reached) : 0.0));
       }
       if (p.status == Status::kSkipped && p.out_of_memory())
         skipped.points.emplace_back(p.batch, limit);
@@ -82,22 +114,26 @@ void memory_section(Document& doc, Plotter& plotter, const Group& g) {
   }
   chart.series.push_back(oom);
   chart.series.push_back(skipped);
-  if (g.usable_bytes > 0) {
-    chart.hline = g.unit.of(g.usable_bytes);
-    chart.hline_title = g.usable_title;
+  if (g.rule) {
+    chart.hlines.push_back({g.unit.of(static_cast<double>(g.rule->cap_bytes())),
+                            "fits: cap " + format_bytes(static_cast<double>(g.rule->cap_bytes())),
+                            1});
+    chart.hlines.push_back(
+        {g.unit.of(static_cast<double>(g.rule->ceiling_bytes())),
+         "recommended ceiling " + format_bytes(static_cast<double>(g.rule->ceiling_bytes())), 2});
   }
   add_plot(doc, plotter.draw(chart), chart.stem, chart.title);
   std::string caption =
       "One line per precision / checkpointing (dashed: checkpointing). Held fixed: " + sel.held +
       ".";
-  if (g.usable_bytes > 0)
-    caption += " A point fits where its line is under the grey line (" + g.usable_title +
-               "): peak reserved memory within the card's memory less the margin and the CUDA "
-               "context, the rule sweep recommend and sweep fit use.";
+  if (g.rule)
+    caption += " A point fits where it is on or under the solid grey line (the cap) and is "
+               "recommended under the dashed one (the recommended ceiling), by the rule of the "
+               "summary above.";
   if (!oom.points.empty())
     caption +=
-        " A red cross marks an out-of-memory point, at the peak it reached before failing when "
-        "known (that peak is in the table), else at the limit it ran into.";
+        " A red cross marks an out-of-memory point, at the cap it ran into (or at the peak it "
+        "reached, when that is higher).";
   if (!skipped.points.empty())
     caption +=
         " An open circle marks a point skipped because a smaller batch of the same configuration "
@@ -118,7 +154,7 @@ void memory_section(Document& doc, Plotter& plotter, const Group& g) {
     if (!p.ok() || !p.peak_allocated || it == batch1.end()) return std::string();
     return fixed(*p.peak_allocated / it->second, 2) + "×";
   }));
-  if (g.usable_bytes > 0)
+  if (g.rule)
     fields.push_back({.header = "fits", .cell = [&g](const Point& p) {
                         return !p.ok() ? std::string() : g.fits(p) ? "yes" : "no";
                       }});
@@ -134,10 +170,20 @@ void technique_section(Document& doc, Plotter& plotter, const Group& g) {
                                 to_string(base_optimizer);
   std::map<int, std::map<decltype(technique_key(g.points.front())), Point>> by_batch;
   for (const Point& p : g.points) by_batch[p.batch][technique_key(p)] = p;  // last row wins
+  // One chart, at the batch that compares the most techniques (the smallest of equals); the
+  // other batches' tables open folded (a fit's report drew a chart for each of 13 batches).
+  int chart_batch = 0;
+  std::size_t most = 1;
+  for (const auto& [batch, techniques] : by_batch)
+    if (techniques.size() > most) {
+      most = techniques.size();
+      chart_batch = batch;
+    }
   int shown = 0;
   for (const auto& [batch, techniques] : by_batch) {
     if (techniques.size() < 2) continue;
     ++shown;
+    const bool charted = batch == chart_batch;
     std::vector<Point> pts;
     for (const auto& [key, p] : techniques) pts.push_back(p);
     const Point* base = nullptr;
@@ -158,7 +204,7 @@ void technique_section(Document& doc, Plotter& plotter, const Group& g) {
 
     BarChart chart{.stem = g.stem + "-techniques-b" + std::to_string(batch),
                    .title = g.title() + ", batch " + std::to_string(batch) +
-                            ": memory and throughput by technique"};
+                            ": memory and throughput by technique (" + g.measured_by() + ")"};
     Panel memory{.xlabel = g.unit.header("peak allocated memory")};
     Panel speed_panel{.xlabel = "throughput (tokens/s)"};
     Segment mem{.title = "peak allocated", .color = palette(0)};
@@ -182,8 +228,13 @@ void technique_section(Document& doc, Plotter& plotter, const Group& g) {
     memory.segments.push_back(mem);
     speed_panel.segments.push_back(tps);
     chart.panels = {memory, speed_panel};
-    doc.heading(4, "Batch " + std::to_string(batch));
-    add_plot(doc, plotter.draw(chart), chart.stem, chart.title);
+    if (charted) {
+      doc.heading(4, "Batch " + std::to_string(batch));
+      add_plot(doc, plotter.draw(chart), chart.stem, chart.title);
+    } else {
+      doc.begin_details("Batch " + std::to_string(batch) + ": " +
+                        std::to_string(techniques.size()) + " techniques");
+    }
     doc.paragraph(base ? "Labels: change against the baseline " + base_name +
                              " (memory: negative is a saving; throughput: negative is the cost)."
                        : "The baseline " + base_name + " has no successful measurement at batch " +
@@ -207,6 +258,7 @@ void technique_section(Document& doc, Plotter& plotter, const Group& g) {
       return &p == base ? "baseline" : v ? signed_percent(*v) : "";
     }));
     doc.table(make_table(fields, pts));
+    if (!charted) doc.end();
   }
   if (shown == 0)
     doc.paragraph(
@@ -237,13 +289,26 @@ void breakdown_section(Document& doc, Plotter& plotter, const Group& g) {
   bool any_other = std::any_of(pts.begin(), pts.end(),
                                [&](const Point& p) { return other(p) > 0.01 * *p.peak_allocated; });
 
-  BarChart chart{.stem = g.stem + "-breakdown", .title = g.title() + ": where the memory goes"};
-  chart.labels = short_labels(pts);
+  // One bar per technique, at its largest batch that ran (a max-batch search measures a dozen
+  // batches of each: a bar for every one made 61 bars under repeated labels); the table below
+  // keeps every point.
+  std::vector<Point> bars;
+  for (const Point& p : pts) {
+    auto same = [&](const Point& b) { return b.technique() == p.technique(); };
+    auto it = std::find_if(bars.begin(), bars.end(), same);
+    if (it == bars.end())
+      bars.push_back(p);
+    else if (p.batch > it->batch)
+      *it = p;
+  }
+  BarChart chart{.stem = g.stem + "-breakdown",
+                 .title = g.title() + ": where the memory goes (" + g.measured_by() + ")"};
+  for (const Point& p : bars) chart.labels.push_back(technique_title(p) + ", batch " + std::to_string(p.batch));
   Panel panel{.xlabel = g.unit.header("memory at the peak")};
   Segment w{"weights", "#0072b2", {}}, gr{"gradients", "#56b4e9", {}},
       o{"optimizer state", "#e69f00", {}}, a{"activations", "#009e73", {}},
       ot{"other allocated", "#cc79a7", {}}, ov{"allocator overhead", "#bbbbbb", {}};
-  for (const Point& p : pts) {
+  for (const Point& p : bars) {
     w.values.push_back(part(p.weights));
     gr.values.push_back(part(p.grads));
     o.values.push_back(part(p.optimizer_state));
@@ -348,14 +413,15 @@ void throughput_section(Document& doc, Plotter& plotter, const Group& g) {
   LineChart chart = batch_chart(g, sel, "-throughput", "throughput", "throughput (tokens/s)");
   Series frontier = red_crosses("first batch that runs out of memory");
   std::vector<std::string> frontier_text;
-  for (const std::string& pair : sel.pairs) {
+  for (std::size_t i = 0; i < sel.pairs.size(); ++i) {
+    const std::string& pair = sel.pairs[i];
     Series line;
     std::optional<int64_t> first_oom;
     int64_t largest_ok = 0;
     std::string failed;  // crashes and timeouts: not a frontier, but a reader must know
     for (const Point& p : sel.points) {
       if (p.pair() != pair) continue;
-      if (line.title.empty()) line = pair_series(p);
+      if (line.title.empty()) line = pair_series(p, i);
       if (p.ok()) largest_ok = std::max(largest_ok, p.batch);
       if (p.out_of_memory() && !first_oom) first_oom = p.batch;
       if (p.failed()) failed += "; batch " + std::to_string(p.batch) + ": " + to_string(p.status);
@@ -365,7 +431,7 @@ void throughput_section(Document& doc, Plotter& plotter, const Group& g) {
     chart.series.push_back(line);
     // Without an OOM above it, the largest batch that ran is only the largest measured.
     frontier_text.push_back(
-        pair + ": " +
+        line.title + ": " +
         (!largest_ok ? std::string("no batch fit")
          : first_oom ? "fits up to batch " + std::to_string(largest_ok)
                      : "largest measured batch " + std::to_string(largest_ok)) +
@@ -386,6 +452,7 @@ void throughput_section(Document& doc, Plotter& plotter, const Group& g) {
     }
   }
   chart.series.push_back(frontier);
+  const std::string off_scale = clip_outliers(chart);
   add_plot(doc, plotter.draw(chart), chart.stem, chart.title);
   // What a "token" is differs by family; the input shape names the family.
   const std::string counted =
@@ -399,7 +466,8 @@ void throughput_section(Document& doc, Plotter& plotter, const Group& g) {
                 (frontier.points.empty()
                      ? ""
                      : " A red cross marks the first batch that ran out of "
-                       "memory, at the throughput of the last batch that fit."));
+                       "memory, at the throughput of the last batch that fit.") +
+                off_scale);
   doc.list(frontier_text);
 
   int noisy = 0;
@@ -429,55 +497,6 @@ void throughput_section(Document& doc, Plotter& plotter, const Group& g) {
     return p.step_ms_cv ? fixed(100 * *p.step_ms_cv, 1) + "%" : "";
   }));
   doc.table(make_table(fields, ok));
-}
-
-void search_section(Document& doc, const std::vector<Point>& points) {
-  struct Answer {
-    const Point* first = nullptr;    // names the combination
-    const Point* largest = nullptr;  // the largest batch that fit
-    std::optional<int64_t> first_oom;
-    int probes = 0;
-    std::string failed;
-  };
-  std::vector<std::pair<std::string, Answer>> answers;  // combination -> answer, in file order
-  std::map<std::string, std::size_t> index;             // combination -> position in answers
-  for (const Point& p : points) {
-    if (p.search != "max_batch") continue;
-    const std::string key = p.model + "|" + p.shape + "|" + to_string(p.mode) + "|" +
-                            p.technique() + "|" +
-                            p.alloc_conf + "|" + fixed(p.budget_bytes, 0);
-    auto [at, fresh] = index.emplace(key, answers.size());
-    if (fresh) answers.emplace_back(key, Answer{});
-    Answer& a = answers[at->second].second;
-    if (!a.first) a.first = &p;
-    ++a.probes;
-    if (p.ok() && (!a.largest || p.batch > a.largest->batch)) a.largest = &p;
-    if (p.out_of_memory() && (!a.first_oom || p.batch < *a.first_oom)) a.first_oom = p.batch;
-    if (p.failed())
-      a.failed += (a.failed.empty() ? "" : "; ") +
-                  ("batch " + std::to_string(p.batch) + ": " + to_string(p.status));
-  }
-  if (answers.empty()) return;
-  doc.heading(2, "Largest batch that fits (max-batch search)");
-  doc.paragraph("For each combination of the other axes, the search doubled the batch until it ran "
-                "out of memory, then bisected, each probe in its own worker; the jumps are steered by "
-                "the peaks the probes measured. Budget: the row's budget, or the whole device.");
-  std::vector<std::string> headers = {"model", "input", "technique", "largest batch", "peak",
-                                      "tokens/s", "first OOM", "probes", "note"};
-  std::vector<Align> align = {Align::kLeft,  Align::kLeft,  Align::kLeft,  Align::kRight, Align::kRight,
-                              Align::kRight, Align::kRight, Align::kRight, Align::kLeft};
-  std::vector<std::vector<std::string>> rows;
-  for (const auto& [key, a] : answers) {
-    const Point* any = a.first;
-    rows.push_back({any->model, any->shape,
-                    any->mode == Mode::kEval ? "eval / " + to_string(any->precision) : any->technique(),
-                    a.largest ? std::to_string(a.largest->batch) : "none",
-                    a.largest && a.largest->peak_allocated ? format_bytes(*a.largest->peak_allocated) : "",
-                    a.largest && a.largest->tokens_per_s ? fixed(*a.largest->tokens_per_s, 0) : "",
-                    a.first_oom ? std::to_string(*a.first_oom) : "", std::to_string(a.probes),
-                    a.failed.empty() ? (a.first_oom ? "" : "largest measured: no OOM up to the search's limit") : a.failed});
-  }
-  doc.table(make_table(headers, align, std::vector<bool>(headers.size(), true), rows));
 }
 
 }  // namespace sweep::reports::report

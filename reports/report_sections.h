@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "reports/markup.h"
+#include "reports/fit_rule.h"
 #include "reports/plots.h"
+#include "reports/recommend.h"
 #include "reports/results/rows.h"
 
 namespace sweep::reports::report {
@@ -89,12 +91,11 @@ struct Group {
   double budget_bytes = 0;   // the budget the rows ran under, or the device's memory
   std::string budget_title;  // "budget 24.00 GiB (emulated)"
   bool budget_enforced = false;  // budget_bytes is a budget the rows ran under
-  // The line a point's peak *reserved* memory must stay under to fit, by the one rule
-  // (recommend.h usable_bytes): the card given to `report --gpu/--memory-gib`, else the
-  // budget the rows ran under (enforced: it is already what was usable), else the measuring
-  // device's usable memory. 0: unknown.
-  double usable_bytes = 0;
-  std::string usable_title;  // "usable on RTX 3060: 10.29 GiB"
+  // The one rule (fit_rule.h) for the card the group answers for: the card given to `report
+  // --gpu/--memory-gib`, else the card whose cap is the budget the rows ran under, else the
+  // measuring device. nullopt: unknown (no budget, no device memory).
+  std::optional<FitRule> rule;
+  std::string card;  // its name: "RTX 3060", "the emulated budget of 0.05 GiB", "47 GiB"
   // Its points predicted by emulation: "predicted by emulation of RTX 3060, not measured".
   std::string predicted;
   std::string title() const {
@@ -102,7 +103,10 @@ struct Group {
     if (mode == Mode::kEval) t += " (eval)";
     return predicted.empty() ? t : t + ": " + predicted;
   }
-  bool fits(const Point& p) const;  // p ran and its peak reserved is within usable_bytes
+  bool fits(const Point& p) const;  // by the rule: ran with no OOM, peak reserved <= cap
+  // "measured on NVIDIA H100 80GB HBM3", "predicted: emulated RTX 3060", "measured on the CPU
+  // (host)": what every chart title names.
+  std::string measured_by() const;
 };
 
 std::vector<Group> make_groups(const std::vector<Point>& points);
@@ -155,8 +159,11 @@ struct Selection {
 };
 Selection select_lines(const Group& g);
 
-// "batch 4, fp16-amp / block", naming only the technique axes that vary across `points`.
-std::vector<std::string> short_labels(const std::vector<Point>& points);
+// What charts call a point's line, "none" said as what it is: "fp32, no checkpointing",
+// "bf16-amp, block checkpointing, lora r8".
+std::string pair_title(const Point& p);
+// Every technique axis in words: "bf16-amp, block checkpointing, adafactor, acc 4".
+std::string technique_title(const Point& p);
 
 // A right-aligned column.
 template <class T>
@@ -176,8 +183,11 @@ void throughput_section(Document& doc, Plotter& plotter, const Group& g);
 // The savings the OOM guides quote next to the measured ones (guides.cc); train groups.
 void guides_section(Document& doc, const Group& g);
 
-// The max-batch search's answer per combination of the other axes (probe rows only).
-void search_section(Document& doc, const std::vector<Point>& points);
+// The first screen (report_summary.cc): the device that measured, the rule with its figures,
+// the recommendation and the largest batch per technique, from `r` (recommend() on the same
+// rows); without one (r null), why not.
+void summary_section(Document& doc, const std::vector<Point>& points, const Recommendation* r,
+                     const std::string& no_recommendation);
 
 // Adds the image when it was drawn, else a line naming the data file.
 void add_plot(Document& doc, bool drawn, const std::string& stem, const std::string& alt);

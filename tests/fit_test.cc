@@ -1,8 +1,8 @@
 // `sweep fit` against the grid: for each test model, the command the issue names
 // (`sweep fit MODEL --memory-gib 0.05 --device cpu --json`) must give, for every technique,
 // the largest batch that the grid under the same budget gives (each burst measured here with
-// the CPU tracker), with a probe count and a measured recommendation; and the budget must be the one rule of
-// `recommend` (usable_bytes). Then the consistency rules: a second fit measures nothing new,
+// the CPU tracker), with a probe count and a measured recommendation; and the budget must be the one rule's
+// cap (reports/fit_rule.h). Then the consistency rules: a second fit measures nothing new,
 // an effective batch is reached by a pick measured at its accumulation, bad input exits 2.
 #include <gtest/gtest.h>
 
@@ -43,12 +43,15 @@ TEST_P(FitEqualsExhaustiveGrid, OnTheCpuUnderAFiftyMibCard) {
   const auto dir = testing::temp_dir("fit_" + model);
   const auto j = fit_json(model + " --memory-gib 0.05 --device cpu", dir / "out");
 
-  // The budget is `recommend`'s usable memory for a 0.05 GiB card: no context on the CPU.
+  // The budget is the one rule's cap for a 0.05 GiB card: all of it, no context on the CPU;
+  // the pick stays under the recommended ceiling.
   const auto card = static_cast<int64_t>(std::llround(0.05 * kGiB));
-  EXPECT_EQ(j["card"]["usable_bytes"].get<int64_t>(), reports::usable_bytes(card, 0.1, 0));
+  const reports::FitRule rule{card, 0, 0.1, false, ""};
+  EXPECT_EQ(j["card"]["cap_bytes"].get<int64_t>(), card);
+  EXPECT_EQ(j["card"]["ceiling_bytes"].get<int64_t>(), rule.ceiling_bytes());
   EXPECT_TRUE(j["cpu_measured"].get<bool>());
   const int64_t budget = j["card"]["budget_bytes"].get<int64_t>();
-  EXPECT_LE(budget, j["card"]["usable_bytes"].get<int64_t>());
+  EXPECT_EQ(budget, j["card"]["cap_bytes"].get<int64_t>());
 
   std::map<std::string, int64_t> largest;
   int probes = 0;
@@ -65,6 +68,9 @@ TEST_P(FitEqualsExhaustiveGrid, OnTheCpuUnderAFiftyMibCard) {
   EXPECT_EQ(j["probes"].get<int>(), probes);
   ASSERT_FALSE(j["recommendation"].is_null());
   EXPECT_FALSE(j["recommendation"]["reason"].get<std::string>().empty());
+  if (!j["recommendation"]["above_ceiling"].get<bool>())
+    EXPECT_LE(j["recommendation"]["peak_reserved_bytes"].get<double>(),
+              static_cast<double>(rule.ceiling_bytes()));
 
   // Against the grid, each burst measured here with the CPU tracker on the points of the
   // config fit ran (same steps, budget, inputs). The plain technique (fp32, no checkpointing,

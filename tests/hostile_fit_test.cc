@@ -191,9 +191,9 @@ TEST(FitQuestion, ThreeBudgetsIntoOneOutEachAnswerItsOwn) {
   const auto largest = [](const nlohmann::json& j) { return j["techniques"][0]["largest_batch"]; };
   ASSERT_NE(largest(first), largest(smaller)) << "the two budgets must give different answers";
   EXPECT_EQ(third["techniques"], first["techniques"]) << third.dump(2);
-  EXPECT_EQ(third["card"]["usable_bytes"], first["card"]["usable_bytes"]);
-  EXPECT_EQ(third["card"]["budget_bytes"], third["card"]["usable_bytes"]);
-  EXPECT_EQ(smaller["card"]["budget_bytes"], smaller["card"]["usable_bytes"]);
+  EXPECT_EQ(third["card"]["cap_bytes"], first["card"]["cap_bytes"]);
+  EXPECT_EQ(third["card"]["budget_bytes"], third["card"]["cap_bytes"]);
+  EXPECT_EQ(smaller["card"]["budget_bytes"], smaller["card"]["cap_bytes"]);
 }
 
 // Issue 23's repro: --seq 16 then --seq 64 into one --out: the seq-64 answer counts only the
@@ -310,7 +310,7 @@ TEST(FitOutput, AnOutWithAHashOrAColonReadsBackAsGiven) {
     EXPECT_EQ(cfg.name, "fit-gpt2-test-0.05gib");
     EXPECT_EQ(cfg.search, "max_batch");
     EXPECT_EQ(cfg.search_max_batch, 1);
-    EXPECT_EQ(static_cast<int64_t>(cfg.budget_gib * kGiB), j["card"]["usable_bytes"].get<int64_t>());
+    EXPECT_EQ(static_cast<int64_t>(cfg.budget_gib * kGiB), j["card"]["cap_bytes"].get<int64_t>());
     ASSERT_EQ(cfg.sweeps.size(), 1u);
     EXPECT_EQ(cfg.sweeps[0].models, std::vector<std::string>{"gpt2-test"});
     EXPECT_EQ(cfg.grid.at("precision").values, std::vector<std::string>{"fp32"});

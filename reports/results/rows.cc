@@ -238,6 +238,25 @@ std::pair<unsigned, bool> line_count(const std::string& path) {
 Results read_results(const std::string& path_in) {
   namespace fs = std::filesystem;
   std::string path = path_in;
+  if (fs::is_directory(path) && !fs::exists(fs::path(path) / "results.csv")) {
+    // A directory of results under other names (docs/tables holds rtx3060-results.csv): its
+    // one *results*.csv is read; several are named in the hint.
+    std::vector<std::string> csvs;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(path, ec)) {
+      const std::string name = e.path().filename().string();
+      if (e.is_regular_file() && name.ends_with(".csv") && name.find("results") != std::string::npos)
+        csvs.push_back(e.path().string());
+    }
+    std::sort(csvs.begin(), csvs.end());
+    if (csvs.size() == 1) return read_results(csvs.front());
+    if (csvs.size() > 1) {
+      std::string list;
+      for (const auto& c : csvs) list += (list.empty() ? "" : ", ") + c;
+      throw UserError(path, 0, "", "no results.csv here, and several results files: " + list,
+                      "pass one of them, e.g. " + csvs.front());
+    }
+  }
   if (fs::is_directory(path)) path = (fs::path(path) / "results.csv").string();
   if (!fs::exists(path)) throw UserError(path, 0, "", "no such file", kNoResultsHint);
   if (!fs::is_regular_file(path)) throw UserError(path, 0, "", "not a regular file", kNoResultsHint);

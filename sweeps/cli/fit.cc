@@ -159,15 +159,19 @@ int run_fit(const FitOptions& o) {
     context_source = o.context_gib ? "given with --context-gib" : "measured on " + here->name;
   }
   const std::string card_flag = o.gpu.empty() ? "--memory-gib" : "--gpu";
-  const int64_t usable = reports::usable_bytes(card.memory_bytes, o.margin, context);
-  if (usable <= 0)
+  // The one rule (reports/fit_rule.h): the probes run under the cap, "fits" is no OOM there;
+  // the pick stays under the recommended ceiling.
+  const reports::FitRule rule{card.memory_bytes, context, o.margin, device != Device::kCpu,
+                              context_source};
+  const int64_t cap = rule.cap_bytes();  // the budget the probes run under
+  if (rule.ceiling_bytes() <= 0)
     throw UserError("", 0, card_flag, card.name + " leaves nothing usable after the margin and "
                     "the context allowance", "give a larger card, or a smaller --margin");
   // The run would refuse this budget in fit.yaml (budget_gib): said here, of the flag.
-  if (here && usable > here->total_bytes)
+  if (here && cap > here->total_bytes)
     throw UserError("", 0, card_flag,
-                    card.name + " leaves " + reports::format_bytes(static_cast<double>(usable)) +
-                        " usable, more than this GPU (" + here->name + ", " +
+                    card.name + " leaves " + reports::format_bytes(static_cast<double>(cap)) +
+                        " to fit in (its cap), more than this GPU (" + here->name + ", " +
                         reports::format_bytes(static_cast<double>(here->total_bytes)) +
                         ") has: a budget cannot add memory",
                     "measure a card at most this GPU's size, or predict it with --device emulated "
@@ -231,7 +235,7 @@ int run_fit(const FitOptions& o) {
     gpu["sms"] = card.spec->sms;
     gpu.SetStyle(YAML::EmitterStyle::Flow);
   }
-  YAML::Node y = config_head(o, name, device, out, usable, gpu);
+  YAML::Node y = config_head(o, name, device, out, cap, gpu);
   y["search"] = "max_batch";
   y["search_max_batch"] = o.max_batch;
   YAML::Node grid = y["grid"];
@@ -261,10 +265,8 @@ int run_fit(const FitOptions& o) {
   if (has(weights, Weights::kInt8) && has(adapters, Adapter::kNone))
     exclude({{"weights", "int8"}, {"adapter", "none"}});
   const std::string comment =
-      "Written by `sweep fit " + o.model + "` for " + card.name + " (usable " +
-      reports::format_bytes(static_cast<double>(usable)) + " = memory x (1 - " +
-      number_text(o.margin) + ") - context " + reports::format_bytes(static_cast<double>(context)) +
-      ", " + context_source + "). Run again with `sweep run " + out +
+      "Written by `sweep fit " + o.model + "` for " + card.name + " (" + rule.derivation(card.name) +
+      "). Run again with `sweep run " + out +
       "/fit.yaml --search max-batch`.";
 
   // Validated above; now locked (another fit or run writing OUT is refused before anything is
@@ -297,9 +299,9 @@ int run_fit(const FitOptions& o) {
     const PlanEstimate plan = estimate_plan(searches, true, history, {});
     const std::string estimate = plan.estimated ? "; " + plan.summary("search") + "; probes already measured are reused"
                                                 : "; the time of each probe is shown as it finishes";
-    std::fprintf(stderr, "fit %s on %s (%s usable, %s): %zu techniques, about %zu probes%s\n",
+    std::fprintf(stderr, "fit %s on %s (cap %s, %s): %zu techniques, about %zu probes%s\n",
                  o.model.c_str(), card.name.c_str(),
-                 reports::format_bytes(static_cast<double>(usable)).c_str(),
+                 reports::format_bytes(static_cast<double>(cap)).c_str(),
                  device == Device::kCpu ? "enforced by the CPU's tracking allocator"
                  : emulated             ? predicted.c_str()
                                         : "emulated on this GPU",
@@ -324,14 +326,18 @@ int run_fit(const FitOptions& o) {
   // once gradients are accumulated is dropped and the next one tried.
   std::optional<Pick> choice;
   std::string reason;
-  std::vector<std::string> refused;
+  PickQuestion question_of_pick{o.effective_batch, rule.ceiling_bytes(), {}, {}};
+  auto& refused = question_of_pick.refused;
   bool confirmed = false;  // the pick ran ok at its accumulation (or needs none)
-  for (int attempt = 0; attempt < 6 && !confirmed; ++attempt) {
-    // Nothing is timed on an emulated card: its pick is ranked by memory.
-    choice = emulated ? pick_by_memory(a, o.effective_batch, refused)
-                      : pick(a, o.effective_batch, refused);
+  // Nothing is timed on an emulated card, and the CPU's times say nothing about a GPU: those
+  // picks are ranked by memory.
+  const bool by_memory = emulated || device == Device::kCpu;
+  for (int attempt = 0; attempt < 8 && !confirmed; ++attempt) {
+    choice = by_memory ? pick_by_memory(a, question_of_pick) : pick(a, question_of_pick);
     if (!choice) break;
-    if (choice->accumulation == 1) {
+    // A pick measured at its accumulation is ranked again with that measurement: confirmed when
+    // it still comes first.
+    if (choice->accumulation == 1 || question_of_pick.confirmed.count(pick_id(*choice))) {
       confirmed = true;
       break;
     }
@@ -366,8 +372,12 @@ int run_fit(const FitOptions& o) {
       choice->step_ms_cv = measured->number(column("step_ms_cv")).value_or(0);
       choice->peak_reserved =
           measured->number(column("peak_reserved_bytes")).value_or(choice->peak_reserved);
-      confirmed = true;
-      break;
+      question_of_pick.confirmed[pick_id(*choice)] = *choice;
+      if (by_memory) {
+        confirmed = true;
+        break;
+      }
+      continue;  // ranked again with what the confirmation measured
     }
     refused.push_back(pick_id(*choice));  // out of memory once gradients accumulate: the next
   }
@@ -375,24 +385,35 @@ int run_fit(const FitOptions& o) {
   if (choice) {
     const auto& t = *choice->technique;
     std::ostringstream why;
-    if (emulated)
-      why << "ranked by memory, not throughput (an emulated card computes nothing, so no speed is "
-             "predicted): the configuration with the fewest changes from plain training (fp32, no "
+    if (by_memory)
+      why << "ranked by memory, not throughput ("
+          << (emulated ? "an emulated card computes nothing, so no speed is predicted"
+                       : "on the CPU step times say nothing about a GPU and vary with the host's "
+                         "load")
+          << "): the configuration with the fewest changes from plain training (fp32, no "
              "checkpointing, AdamW) that fits"
           << (o.effective_batch
                   ? " and reaches an effective batch of " + std::to_string(*o.effective_batch)
                   : "")
           << ", at its largest such micro-batch, then the lowest peak";
     else
-      why << "the highest measured throughput among the configurations that fit";
-    if (o.effective_batch && emulated)
+      why << "the highest measured throughput among the configurations under the recommended "
+             "ceiling";
+    if (choice->above_ceiling)
+      why << " (none stayed under the recommended ceiling of "
+          << reports::format_bytes(static_cast<double>(rule.ceiling_bytes()))
+          << ": this one fits the cap with less than the margin kept free)";
+    if (o.effective_batch && by_memory)
       why << " (micro-batch " << choice->batch << " x accumulation " << choice->accumulation
-          << (choice->accumulation > 1 ? ", predicted as such" : "") << ")";
+          << (choice->accumulation > 1 ? emulated ? ", predicted as such" : ", measured as such"
+                                       : "")
+          << ")";
     else if (o.effective_batch)
       why << " and reach an effective batch of " << *o.effective_batch << " (micro-batch " << choice->batch
           << " x accumulation " << choice->accumulation << (choice->accumulation > 1 ? ", measured as such" : "") << ")";
     if (t.largest && choice->batch < *t.largest) why << "; its largest batch is " << *t.largest;
-    if (!emulated && choice->step_ms_cv > reports::kNoisyStepCv)
+    if (!choice->why.empty()) why << "; " << choice->why;
+    if (!by_memory && choice->why.empty() && choice->step_ms_cv > reports::kNoisyStepCv)
       why << ". Noisy: its step time varied " << std::lround(choice->step_ms_cv * 100)
           << "% between repetitions, so the ranking by throughput is not reliable; re-run on an idle "
              "machine, or with more repetitions (`sweep run " << out << "/fit.yaml --search max-batch --force` "
@@ -413,7 +434,8 @@ int run_fit(const FitOptions& o) {
     if (emulated) j["predicted_by"] = predicted;
     j["card"] = {{"name", card.name}, {"memory_bytes", card.memory_bytes}, {"margin", o.margin},
                  {"context_bytes", context}, {"context_source", context_source},
-                 {"usable_bytes", usable}, {"budget_bytes", budget}};
+                 {"cap_bytes", rule.cap_bytes()}, {"ceiling_bytes", rule.ceiling_bytes()},
+                 {"budget_bytes", budget}};
     if (o.effective_batch) j["effective_batch"] = *o.effective_batch;
     j["results"] = results_path.string();
     int probes = 0;
@@ -448,6 +470,7 @@ int run_fit(const FitOptions& o) {
            {"step_ms_cv", emulated ? nlohmann::json(nullptr) : nlohmann::json(choice->step_ms_cv)},
            {"noisy", !emulated && choice->step_ms_cv > reports::kNoisyStepCv},
            {"predicted", emulated},
+           {"above_ceiling", choice->above_ceiling},
            {"reason", reason}});
     } else {
       j["recommendation"] = nullptr;
@@ -457,11 +480,8 @@ int run_fit(const FitOptions& o) {
   }
 
   std::printf(
-      "%s on %s: usable %s (%s x (1 - %s) - context %s, %s)%s\n\n", o.model.c_str(),
-      card.name.c_str(), reports::format_bytes(static_cast<double>(usable)).c_str(),
-      reports::format_bytes(static_cast<double>(card.memory_bytes)).c_str(),
-      number_text(o.margin).c_str(), reports::format_bytes(static_cast<double>(context)).c_str(),
-      context_source.c_str(),
+      "%s on %s. The rule, %s.%s\n\n", o.model.c_str(), card.name.c_str(),
+      rule.derivation(card.name).c_str(),
       cpu ? "\nMeasured on the CPU: memory as PyTorch would allocate it, enforced by the tracking "
             "allocator; the throughput is the CPU's, not a GPU's."
       : emulated ? ("\nPredicted by emulation of " + card.name +
@@ -492,10 +512,11 @@ int run_fit(const FitOptions& o) {
     const std::string accumulation =
         choice->accumulation > 1 ? " x accumulation " + std::to_string(choice->accumulation) : "";
     if (emulated)
-      std::printf("\nRecommended (%s): %s, batch %lld%s: peak %s of %s usable, %s.\n",
+      std::printf("\nRecommended (%s): %s, batch %lld%s: peak %s, recommended ceiling %s, %s.\n",
                   predicted.c_str(), t.label().c_str(), static_cast<long long>(choice->batch),
                   accumulation.c_str(), reports::format_bytes(choice->peak_reserved).c_str(),
-                  reports::format_bytes(static_cast<double>(budget)).c_str(), reason.c_str());
+                  reports::format_bytes(static_cast<double>(rule.ceiling_bytes())).c_str(),
+                  reason.c_str());
     else
       std::printf("\nRecommended: %s, batch %lld%s: %lld tokens/s, %s.\n", t.label().c_str(),
                   static_cast<long long>(choice->batch), accumulation.c_str(),

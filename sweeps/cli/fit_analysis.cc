@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "reports/fit_rule.h"
 #include "reports/results/schema.h"
 
 namespace sweep {
@@ -104,39 +105,54 @@ Analysis analyse(const reports::Results& results, const std::vector<Point>& sear
 namespace {
 
 // Every fitting probe whose batch reaches the effective batch, less those refused, as a pick
-// each, for `better(candidate, best)` to choose among (the first of equals wins).
-template <class Better>
-std::optional<Pick> best_pick(const Analysis& a, std::optional<int64_t> effective,
-                              const std::vector<std::string>& refused, Better better) {
-  std::optional<Pick> best;
+// each (a confirmed one as measured at its accumulation), under the ceiling when any is.
+std::vector<Pick> candidates(const Analysis& a, const PickQuestion& q) {
+  std::vector<Pick> all;
   for (const auto& t : a.techniques) {
     const auto it = a.ok_rows.find(technique_key(t));
     if (it == a.ok_rows.end()) continue;
     for (const auto* r : it->second) {
       const auto b = static_cast<int64_t>(r->number(column("batch")).value_or(0));
-      if (b <= 0 || (effective && (b > *effective || *effective % b != 0))) continue;
-      const int64_t k = effective ? *effective / b : 1;
-      const std::string id = technique_key(t) + "|" + std::to_string(b) + "|" + std::to_string(k);
-      if (std::find(refused.begin(), refused.end(), id) != refused.end()) continue;
-      const Pick p{&t,
-                   b,
-                   k,
-                   r->number(column("tokens_per_s")).value_or(0),
-                   r->number(column("step_ms_cv")).value_or(0),
-                   r->number(column("peak_reserved_bytes")).value_or(0)};
-      if (!best || better(p, *best)) best = p;
+      if (b <= 0 || (q.effective && (b > *q.effective || *q.effective % b != 0))) continue;
+      Pick p{&t,
+             b,
+             q.effective ? *q.effective / b : 1,
+             r->number(column("tokens_per_s")).value_or(0),
+             r->number(column("step_ms_cv")).value_or(0),
+             r->number(column("peak_reserved_bytes")).value_or(0)};
+      const std::string id = pick_id(p);
+      if (std::find(q.refused.begin(), q.refused.end(), id) != q.refused.end()) continue;
+      if (const auto c = q.confirmed.find(id); c != q.confirmed.end()) p = c->second;
+      all.push_back(p);
     }
   }
-  return best;
+  std::vector<Pick> under;
+  for (const auto& p : all)
+    if (p.peak_reserved <= static_cast<double>(q.ceiling_bytes)) under.push_back(p);
+  if (!under.empty() || q.ceiling_bytes <= 0) return q.ceiling_bytes <= 0 ? all : under;
+  for (auto& p : all) p.above_ceiling = true;
+  return all;
 }
 
 }  // namespace
 
-std::optional<Pick> pick(const Analysis& a, std::optional<int64_t> effective,
-                         const std::vector<std::string>& refused) {
-  return best_pick(a, effective, refused, [](const Pick& p, const Pick& best) {
-    return p.tokens_per_s > best.tokens_per_s;
-  });
+std::optional<Pick> pick(const Analysis& a, const PickQuestion& q) {
+  std::vector<Pick> c = candidates(a, q);
+  if (c.empty()) return std::nullopt;
+  // The first of equals wins (listed order): a stable sort by throughput.
+  std::stable_sort(c.begin(), c.end(),
+                   [](const Pick& x, const Pick& y) { return x.tokens_per_s > y.tokens_per_s; });
+  if (c.size() > 1 && reports::prefer_runner_up(c[0].tokens_per_s, c[0].step_ms_cv,
+                                                c[1].tokens_per_s, c[1].step_ms_cv)) {
+    auto label = [](const Pick& p) {
+      return p.technique->label() + ", batch " + std::to_string(p.batch) +
+             (p.accumulation > 1 ? " x " + std::to_string(p.accumulation) : "");
+    };
+    c[1].why = reports::runner_up_note(label(c[0]), c[0].tokens_per_s, c[0].step_ms_cv,
+                                       label(c[1]), c[1].tokens_per_s, c[1].step_ms_cv);
+    return c[1];
+  }
+  return c[0];
 }
 
 int technique_count(const FitTechnique& t) {
@@ -145,9 +161,10 @@ int technique_count(const FitTechnique& t) {
          (t.offload != Offload::kNone) + (t.weights != Weights::kFull);
 }
 
-std::optional<Pick> pick_by_memory(const Analysis& a, std::optional<int64_t> effective,
-                                   const std::vector<std::string>& refused) {
-  return best_pick(a, effective, refused, [](const Pick& p, const Pick& best) {
+std::optional<Pick> pick_by_memory(const Analysis& a, const PickQuestion& q) {
+  std::vector<Pick> c = candidates(a, q);
+  if (c.empty()) return std::nullopt;
+  return *std::min_element(c.begin(), c.end(), [](const Pick& p, const Pick& best) {
     const int n = technique_count(*p.technique), m = technique_count(*best.technique);
     if (n != m) return n < m;
     if (p.batch != best.batch) return p.batch > best.batch;

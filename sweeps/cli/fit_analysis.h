@@ -43,24 +43,37 @@ const reports::Row* measured_elsewhere(const reports::Results& results,
 Analysis analyse(const reports::Results& results, const std::vector<Point>& searches,
                  const std::vector<FitTechnique>& wanted);
 
-// The fastest way to the effective batch: among every fitting probe whose batch divides it,
-// the highest measured tokens/s; ties go to the fewer techniques (listed order).
+// The recommended way to the effective batch, by the one rule (reports/fit_rule.h): among the
+// probes that fit (every ok probe: they ran under the cap) whose batch divides it, those under
+// the recommended ceiling (all of them, above_ceiling set, when none is); then the highest
+// measured tokens/s, a confirmation run's measurement replacing the probe's (re-ranked after
+// it), the steadier runner-up where the fastest's step time varied more than its lead
+// (reports::prefer_runner_up); ties go to the fewer techniques (listed order).
 struct Pick {
   const FitTechnique* technique = nullptr;
   int64_t batch = 0, accumulation = 1;
   double tokens_per_s = 0, step_ms_cv = 0;
   double peak_reserved = 0;
+  bool above_ceiling = false;  // nothing measured stayed under the recommended ceiling
+  std::string why;             // why not simply the fastest ("" when it is)
 };
 
-// The pick, passing over those named in `refused` (pick_id: measured out of memory at their
-// accumulation); nullopt when nothing fits.
-std::optional<Pick> pick(const Analysis& a, std::optional<int64_t> effective,
-                         const std::vector<std::string>& refused);
-// The same on device emulated, where nothing is timed: ranked by memory. Among the same
-// probes, the fewest changes from plain training (technique_count), then the largest
-// micro-batch (the fewest accumulation steps), then the lowest peak reserved memory.
-std::optional<Pick> pick_by_memory(const Analysis& a, std::optional<int64_t> effective,
-                                   const std::vector<std::string>& refused);
+// What the pick is chosen under: the effective batch, the recommended ceiling, those passed
+// over (pick_id: measured out of memory at their accumulation) and those measured again at
+// their accumulation (pick_id -> the pick as measured then).
+struct PickQuestion {
+  std::optional<int64_t> effective;
+  int64_t ceiling_bytes = 0;
+  std::vector<std::string> refused;
+  std::map<std::string, Pick> confirmed;
+};
+// The pick; nullopt when nothing fits.
+std::optional<Pick> pick(const Analysis& a, const PickQuestion& q);
+// The same on device emulated, where nothing is timed, and on the CPU, whose times say nothing
+// about a GPU: ranked by memory. Among the same probes, the fewest changes from plain training
+// (technique_count), then the largest micro-batch (the fewest accumulation steps), then the
+// lowest peak reserved memory.
+std::optional<Pick> pick_by_memory(const Analysis& a, const PickQuestion& q);
 // Changes from plain training (fp32, no checkpointing, AdamW, the cache on, no adapter, no
 // offload, full weights): each costs throughput on a real card.
 int technique_count(const FitTechnique& t);

@@ -1,0 +1,139 @@
+// One rule, one answer (issue 25): on the measured RTX 3060 rows (docs/tables/rtx3060-results.csv)
+// fit's analysis, `sweep report` and `sweep recommend` give the same largest batch per technique,
+// by the rule of reports/fit_rule.h (fits: no OOM, peak reserved at most the 11.00 GiB cap).
+// To add a reader (the per-card tables), write a function returning its Answers and add it to
+// readers() below; every reader is compared with fit's.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include "reports/recommend.h"
+#include "reports/report.h"
+#include "reports/results/rows.h"
+#include "sweeps/cli/fit_analysis.h"
+#include "sweeps/runner/config.h"
+#include "sweeps/runner/grid.h"
+#include "test_util.h"
+
+namespace sweep {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kRows = std::string(SWEEP_SOURCE_DIR) + "/docs/tables/rtx3060-results.csv";
+constexpr int64_t kCap = 11807293440;  // 11.75 GiB - 0.75 GiB: the budget the rows ran under
+
+// "gpt2|bf16-amp|block|adamw" -> largest batch that fits.
+using Answers = std::map<std::string, int64_t>;
+
+std::string key(const std::string& model, const std::string& precision,
+                const std::string& checkpointing, const std::string& optimizer) {
+  return model + "|" + precision + "|" + checkpointing + "|" + optimizer;
+}
+
+// fit's analysis: the table's config expanded into its max-batch searches (as `sweep run
+// configs/rtx3060-table.yaml --search max-batch` did), one technique each.
+Answers from_fit(const reports::Results& results) {
+  const Config cfg = load_config(std::string(SWEEP_SOURCE_DIR) + "/configs/rtx3060-table.yaml");
+  RunSettings run{.device = Device::kCuda, .budget_bytes = kCap, .budget_emulated = true};
+  Answers out;
+  for (const Point& p : expand_grid(cfg, run)) {
+    const FitTechnique t{p.precision, p.checkpointing, p.optimizer, true, p.adapter, p.offload,
+                         p.weights};
+    const Analysis a = analyse(results, {p}, {t});
+    if (a.techniques.front().largest)
+      out[key(p.model, to_string(p.precision), to_string(p.checkpointing),
+              to_string(p.optimizer))] = *a.techniques.front().largest;
+  }
+  return out;
+}
+
+Answers from_recommendation(const reports::Recommendation& r) {
+  Answers out;
+  for (const auto& g : r.groups)
+    for (const auto& c : g.max_batch)
+      out[key(g.model, to_string(c.precision), to_string(c.checkpointing),
+              to_string(c.optimizer))] = c.batch;
+  return out;
+}
+
+Answers from_recommend(const reports::Results& results) {
+  reports::RecommendOptions o;
+  o.gpu = "rtx3060";
+  return from_recommendation(reports::recommend({results}, o));
+}
+
+// `sweep report --gpu rtx3060`: the summary's table in report.md, read back.
+Answers from_report(const reports::Results&) {
+  const fs::path dir = testing::temp_dir("one_rule_report");
+  reports::ReportOptions o;
+  o.card.gpu = "rtx3060";
+  EXPECT_EQ(reports::write_report(kRows, dir.string(), o), 0);
+  std::ifstream in(dir / "report.md");
+  Answers out;
+  bool in_summary = true;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("## About these results", 0) == 0) in_summary = false;
+    // | gpt2 (seq 512) | bf16-amp, block checkpointing, adamw | 27 | 28 | ...
+    if (!in_summary || line.rfind("| ", 0) != 0 || line.find(" checkpointing, ") == std::string::npos)
+      continue;
+    std::vector<std::string> cells;
+    std::stringstream s(line.substr(2));
+    for (std::string c; std::getline(s, c, '|');) cells.push_back(c.substr(0, c.find_last_not_of(' ') + 1).substr(c.find_first_not_of(' ')));
+    const std::string model = cells[0].substr(0, cells[0].find(' '));
+    const std::string& t = cells[1];  // "bf16-amp, no checkpointing, adamw"
+    const auto a = t.find(", "), b = t.find(" checkpointing, ");
+    const std::string ckpt = t.substr(a + 2, b - a - 2);
+    out[key(model, t.substr(0, a), ckpt == "no" ? "none" : ckpt, t.substr(b + 16))] =
+        std::stoll(cells[2]);
+  }
+  return out;
+}
+
+const std::vector<std::pair<std::string, std::function<Answers(const reports::Results&)>>>&
+readers() {
+  static const std::vector<std::pair<std::string, std::function<Answers(const reports::Results&)>>>
+      r = {{"recommend --gpu rtx3060", from_recommend}, {"report --gpu rtx3060", from_report}};
+  return r;
+}
+
+TEST(OneRule, FitReportAndRecommendAgreeOnTheRtx3060Rows) {
+  const auto results = reports::read_results(kRows);
+  const Answers fit = from_fit(results);
+  ASSERT_EQ(fit.size(), 15u) << "the table has 15 techniques";
+  // The table's two headline cells (docs/tables/rtx3060.md): the cap, not the margin, decides.
+  EXPECT_EQ(fit.at("gpt2-medium|bf16-amp|block|adamw"), 14);
+  EXPECT_EQ(fit.at("gpt2|fp32|none|adamw"), 11);
+  for (const auto& [name, read] : readers()) {
+    const Answers got = read(results);
+    EXPECT_EQ(got, fit) << name << " disagrees with fit's analysis";
+  }
+}
+
+TEST(OneRule, TheRowsBudgetIsTheRtx3060sCapAndTheCeilingKeepsTheMargin) {
+  // No --gpu: every row ran under one emulated budget, read as the cap of the card it emulated.
+  const auto r = reports::recommend({reports::read_results(kRows)}, {});
+  EXPECT_EQ(r.target.name, "RTX 3060");
+  EXPECT_EQ(r.target.cap_bytes(), kCap);
+  EXPECT_EQ(from_recommendation(r), from_recommend(reports::read_results(kRows)));
+  // The recommended ceiling: 11.75 GiB x 0.9 - the 0.75 GiB context, the same as --gpu's.
+  reports::RecommendOptions o;
+  o.gpu = "rtx3060";
+  const auto with_gpu = reports::recommend({reports::read_results(kRows)}, o);
+  EXPECT_EQ(r.target.ceiling_bytes(), with_gpu.target.ceiling_bytes());
+  EXPECT_EQ(r.target.cap_bytes(), with_gpu.target.cap_bytes());
+  EXPECT_EQ(r.target.ceiling_bytes(),
+            static_cast<int64_t>(std::floor(11.75 * reports::kGiB * 0.9)) - (12616466432 - kCap));
+  EXPECT_EQ(reports::format_bytes(static_cast<double>(r.target.cap_bytes())), "11.00 GiB");
+  for (const auto& g : r.groups)
+    if (g.fastest && !g.above_ceiling)
+      EXPECT_LE(g.fastest->peak_reserved_bytes, r.target.ceiling_bytes()) << g.label();
+}
+
+}  // namespace
+}  // namespace sweep
