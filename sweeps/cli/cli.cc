@@ -147,6 +147,9 @@ void register_commands(CLI::App& app, int& exit_code) {
   run->add_flag("!--no-zygote", opts->zygote,
                 "Exec a fresh `sweep worker` per point instead of forking it from a pre-loaded "
                 "one (the same isolation, ~0.4 s more per point)");
+  run->add_flag("!--no-prediction", opts->predict,
+                "Search without first predicting each combination's largest batch by emulation "
+                "(on a GPU or the CPU the prediction seeds the search: 2 probes when exact)");
   run->add_option("--gpus", opts->gpus,
                   "Local GPUs to run on concurrently, e.g. 0,1 (one worker per GPU)");
   add_slurm_options(run, opts->slurm);
@@ -210,6 +213,9 @@ void register_commands(CLI::App& app, int& exit_code) {
   fit->add_flag("--json", fo->json, "The answer as JSON on stdout (progress stays on stderr)");
   fit->add_flag("--quiet,-q", fo->quiet, "No progress output");
   fit->add_flag("!--no-zygote", fo->zygote, "Exec a fresh worker per probe (see `sweep run --help`)");
+  fit->add_flag("!--no-prediction", fo->predict,
+                "Search without first predicting each technique's largest batch by emulation (see "
+                "`sweep run --help`)");
   fit->callback([fo, &exit_code] { exit_code = run_guarded([&] { return run_fit(*fo); }); });
 
   reports::register_report_command(app, exit_code);
