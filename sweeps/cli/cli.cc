@@ -99,12 +99,90 @@ void register_slurm_commands(CLI::App& app, int& exit_code) {
   status->callback([status_out, &exit_code] { exit_code = run_guarded([&] { return print_status(*status_out); }); });
 }
 
+// An example under each command's --help (CLI11's footer), every one a command that runs
+// here as written (tests/cli_habits_test.cc runs `--help` of each).
+void add_examples(CLI::App& app) {
+  const std::vector<std::pair<std::string, std::string>> examples = {
+      {"fit", "sweep fit gpt2-medium --gpu rtx3060            # predicted by emulation without a GPU\n"
+              "  sweep fit gpt2 --gpu rtx3060 --seq 512 --effective-batch 32\n"
+              "  sweep fit gpt2-test --memory-gib 0.05 --device cpu   # measured on the CPU"},
+      {"run", "sweep run configs/quickstart.yaml\n"
+              "  sweep run configs/quickstart.yaml grid.batch=[1,2,4] --out results/mine --dry-run"},
+      {"report", "sweep report results/quickstart"},
+      {"recommend", "sweep recommend results/quickstart --gpu rtx3060"},
+      {"compare", "sweep compare results/before results/after"},
+      {"gpus", "sweep gpus --json"},
+      {"models", "sweep models"},
+      {"merge", "sweep merge results/big-sweep"},
+      {"status", "sweep status results/big-sweep"},
+  };
+  for (const auto& [name, text] : examples)
+    for (auto* sub : app.get_subcommands([&](CLI::App* a) { return a->get_name() == name; }))
+      sub->footer("\nExample:\n  " + text);
+}
+
 }  // namespace
 
 void register_commands(CLI::App& app, int& exit_code) {
+  // `fit` first: it answers the question the tool is for.
+  auto fo = std::make_shared<FitOptions>();
+  auto* fit = app.add_subcommand(
+      "fit", "What fits on a card and what is fastest: a max-batch search per technique, then the "
+             "recommendation, measured");
+  fit->add_option("model", fo->model, "Model (sweep models lists them)")->required();
+  fit->add_option("--gpu", fo->gpu,
+                  "The card, by name (e.g. rtx3060, a100-80gb; `sweep gpus` lists them)");
+  fit->add_option("--memory-gib", fo->memory_gib, "The card's memory in GiB, as CUDA reports it")
+      ->check(reports::kMemoryGib);
+  fit->add_option("--seq", fo->seq, "Tokens per sample (GPT-2, T5 encoder)")->check(CLI::PositiveNumber);
+  fit->add_option("--target-seq", fo->target_seq, "T5 decoder tokens")->check(CLI::PositiveNumber);
+  fit->add_option("--audio-s", fo->audio_s, "Seconds of audio (Whisper)")
+      ->check(CLI::PositiveNumber)
+      ->check(reports::finite_number(0, 30, "a number of seconds"));
+  fit->add_option("--effective-batch", fo->effective_batch,
+                  "Micro-batch x accumulation to reach; the pick is measured at its accumulation");
+  fit->add_option("--precision", fo->precisions, "Precisions to try (default fp32 bf16-amp bf16)")
+      ->delimiter(',');
+  fit->add_option("--checkpointing", fo->checkpointing, "Checkpointing to try (default none block)")
+      ->delimiter(',');
+  fit->add_option("--optimizer", fo->optimizers,
+                  "Optimizers to try (default adamw,adafactor, and adamw8bit on a GPU)")
+      ->delimiter(',');
+  fit->add_option("--offload", fo->offloads,
+                  "Offload to try: none, optimizer (AdamW's state on the host; default both on a GPU)")
+      ->delimiter(',');
+  fit->add_option("--adapter", fo->adapters,
+                  "Adapters to try: none (full fine-tuning, the default), lora (PEFT's defaults)")
+      ->delimiter(',');
+  fit->add_option("--weights", fo->weights,
+                  "Base weights to try: full (the default), int8 (bitsandbytes' 8-bit, with lora only)")
+      ->delimiter(',');
+  fit->add_option("--device", fo->device,
+                  "Where to measure (auto: a GPU, else --gpu's card predicted by emulation, else "
+                  "the CPU; cpu: the tracking allocator enforces the card's memory; emulated: "
+                  "predict --gpu's card)")
+      ->check(CLI::IsMember(device_choices()));
+  fit->add_option("--margin", fo->margin, "Fraction of the card kept free")
+      ->capture_default_str()
+      ->check(reports::kMargin);
+  fit->add_option("--context-gib", fo->context_gib, "CUDA context allowance (default: measured)")
+      ->check(reports::kMemoryGib);
+  fit->add_option("--max-batch", fo->max_batch, "Largest batch a search tries")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  fit->add_option("--out", fo->out, "Results directory (default results/fit-MODEL-CARD)");
+  fit->add_flag("--json", fo->json, "The answer as JSON on stdout (progress stays on stderr)");
+  fit->add_flag("--quiet,-q", fo->quiet, "No progress output");
+  fit->add_flag("!--no-zygote", fo->zygote, "Exec a fresh worker per probe (see `sweep run --help`)");
+  fit->add_flag("!--no-prediction", fo->predict,
+                "Search without first predicting each technique's largest batch by emulation (see "
+                "`sweep run --help`)");
+  fit->callback([fo, &exit_code] { exit_code = run_guarded([&] { return run_fit(*fo); }); });
+
   auto opts = std::make_shared<RunOptions>();
   auto* run = app.add_subcommand("run", "Run a sweep: every grid point in its own worker process");
-  run->add_option("config", opts->config, "Sweep config (YAML)")->required()->check(CLI::ExistingFile);
+  // A missing config is the loader's error: it lists configs/*.yaml.
+  run->add_option("config", opts->config, "Sweep config (YAML)")->required();
   run->add_option("overrides", opts->overrides,
                   "key=value: set any config key or grid axis, e.g. grid.batch=[1,2] models=[gpt2]");
   run->add_option("--out", opts->out, "Output directory (default: the config's `out`)");
@@ -164,60 +242,6 @@ void register_commands(CLI::App& app, int& exit_code) {
   });
   register_slurm_commands(app, exit_code);
 
-  auto fo = std::make_shared<FitOptions>();
-  auto* fit = app.add_subcommand(
-      "fit", "What fits on a card and what is fastest: a max-batch search per technique, then the "
-             "recommendation, measured");
-  fit->add_option("model", fo->model, "Model (sweep models lists them)")->required();
-  fit->add_option("--gpu", fo->gpu,
-                  "The card, by name (e.g. rtx3060, a100-80gb; `sweep gpus` lists them)");
-  fit->add_option("--memory-gib", fo->memory_gib, "The card's memory in GiB, as CUDA reports it")
-      ->check(reports::kMemoryGib);
-  fit->add_option("--seq", fo->seq, "Tokens per sample (GPT-2, T5 encoder)")->check(CLI::PositiveNumber);
-  fit->add_option("--target-seq", fo->target_seq, "T5 decoder tokens")->check(CLI::PositiveNumber);
-  fit->add_option("--audio-s", fo->audio_s, "Seconds of audio (Whisper)")
-      ->check(CLI::PositiveNumber)
-      ->check(reports::finite_number(0, 30, "a number of seconds"));
-  fit->add_option("--effective-batch", fo->effective_batch,
-                  "Micro-batch x accumulation to reach; the pick is measured at its accumulation");
-  fit->add_option("--precision", fo->precisions, "Precisions to try (default fp32 bf16-amp bf16)")
-      ->delimiter(',');
-  fit->add_option("--checkpointing", fo->checkpointing, "Checkpointing to try (default none block)")
-      ->delimiter(',');
-  fit->add_option("--optimizer", fo->optimizers,
-                  "Optimizers to try (default adamw,adafactor, and adamw8bit on a GPU)")
-      ->delimiter(',');
-  fit->add_option("--offload", fo->offloads,
-                  "Offload to try: none, optimizer (AdamW's state on the host; default both on a GPU)")
-      ->delimiter(',');
-  fit->add_option("--adapter", fo->adapters,
-                  "Adapters to try: none (full fine-tuning, the default), lora (PEFT's defaults)")
-      ->delimiter(',');
-  fit->add_option("--weights", fo->weights,
-                  "Base weights to try: full (the default), int8 (bitsandbytes' 8-bit, with lora only)")
-      ->delimiter(',');
-  fit->add_option("--device", fo->device,
-                  "Where to measure (auto: a GPU, else --gpu's card predicted by emulation, else "
-                  "the CPU; cpu: the tracking allocator enforces the card's memory; emulated: "
-                  "predict --gpu's card)")
-      ->check(CLI::IsMember(device_choices()));
-  fit->add_option("--margin", fo->margin, "Fraction of the card kept free")
-      ->capture_default_str()
-      ->check(reports::kMargin);
-  fit->add_option("--context-gib", fo->context_gib, "CUDA context allowance (default: measured)")
-      ->check(reports::kMemoryGib);
-  fit->add_option("--max-batch", fo->max_batch, "Largest batch a search tries")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  fit->add_option("--out", fo->out, "Results directory (default results/fit-MODEL-CARD)");
-  fit->add_flag("--json", fo->json, "The answer as JSON on stdout (progress stays on stderr)");
-  fit->add_flag("--quiet,-q", fo->quiet, "No progress output");
-  fit->add_flag("!--no-zygote", fo->zygote, "Exec a fresh worker per probe (see `sweep run --help`)");
-  fit->add_flag("!--no-prediction", fo->predict,
-                "Search without first predicting each technique's largest batch by emulation (see "
-                "`sweep run --help`)");
-  fit->callback([fo, &exit_code] { exit_code = run_guarded([&] { return run_fit(*fo); }); });
-
   reports::register_report_command(app, exit_code);
   reports::register_recommend_command(app, exit_code);
   reports::register_compare_command(app, exit_code);
@@ -258,6 +282,7 @@ void register_commands(CLI::App& app, int& exit_code) {
       return run_guarded([&] { return worker_main(point, result_fd); });
     });
   });
+  add_examples(app);
 }
 
 }  // namespace sweep

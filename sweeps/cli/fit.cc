@@ -108,10 +108,12 @@ std::string FitTechnique::label() const {
          (weights == Weights::kFull ? "" : ", " + to_string(weights) + " weights");
 }
 
-int run_fit(const FitOptions& o) {
-  const auto* spec = models::find_model(o.model);
+int run_fit(const FitOptions& given) {
+  const auto* spec = models::find_model(given.model);
   if (!spec)
-    throw UserError("", 0, "MODEL", "unknown model '" + o.model + "'", "`sweep models` lists them");
+    throw UserError("", 0, "MODEL", "unknown model '" + given.model + "'", unknown_model_hint(given.model));
+  FitOptions o = given;
+  o.model = spec->name;  // a Hugging Face id names its model (results/fit-gpt2-medium-...)
   const Card card = resolve_card(o);
   check_flags(o, *spec);
 
