@@ -103,7 +103,7 @@ const std::vector<ModelSpec>& zoo() {
 
 const ModelSpec* find_model(const std::string& name) {
   for (const auto& s : zoo())
-    if (s.name == name) return &s;
+    if (s.name == name || (!s.hf_id.empty() && s.hf_id == name)) return &s;
   return nullptr;
 }
 

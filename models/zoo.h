@@ -29,7 +29,7 @@ struct ModelSpec {
 
 // All models, real ones first, then test models.
 const std::vector<ModelSpec>& zoo();
-// The spec of `name`, or nullptr.
+// The spec of `name`: a zoo name, or the Hugging Face id `sweep models` prints; nullptr if none.
 const ModelSpec* find_model(const std::string& name);
 // Trainable parameter count (tied weights counted once), as Hugging Face's num_parameters().
 int64_t count_parameters(const torch::nn::Module& m);

@@ -92,6 +92,9 @@ TEST(CardTable, AMisspeltCardSuggestsTheNearestKey) {
   EXPECT_EQ(nearest_card_key("rtx3600"), "rtx3060");
   EXPECT_EQ(nearest_card_key("RTX-4080"), "rtx4090");
   EXPECT_EQ(nearest_card_key("a100 40"), "a100-40gb");
+  // Issue 25: a shortened name finds its card, or the cards it could be.
+  EXPECT_EQ(nearest_card_key("3060"), "rtx3060");
+  EXPECT_EQ(nearest_card_key("a100"), "a100-40gb or a100-80gb");
   EXPECT_EQ(nearest_card_key("banana"), "");
   EXPECT_EQ(nearest_card_key(""), "");
   EXPECT_NE(card_keys().find("rtx3060, t4, "), std::string::npos);

@@ -105,7 +105,9 @@ TEST(Estimate, WorkerStartPlusStepsAtTheMostSimilarRowsStepTime) {
   const std::vector<std::vector<Point>> combos = {
       {point("gpt2-test", 2, 64, Precision::kFp32)}, {point("gpt2-test", 1, 128, Precision::kFp32)},
       {point("t5-test", 1, 64, Precision::kFp32)}, {point("gpt2-test", 1, 64, Precision::kFp32)}};
-  const auto plan = estimate_plan(combos, false, h, {combos[3][0].id()});
+  Recorded recorded;
+  recorded.points[combos[3][0].id()] = Status::kOk;
+  const auto plan = estimate_plan(combos, false, h, recorded);
   EXPECT_EQ(plan.estimated, 2);
   EXPECT_EQ(plan.recorded, 1);
   EXPECT_EQ(plan.unknown, 1);
@@ -116,14 +118,50 @@ TEST(Estimate, WorkerStartPlusStepsAtTheMostSimilarRowsStepTime) {
   EXPECT_NE(text.find("1 point already measured"), std::string::npos) << text;
   EXPECT_NE(text.find("1 point with no estimate (never measured here)"), std::string::npos) << text;
   // A search: one unit per combination, kProbesPerSearch probes each, nothing recorded.
-  const auto search = estimate_plan(combos, true, h, {combos[3][0].id()});
+  const auto search = estimate_plan(combos, true, h, recorded);
   EXPECT_EQ(search.recorded, 0);
   EXPECT_EQ(search.units[0].runs, kProbesPerSearch);
-  EXPECT_NE(search.summary("search").find("about 1 min 08 s for 3 searches (6 probes each"), std::string::npos)
+  EXPECT_NE(search.summary("search").find("about 1 min 08 s for 3 searches (about 18 probes left)"), std::string::npos)
       << search.summary("search");
   EXPECT_NEAR(search.total_s, kProbesPerSearch * (5.0 + 3.3 + (1.3 + 0.1 * 17)), 1e-9);
   EXPECT_EQ(duration_text(59.2), "1 min 00 s");
   EXPECT_EQ(duration_text(3725), "1 h 02 min");
+}
+
+// Issue 25: a second fit printed "3 min 57 s" for a run that reused every probe (0.9 s). A
+// search whose answer is on record (a fitting batch next to one out of memory, the range's
+// end, or a probe that stopped it) costs nothing; one begun costs what it has left.
+TEST(Estimate, SearchesOnRecordCostNothingAndBegunOnesWhatIsLeft) {
+  WallHistory h;
+  h.add(write_rows("estimate_reuse", {timed(row("a", "gpt2-test", 1, "ok"), 100, 2.0)}));
+  auto combo = [](int64_t seq) { return std::vector<Point>{point("gpt2-test", 1, seq, Precision::kFp32)}; };
+  const std::vector<std::vector<Point>> combos = {combo(64), combo(65), combo(66), combo(67), combo(68)};
+  Recorded recorded;
+  auto on_record = [&](int i, int64_t batch, Status status) {
+    recorded.searches[combination_key(combos[i][0])][batch] = status;
+  };
+  on_record(0, 8, Status::kOk);  // answered: 8 fits, 9 does not
+  on_record(0, 9, Status::kOom);
+  on_record(1, 1, Status::kOom);  // answered: not even the first batch
+  on_record(2, 16, Status::kOk);  // answered: the end of the range fits
+  on_record(3, 4, Status::kOk);   // begun: 2 probes done, 4 left
+  on_record(3, 8, Status::kOom);
+  const auto plan = estimate_plan(combos, true, h, recorded, 16, 6);
+  ASSERT_EQ(plan.units.size(), 5u);
+  EXPECT_EQ(plan.units[0].runs, 0);
+  EXPECT_EQ(plan.units[1].runs, 0);
+  EXPECT_EQ(plan.units[2].runs, 0);
+  EXPECT_EQ(plan.units[3].runs, 4);
+  EXPECT_EQ(plan.units[4].runs, 6);
+  EXPECT_EQ(plan.recorded, 3);
+  EXPECT_EQ(plan.estimated, 2);
+  // Fully reused: nothing to estimate (what printed minutes before).
+  on_record(3, 5, Status::kOk);
+  on_record(3, 6, Status::kOom);
+  on_record(4, 16, Status::kOk);
+  const auto reused = estimate_plan(combos, true, h, recorded, 16, 6);
+  EXPECT_EQ(reused.recorded, 5);
+  EXPECT_EQ(reused.total_s, 0);
 }
 
 TEST(RunSummary, CountsTheLastRowOfEachPointAndWarnsOfANoisyMachine) {

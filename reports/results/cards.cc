@@ -16,6 +16,7 @@
 #include <cmath>
 
 #include "reports/results/rows.h"  // kGiB
+#include "reports/results/spelling.h"
 
 namespace sweep {
 namespace {
@@ -103,21 +104,6 @@ bool neutral(const std::string& w) {
          std::all_of(w.begin(), w.end() - 2, [](char c) { return std::isdigit(c) != 0; });
 }
 
-std::size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diagonal = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
-      diagonal = up;
-    }
-  }
-  return row[b.size()];
-}
-
 constexpr std::string_view kEmulatedSuffix = " (emulated)";
 
 }  // namespace
@@ -165,20 +151,19 @@ std::string card_keys() {
 }
 
 std::string nearest_card_key(std::string_view name) {
-  const std::string flat = squeeze(name);
-  if (flat.empty()) return "";
-  std::string best;
-  std::size_t best_distance = 0;
-  for (const auto& c : kCards)
-    for (const std::string& spelling : {squeeze(c.key), squeeze(c.name)}) {
-      const std::size_t d = edit_distance(flat, spelling);
-      if (best.empty() || d < best_distance) {
-        best = std::string(c.key);
-        best_distance = d;
-      }
-    }
-  // Close: a typo or two, not another word ("rtx3600", "a100-40", "h100sxm").
-  return best_distance <= std::max<std::size_t>(2, flat.size() / 3) ? best : "";
+  // Keys and names alike ("RTX 3060"), each suggested by its key.
+  std::vector<std::string> spellings;
+  for (const auto& c : kCards) {
+    spellings.emplace_back(c.key);
+    spellings.emplace_back(c.name);
+  }
+  std::vector<std::string> keys;
+  for (const auto& near : nearest(std::string(name), spellings))
+    for (const auto& c : kCards)
+      if ((near == c.key || near == c.name) &&
+          std::find(keys.begin(), keys.end(), std::string(c.key)) == keys.end())
+        keys.emplace_back(c.key);
+  return either(keys);
 }
 
 CardFacts facts_of(const CardSpec& card) {

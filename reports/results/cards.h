@@ -59,8 +59,8 @@ int64_t card_context_bytes(const CardSpec& card);
 
 // Every card's key, for a hint: "rtx3060, t4, ...".
 std::string card_keys();
-// The key nearest to a misspelt name ("rtx3600" -> "rtx3060"), for "did you mean"; "" when
-// none is close.
+// The keys nearest to a misspelt name, for "did you mean" (results/spelling.h): "rtx3600"
+// -> "rtx3060", "a100" -> "a100-40gb or a100-80gb"; "" when none is close.
 std::string nearest_card_key(std::string_view name);
 
 // What an emulated device predicts: the card's facts as the worker reads them (the runner

@@ -99,68 +99,32 @@ void register_slurm_commands(CLI::App& app, int& exit_code) {
   status->callback([status_out, &exit_code] { exit_code = run_guarded([&] { return print_status(*status_out); }); });
 }
 
+// An example under each command's --help (CLI11's footer), every one a command that runs
+// here as written (tests/cli_habits_test.cc runs `--help` of each).
+void add_examples(CLI::App& app) {
+  const std::vector<std::pair<std::string, std::string>> examples = {
+      {"fit", "sweep fit gpt2-medium --gpu rtx3060            # predicted by emulation without a GPU\n"
+              "  sweep fit gpt2 --gpu rtx3060 --seq 512 --effective-batch 32\n"
+              "  sweep fit gpt2-test --memory-gib 0.05 --device cpu   # measured on the CPU"},
+      {"run", "sweep run configs/quickstart.yaml\n"
+              "  sweep run configs/quickstart.yaml grid.batch=[1,2,4] --out results/mine --dry-run"},
+      {"report", "sweep report results/quickstart"},
+      {"recommend", "sweep recommend results/quickstart --gpu rtx3060"},
+      {"compare", "sweep compare results/before results/after"},
+      {"gpus", "sweep gpus --json"},
+      {"models", "sweep models"},
+      {"merge", "sweep merge results/big-sweep"},
+      {"status", "sweep status results/big-sweep"},
+  };
+  for (const auto& [name, text] : examples)
+    for (auto* sub : app.get_subcommands([&](CLI::App* a) { return a->get_name() == name; }))
+      sub->footer("\nExample:\n  " + text);
+}
+
 }  // namespace
 
 void register_commands(CLI::App& app, int& exit_code) {
-  auto opts = std::make_shared<RunOptions>();
-  auto* run = app.add_subcommand("run", "Run a sweep: every grid point in its own worker process");
-  run->add_option("config", opts->config, "Sweep config (YAML)")->required()->check(CLI::ExistingFile);
-  run->add_option("overrides", opts->overrides,
-                  "key=value: set any config key or grid axis, e.g. grid.batch=[1,2] models=[gpt2]");
-  run->add_option("--out", opts->out, "Output directory (default: the config's `out`)");
-  run->add_option("--device", opts->device,
-                  "Where to train (emulated: predict the config's gpu: card on this machine, not "
-                  "measured)")
-      ->check(CLI::IsMember(device_choices()))
-      ->each([opts](const std::string&) { opts->device_given = true; });
-  run->add_flag("--dry-run", opts->dry_run,
-                "List the points, their count and an estimated time (from rows measured before), "
-                "and exit");
-  run->add_flag("--json", opts->json,
-                "The closing summary (or the dry run) as one JSON object on stdout; progress "
-                "stays on stderr");
-  run->add_option("--estimate-from", opts->estimate_from,
-                  "Results (directory or results.csv) whose rows the dry run's estimate also "
-                  "reads (repeat the flag for several)")
-      ->allow_extra_args(false)
-      ->check(CLI::ExistingPath);
-  run->add_flag("--force", opts->force, "Re-run points already in results.csv");
-  run->add_flag("--quiet,-q", opts->quiet, "No progress output");
-  run->add_option("--search", opts->search,
-                  "max-batch: find the largest batch that fits for each combination of the other "
-                  "axes (doubling, then bisecting); none: run the grid")
-      ->transform(CLI::Validator(
-          [](std::string& v) {
-            const std::string c = spelled_as(v, {"max-batch", "none"});
-            if (c.empty()) return "'" + v + "' is not a search: max-batch (or max_batch) or none";
-            v = c;
-            return std::string();
-          },
-          "max-batch|none", "search"));
-  run->add_option("--max-points", opts->max_points,
-                  "Refuse a grid of more points than this (counted before expanding)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  run->add_flag("--snapshot", opts->snapshot,
-                "Write each point's CUDA memory snapshot (and one at an OOM) to OUT/snapshots/, "
-                "for pytorch.org/memory_viz");
-  run->add_flag("!--no-zygote", opts->zygote,
-                "Exec a fresh `sweep worker` per point instead of forking it from a pre-loaded "
-                "one (the same isolation, ~0.4 s more per point)");
-  run->add_option("--gpus", opts->gpus,
-                  "Local GPUs to run on concurrently, e.g. 0,1 (one worker per GPU)");
-  add_slurm_options(run, opts->slurm);
-  run->callback([opts, &exit_code] {
-    exit_code = run_guarded([&] {
-      if (opts->slurm.submit && opts->json)
-        throw UserError("", 0, "--json", "--json summarises a run on this host; --slurm only submits it",
-                        "drop --json; once the jobs are done, `sweep run CONFIG --out OUT --json` on "
-                        "the merged results prints the summary (every point is already recorded)");
-      return finish(opts->slurm.submit ? submit_slurm(*opts) : run_sweep(*opts), opts->quiet, opts->json);
-    });
-  });
-  register_slurm_commands(app, exit_code);
-
+  // `fit` first: it answers the question the tool is for.
   auto fo = std::make_shared<FitOptions>();
   auto* fit = app.add_subcommand(
       "fit", "What fits on a card and what is fastest: a max-batch search per technique, then the "
@@ -210,7 +174,73 @@ void register_commands(CLI::App& app, int& exit_code) {
   fit->add_flag("--json", fo->json, "The answer as JSON on stdout (progress stays on stderr)");
   fit->add_flag("--quiet,-q", fo->quiet, "No progress output");
   fit->add_flag("!--no-zygote", fo->zygote, "Exec a fresh worker per probe (see `sweep run --help`)");
+  fit->add_flag("!--no-prediction", fo->predict,
+                "Search without first predicting each technique's largest batch by emulation (see "
+                "`sweep run --help`)");
   fit->callback([fo, &exit_code] { exit_code = run_guarded([&] { return run_fit(*fo); }); });
+
+  auto opts = std::make_shared<RunOptions>();
+  auto* run = app.add_subcommand("run", "Run a sweep: every grid point in its own worker process");
+  // A missing config is the loader's error: it lists configs/*.yaml.
+  run->add_option("config", opts->config, "Sweep config (YAML)")->required();
+  run->add_option("overrides", opts->overrides,
+                  "key=value: set any config key or grid axis, e.g. grid.batch=[1,2] models=[gpt2]");
+  run->add_option("--out", opts->out, "Output directory (default: the config's `out`)");
+  run->add_option("--device", opts->device,
+                  "Where to train (emulated: predict the config's gpu: card on this machine, not "
+                  "measured)")
+      ->check(CLI::IsMember(device_choices()))
+      ->each([opts](const std::string&) { opts->device_given = true; });
+  run->add_flag("--dry-run", opts->dry_run,
+                "List the points, their count and an estimated time (from rows measured before), "
+                "and exit");
+  run->add_flag("--json", opts->json,
+                "The closing summary (or the dry run) as one JSON object on stdout; progress "
+                "stays on stderr");
+  run->add_option("--estimate-from", opts->estimate_from,
+                  "Results (directory or results.csv) whose rows the dry run's estimate also "
+                  "reads (repeat the flag for several)")
+      ->allow_extra_args(false)
+      ->check(CLI::ExistingPath);
+  run->add_flag("--force", opts->force, "Re-run points already in results.csv");
+  run->add_flag("--quiet,-q", opts->quiet, "No progress output");
+  run->add_option("--search", opts->search,
+                  "max-batch: find the largest batch that fits for each combination of the other "
+                  "axes (doubling, then bisecting); none: run the grid")
+      ->transform(CLI::Validator(
+          [](std::string& v) {
+            const std::string c = spelled_as(v, {"max-batch", "none"});
+            if (c.empty()) return "'" + v + "' is not a search: max-batch (or max_batch) or none";
+            v = c;
+            return std::string();
+          },
+          "max-batch|none", "search"));
+  run->add_option("--max-points", opts->max_points,
+                  "Refuse a grid of more points than this (counted before expanding)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  run->add_flag("--snapshot", opts->snapshot,
+                "Write each point's CUDA memory snapshot (and one at an OOM) to OUT/snapshots/, "
+                "for pytorch.org/memory_viz");
+  run->add_flag("!--no-zygote", opts->zygote,
+                "Exec a fresh `sweep worker` per point instead of forking it from a pre-loaded "
+                "one (the same isolation, ~0.4 s more per point)");
+  run->add_flag("!--no-prediction", opts->predict,
+                "Search without first predicting each combination's largest batch by emulation "
+                "(on a GPU or the CPU the prediction seeds the search: 2 probes when exact)");
+  run->add_option("--gpus", opts->gpus,
+                  "Local GPUs to run on concurrently, e.g. 0,1 (one worker per GPU)");
+  add_slurm_options(run, opts->slurm);
+  run->callback([opts, &exit_code] {
+    exit_code = run_guarded([&] {
+      if (opts->slurm.submit && opts->json)
+        throw UserError("", 0, "--json", "--json summarises a run on this host; --slurm only submits it",
+                        "drop --json; once the jobs are done, `sweep run CONFIG --out OUT --json` on "
+                        "the merged results prints the summary (every point is already recorded)");
+      return finish(opts->slurm.submit ? submit_slurm(*opts) : run_sweep(*opts), opts->quiet, opts->json);
+    });
+  });
+  register_slurm_commands(app, exit_code);
 
   reports::register_report_command(app, exit_code);
   reports::register_recommend_command(app, exit_code);
@@ -270,6 +300,7 @@ void register_commands(CLI::App& app, int& exit_code) {
           return code;
         });
   });
+  add_examples(app);
 }
 
 }  // namespace sweep

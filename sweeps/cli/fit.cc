@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "models/zoo.h"
@@ -26,6 +27,7 @@
 #include "sweeps/runner/grid.h"
 #include "sweeps/runner/isolate.h"
 #include "reports/results/schema.h"
+#include "sweeps/runner/search.h"
 #include "sweeps/runner/sweep.h"
 
 namespace sweep {
@@ -106,19 +108,27 @@ std::string FitTechnique::label() const {
          (weights == Weights::kFull ? "" : ", " + to_string(weights) + " weights");
 }
 
-int run_fit(const FitOptions& o) {
-  const auto* spec = models::find_model(o.model);
+int run_fit(const FitOptions& given) {
+  const auto* spec = models::find_model(given.model);
   if (!spec)
-    throw UserError("", 0, "MODEL", "unknown model '" + o.model + "'", "`sweep models` lists them");
+    throw UserError("", 0, "MODEL", "unknown model '" + given.model + "'", unknown_model_hint(given.model));
+  FitOptions o = given;
+  o.model = spec->name;  // a Hugging Face id names its model (results/fit-gpt2-medium-...)
   const Card card = resolve_card(o);
   check_flags(o, *spec);
 
-  // Without a GPU a named card is predicted by emulation (a card by memory alone is measured on
-  // the CPU, as before: emulation needs the card's compute capability and SMs).
+  // Without a GPU a named card is predicted by emulation; the CPU trains the real model (hours
+  // for a real one), so it measures only when asked (--device cpu). A card by memory alone
+  // cannot be emulated (no compute capability or SMs).
   const bool gpu_here = cuda_device_count() > 0;
-  const Device device = o.device == "auto" ? (gpu_here    ? Device::kCuda
-                                              : card.spec ? Device::kEmulated
-                                                          : Device::kCpu)
+  if (o.device == "auto" && !gpu_here && !card.spec)
+    throw UserError("", 0, "--memory-gib",
+                    "no GPU here, and a card given by its memory alone cannot be predicted by "
+                    "emulation: it would be measured on the CPU, training the real model (hours "
+                    "for a real model)",
+                    "name the card with --gpu (`sweep gpus` lists them) to predict it in seconds, "
+                    "or add --device cpu to measure on the CPU anyway");
+  const Device device = o.device == "auto" ? (gpu_here ? Device::kCuda : Device::kEmulated)
                                            : parse_as<Device>(o.device).value_or(Device::kCpu);
   if (device == Device::kCuda && !gpu_here)
     throw UserError(
@@ -291,21 +301,52 @@ int run_fit(const FitOptions& o) {
   std::vector<Point> question;
   for (const auto& c : searches) question.push_back(c.front());
 
-  // The estimate, from the probes this directory already holds (sweeps/runner/estimate.h): one
-  // search per technique, each point of fit.yaml's grid the first probe of one.
+  // The estimate, before the first probe (sweeps/runner/estimate.h): the probes still to run
+  // (a search whose answer this directory holds replays without one), each timed from the rows
+  // measured here before; without such rows the time follows from the first probe.
   if (!o.quiet) {
     WallHistory history;
-    if (std::filesystem::exists(results_path)) history.add(reports::read_results(results_path.string()));
-    const PlanEstimate plan = estimate_plan(searches, true, history, {});
-    const std::string estimate = plan.estimated ? "; " + plan.summary("search") + "; probes already measured are reused"
-                                                : "; the time of each probe is shown as it finishes";
-    std::fprintf(stderr, "fit %s on %s (cap %s, %s): %zu techniques, about %zu probes%s\n",
+    Recorded recorded;
+    if (std::filesystem::exists(results_path)) {
+      const auto results = reports::read_results(results_path.string());
+      history.add(results, device);
+      recorded.add(results);
+    }
+    // A first fit of this model here: the rows other runs on this machine measured beside it
+    // (results/*/results.csv), of its device.
+    if (!history.knows(o.model) && !emulated) {
+      std::error_code ec;
+      const auto parent = std::filesystem::absolute(out).parent_path();
+      for (const auto& e : std::filesystem::directory_iterator(parent, ec)) {
+        const auto csv = e.path() / "results.csv";
+        if (csv == std::filesystem::absolute(results_path) || !std::filesystem::is_regular_file(csv)) continue;
+        try {
+          history.add(reports::read_results(csv.string()), device, host_name());
+        } catch (const UserError&) {
+          // A results file that does not read is not this estimate's to report.
+        }
+      }
+    }
+    const bool seeded = o.predict && !emulated;
+    const PlanEstimate plan = estimate_plan(searches, true, history, recorded, o.max_batch,
+                                            seeded ? 2 : kProbesPerSearch);
+    const int left = plan.runs_left();
+    std::string estimate = "; " + plan.search_summary(results_path.string(), seeded);
+    if (!plan.estimated && left > 0)
+      estimate += "; no estimate of the time yet (nothing of " + o.model + " was measured on " +
+                  to_string(device) + " in " + std::filesystem::absolute(out).parent_path().string() +
+                  "/*): the ETA follows from the first probe";
+    if (device == Device::kCpu && left > 0)
+      estimate += "\nnote: on the CPU each probe trains " + o.model +
+                  " for real (the first line below says how long one takes); `--gpu NAME` "
+                  "without --device predicts a card by emulation in seconds";
+    std::fprintf(stderr, "fit %s on %s (cap %s, %s): %zu technique%s%s\n",
                  o.model.c_str(), card.name.c_str(),
                  reports::format_bytes(static_cast<double>(cap)).c_str(),
                  device == Device::kCpu ? "enforced by the CPU's tracking allocator"
                  : emulated             ? predicted.c_str()
                                         : "emulated on this GPU",
-                 wanted.size(), wanted.size() * kProbesPerSearch, estimate.c_str());
+                 wanted.size(), wanted.size() == 1 ? "" : "s", estimate.c_str());
   }
   RunOptions run;
   run.config = cfg_path.string();
@@ -314,12 +355,30 @@ int run_fit(const FitOptions& o) {
   run.device_given = true;
   run.quiet = o.quiet;
   run.zygote = o.zygote;
+  run.predict = o.predict;
   if (const int rc = run_sweep(run).exit_code; rc != 0) return rc;
 
   // Only the rows of this question: its points' ids at each batch, on its device.
   const auto results = reports::read_results(results_path.string());  // `a` points into it
   Analysis a = analyse(results, question, wanted);
   const int64_t budget = a.budget_bytes;
+  // The emulated runs that seeded this question's searches (OUT/predictions.csv): each a point
+  // of the question on the emulated device.
+  int predictions = 0;
+  if (const auto path = std::filesystem::path(out) / kPredictionsFile; std::filesystem::exists(path)) {
+    std::set<std::string> keys;
+    for (const auto& q : question) keys.insert(combination_key(q));
+    const auto rows = reports::read_results(path.string());  // the rows below point into it
+    for (const auto* r : reports::latest_per_point(rows).rows) {
+      Point p = point_of(*r);
+      p.device = device;
+      p.card = {};
+      predictions += keys.count(combination_key(p)) > 0;
+    }
+  }
+  int probes = 0;
+  for (const auto& t : a.techniques) probes += t.probes;
+  const std::string probes_line = probes_text(probes, static_cast<int>(a.techniques.size()), predictions);
 
   // The recommendation, measured: the pick at its accumulation is run once more (a plain
   // grid point; at accumulation 1 it is a probe already measured). A pick that does not fit
@@ -438,10 +497,8 @@ int run_fit(const FitOptions& o) {
                  {"budget_bytes", budget}};
     if (o.effective_batch) j["effective_batch"] = *o.effective_batch;
     j["results"] = results_path.string();
-    int probes = 0;
     j["techniques"] = nlohmann::json::array();
     for (const auto& t : a.techniques) {
-      probes += t.probes;
       nlohmann::json e = technique_json(t);
       e["probes"] = t.probes;
       e["limit_reached"] = t.first_oom.has_value();
@@ -458,6 +515,9 @@ int run_fit(const FitOptions& o) {
       j["techniques"].push_back(e);
     }
     j["probes"] = probes;
+    j["probes_per_technique"] = a.techniques.empty() ? 0.0 : static_cast<double>(probes) / a.techniques.size();
+    j["predictions"] = predictions;  // emulated runs that seeded the searches, not probes
+    j["probes_text"] = probes_line;
     if (choice) {
       const auto& t = *choice->technique;
       j["recommendation"] = technique_json(t);
@@ -507,6 +567,7 @@ int run_fit(const FitOptions& o) {
                                  .c_str(),
                 t.probes);
   }
+  std::printf("\nProbes: %s.\n", probes_line.c_str());
   if (choice) {
     const auto& t = *choice->technique;
     const std::string accumulation =

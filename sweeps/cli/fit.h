@@ -33,6 +33,7 @@ struct FitOptions {
   std::string out;  // default results/fit-<model>-<card>
   bool json = false, quiet = false;
   bool zygote = true;  // --no-zygote: exec each probe's worker (RunOptions::zygote)
+  bool predict = true;  // --no-prediction: searches not seeded by emulation (RunOptions::predict)
 };
 
 // One technique combination and what its search found.

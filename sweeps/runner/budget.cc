@@ -102,6 +102,28 @@ Budget emulated_budget(const Config& cfg) {
 
 }  // namespace
 
+EmulatedCard emulated_cpu() {
+  EmulatedCard cpu;
+  cpu.name = "CPU";
+  cpu.cpu = true;
+  cpu.cc_major = 8;
+  cpu.sms = 1;
+  return cpu;
+}
+
+std::optional<EmulatedCard> predictor_for(const HostGpu& gpu) {
+  const CardSpec* spec = find_card(gpu.name);
+  if (!spec) return std::nullopt;
+  EmulatedCard card = facts_of(*spec);
+  if (gpu.total_bytes > 0) card.memory_bytes = gpu.total_bytes;
+  if (gpu.context_bytes > 0) card.context_bytes = gpu.context_bytes;
+  return card;
+}
+
+std::string predictor_name(const EmulatedCard& card) {
+  return card.cpu ? "the emulator configured as the CPU" : "emulation of " + card.name;
+}
+
 Budget resolve_budget(const Config& cfg, Device device, const std::vector<HostGpu>& gpus) {
   if (device == Device::kEmulated) return emulated_budget(cfg);
   Budget b;

@@ -45,6 +45,15 @@ inline constexpr double kSameCardTolerance = 0.05;
 // UserError when the config names no card, or one without a compute capability or SMs.
 EmulatedCard emulated_card_of(const Config& cfg);
 
+// What seeds a max-batch search (search.h) with a prediction: on the CPU the emulator
+// configured as the CPU (CardFacts::cpu; its compute capability is only the card cell's form,
+// the CPU's choices ignore it); on a GPU the card table's entry for it (find_card by its
+// name) with the memory and context measured on it, nullopt when the table has none.
+EmulatedCard emulated_cpu();
+std::optional<EmulatedCard> predictor_for(const HostGpu& gpu);
+// "the emulator configured as the CPU", "emulation of H100 80GB" (for progress lines).
+std::string predictor_name(const EmulatedCard& card);
+
 // Pure: the budget for `device`; `gpus` are the probed GPUs (cuda only). On device emulated
 // no budget is set unless budget_gib asks (the worker's emulated allocator holds at most the
 // card's memory less its context allowance), and budget_gib may not exceed that.

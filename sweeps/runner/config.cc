@@ -10,6 +10,8 @@
 #include <cstring>
 #include <sstream>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <set>
 #include <stdexcept>
@@ -20,6 +22,7 @@
 #include "models/zoo.h"
 #include "sweeps/measure/alloc_conf.h"
 #include "reports/results/cards.h"
+#include "reports/results/spelling.h"
 
 namespace sweep {
 
@@ -162,8 +165,13 @@ struct Ctx {
              "it is already set on line " + std::to_string(it->second) + "; keep one");
       if (!allowed.count(k)) {
         std::vector<std::string> names(allowed.begin(), allowed.end());
-        fail(kv.first, where.empty() ? k : where + "." + k, "unknown key",
-             "known keys here: " + join(names));
+        const std::string full = where.empty() ? k : where + "." + k;
+        // An axis beside `models:` instead of under `grid:` (`batch: [1, 2]` at the top).
+        if (allowed.count("grid") && std::find(kAxes.begin(), kAxes.end(), k) != kAxes.end())
+          fail(kv.first, full, "unknown key: " + k + " is a grid axis",
+               "write it under `grid:`, e.g. grid: {" + k + ": [...]} (on the command line " +
+                   (where.empty() ? "" : where + ".") + "grid." + k + "=[...])");
+        fail(kv.first, full, "unknown key", did_you_mean(k, names) + "known keys here: " + join(names));
       }
     }
   }
@@ -211,9 +219,9 @@ std::vector<ExcludeRule> parse_excludes(const Ctx& c, const YAML::Node& n,
       auto axis = kv.first.as<std::string>();
       std::string v = c.scalar(kv.second, where + "." + axis);
       if (axis == "model") {
-        if (!models::find_model(v)) c.fail(kv.second, where + ".model", "unknown model '" + v + "'",
-                                           "run `sweep models` for the list");
-        rule.match[axis] = v;
+        const auto* spec = models::find_model(v);
+        if (!spec) c.fail(kv.second, where + ".model", "unknown model '" + v + "'", unknown_model_hint(v));
+        rule.match[axis] = spec->name;
       } else {
         rule.match[axis] = c.axis_value(kv.second, axis, where + "." + axis);
       }
@@ -242,13 +250,15 @@ std::vector<std::string> parse_names(
   return out;
 }
 
+// Each model by its zoo name (a Hugging Face id, as `sweep models` prints it, names one too).
 std::vector<std::string> parse_models(const Ctx& c, const YAML::Node& n, const std::string& key) {
-  return parse_names(c, n, key, "name at least one model",
-                     [&](const YAML::Node& v, const std::string& name) {
-                       if (!models::find_model(name))
-                         c.fail(v, key, "unknown model '" + name + "'",
-                                "run `sweep models` for the list");
-                     });
+  auto names = parse_names(c, n, key, "name at least one model",
+                           [&](const YAML::Node& v, const std::string& name) {
+                             if (!models::find_model(name))
+                               c.fail(v, key, "unknown model '" + name + "'", unknown_model_hint(name));
+                           });
+  for (auto& name : names) name = models::find_model(name)->name;
+  return names;
 }
 
 // LoRA target modules: plain names; which layers they match is checked per model (grid.cc).
@@ -344,6 +354,20 @@ GpuTarget parse_gpu(const Ctx& c, const YAML::Node& v) {
 }  // namespace
 
 
+std::string unknown_model_hint(const std::string& name) {
+  std::vector<std::string> known;
+  for (const auto& m : models::zoo()) {
+    known.push_back(m.name);
+    if (!m.hf_id.empty()) known.push_back(m.hf_id);
+  }
+  std::vector<std::string> names;  // each suggestion by its zoo name
+  for (const auto& near : nearest(name, known))
+    if (const auto* spec = models::find_model(near);
+        spec && std::find(names.begin(), names.end(), spec->name) == names.end())
+      names.push_back(spec->name);
+  return did_you_mean(names) + "`sweep models` lists them (by name or Hugging Face id)";
+}
+
 std::string Range::hint() const {
   return std::string("expected ") + (whole ? "a whole number" : "a number") + " from " +
          number_text(min) + " to " + number_text(max);
@@ -417,7 +441,9 @@ std::string canonical_axis_value(const std::string& axis, const std::string& val
   };
   if (auto it = kChoices.find(axis); it != kChoices.end()) {
     const std::string c = spelled_as(value, it->second);
-    if (c.empty()) fail("unknown value '" + value + "'", "expected one of: " + join(it->second));
+    if (c.empty())
+      fail("unknown value '" + value + "'",
+           did_you_mean(value, it->second) + "expected one of: " + join(it->second));
     return c;
   }
   if (axis == "alloc_conf") {
@@ -448,12 +474,41 @@ std::string canonical_axis_value(const std::string& axis, const std::string& val
 
 namespace {
 
+// The configs of ./configs, for the hint of a config that is not there.
+std::string configs_here() {
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("configs", ec))
+    if (e.path().extension() == ".yaml") found.push_back(e.path().string());
+  std::sort(found.begin(), found.end());
+  if (found.empty()) return "check the path (no configs/*.yaml in this directory)";
+  return "check the path; the configs here: " + join(found) + " (e.g. sweep run " + found.front() + ")";
+}
+
+// The first line of `path` indented with a tab (1-based), 0 when none: YAML forbids tabs in
+// indentation, and yaml-cpp says only "illegal map value" or the like.
+int tab_indented_line(const std::string& path) {
+  std::ifstream in(path);
+  int n = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++n;
+    const auto text = line.find_first_not_of(" \t");
+    if (line.find('\t') < std::min(text, line.size())) return n;
+  }
+  return 0;
+}
+
 YAML::Node load_yaml(const std::string& path) {
   try {
     return YAML::LoadFile(path);
   } catch (const YAML::BadFile&) {
-    throw UserError(path, 0, "", "cannot read the file", "check the path");
+    throw UserError(path, 0, "", std::filesystem::is_directory(path) ? "a directory, not a config file"
+                                                                     : "cannot read the file",
+                    configs_here());
   } catch (const YAML::ParserException& e) {
+    if (const int tab = tab_indented_line(path))
+      throw UserError(path, tab, "", "YAML syntax error: this line is indented with a tab (yaml-cpp: " + e.msg + ")",
+                      "YAML forbids tabs for indentation: indent with spaces");
     throw UserError(path, e.mark.line + 1, "", "YAML syntax error: " + e.msg,
                     "check the indentation and the brackets and quotes on this line and the "
                     "one before; lists are [a, b] or one `- a` per line");

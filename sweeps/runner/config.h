@@ -120,6 +120,9 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 // overrides set, after a comment naming both. Throws UserError for an override that is not
 // key=value or not YAML.
 std::string apply_overrides(const std::string& path, const std::vector<std::string>& overrides);
+// The hint for a model the zoo does not know: the nearest names ("did you mean gpt2-medium?")
+// and where the list is.
+std::string unknown_model_hint(const std::string& name);
 // Checks one value of an axis and returns it in canonical form; throws UserError.
 std::string canonical_axis_value(const std::string& axis, const std::string& value,
                                  const std::string& file, int line, const std::string& key);

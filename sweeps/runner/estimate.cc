@@ -24,9 +24,12 @@ std::string plural(int n, const std::string& what) {
 
 }  // namespace
 
-void WallHistory::add(const reports::Results& results) {
+void WallHistory::add(const reports::Results& results, std::optional<Device> device,
+                      const std::string& host) {
   int used = 0;
   for (const auto& r : results.rows) {
+    if ((device && r.value<Device>() != device) || (!host.empty() && r.at(column("host")) != host))
+      continue;
     const auto wall = r.number(column("wall_s")), step_ms = r.number(column("step_ms"));
     const auto steps = r.number(column("steps")), reps = r.number(column("repetitions"));
     if (r.status != reports::Status::kOk || !wall || !step_ms || !steps || !reps) continue;
@@ -46,6 +49,10 @@ void WallHistory::add(const reports::Results& results) {
     ++used;
   }
   if (used) sources_.push_back(results.path);
+}
+
+bool WallHistory::knows(const std::string& model) const {
+  return std::any_of(samples_.begin(), samples_.end(), [&](const Sample& s) { return s.model == model; });
 }
 
 std::optional<PointEstimate> WallHistory::estimate(const Point& p) const {
@@ -95,14 +102,52 @@ std::optional<double> WallHistory::start_s() const {
   return reports::median(starts);
 }
 
+std::string combination_key(const Point& p) {
+  Point q = p;
+  q.batch = 0;
+  return q.id();
+}
+
+void Recorded::add(const reports::Results& results) {
+  for (const auto* r : reports::latest_per_point(results).rows) {
+    points[r->at(column("point_id"))] = r->status;
+    if (r->at(column("search")).empty()) continue;
+    const Point p = point_of(*r);
+    searches[combination_key(p)][p.batch] = r->status;
+  }
+}
+
+namespace {
+
+// The probes a search of [lo, hi] has left, given the statuses on record by batch: none when
+// its answer is there (or a probe that stops it), else about `expected` less those done.
+int probes_left(const std::map<int64_t, Status>& done, int64_t lo, int64_t hi, int expected) {
+  int in_range = 0;
+  for (const auto& [batch, status] : done) {
+    if (batch < lo || batch > hi) continue;
+    ++in_range;
+    if (status == Status::kCrash || status == Status::kTimeout) return 0;
+    if (status == Status::kOk && batch == hi) return 0;
+    if (status == Status::kOom && batch == lo) return 0;
+    if (status == Status::kOk) {
+      const auto next = done.find(batch + 1);
+      if (next != done.end() && next->second == Status::kOom) return 0;
+    }
+  }
+  return std::max(1, expected - in_range);
+}
+
+}  // namespace
+
 PlanEstimate estimate_plan(const std::vector<std::vector<Point>>& combinations, bool search,
-                           const WallHistory& history, const std::set<std::string>& recorded) {
+                           const WallHistory& history, const Recorded& recorded,
+                           int64_t search_max_batch, int probes_per_search) {
   PlanEstimate plan;
   plan.start_s = history.start_s();
   plan.rows = history.rows();
   plan.sources = history.sources();
   auto add = [&](const Point& p, int runs) {
-    PlanEstimate::Unit u{&p, runs, !search && recorded.count(p.id()) > 0, std::nullopt};
+    PlanEstimate::Unit u{&p, runs, runs == 0, std::nullopt};
     if (u.recorded) {
       ++plan.recorded;
     } else if ((u.each = history.estimate(p))) {
@@ -115,9 +160,13 @@ PlanEstimate estimate_plan(const std::vector<std::vector<Point>>& combinations, 
   };
   for (const auto& c : combinations) {
     if (search) {
-      add(c.front(), kProbesPerSearch);
+      const auto done = recorded.searches.find(combination_key(c.front()));
+      add(c.front(), done == recorded.searches.end()
+                         ? probes_per_search
+                         : probes_left(done->second, c.front().batch,
+                                       std::max(c.front().batch, search_max_batch), probes_per_search));
     } else {
-      for (const auto& p : c) add(p, 1);
+      for (const auto& p : c) add(p, recorded.points.count(p.id()) ? 0 : 1);
     }
   }
   return plan;
@@ -127,8 +176,10 @@ std::string PlanEstimate::summary(const std::string& unit_name) const {
   std::string s;
   if (estimated) {
     s = "about " + duration_text(total_s) + " for " + plural(estimated, unit_name);
-    if (units.front().runs > 1)
-      s += " (" + std::to_string(units.front().runs) + " probes each, as searches average)";
+    int probes = 0;
+    for (const auto& u : units) probes += u.each ? u.runs : 0;
+    if (probes > estimated)
+      s += " (about " + std::to_string(probes) + " probes left)";
     char start[32];
     std::snprintf(start, sizeof start, "%.1f", start_s.value_or(0));
     std::string from;
@@ -140,6 +191,32 @@ std::string PlanEstimate::summary(const std::string& unit_name) const {
     s += (s.empty() ? "" : "; ") + plural(recorded, unit_name) + " already measured (kept)";
   if (unknown)
     s += (s.empty() ? "" : "; ") + plural(unknown, unit_name) + " with no estimate (never measured here)";
+  return s;
+}
+
+int PlanEstimate::runs_left() const {
+  int left = 0;
+  for (const auto& u : units) left += u.runs;
+  return left;
+}
+
+std::string PlanEstimate::search_summary(const std::string& results_path, bool seeded) const {
+  const int left = runs_left();
+  std::string s = left == 0 ? "nothing to run"
+                            : "about " + plural(left, "probe") + " to run" +
+                                  (seeded ? " (2 a search where the prediction is exact)" : "");
+  if (recorded)
+    s += (left == 0 ? ": " : ", ") + std::to_string(recorded) + " of the " +
+         std::to_string(units.size()) + " searches already answered in " + results_path + " (reused)";
+  if (estimated) {
+    std::string from;
+    for (const auto& src : sources) from += (from.empty() ? "" : ", ") + src;
+    s += "; about " + duration_text(total_s) + " for " +
+         (estimated < static_cast<int>(units.size()) - recorded
+              ? std::to_string(estimated) + " searches estimated"
+              : std::string("them")) +
+         " (from " + plural(rows, "row") + " measured in " + from + ")";
+  }
   return s;
 }
 

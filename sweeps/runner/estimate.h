@@ -7,6 +7,8 @@
 // per micro-batch (its accumulation multiplies it).
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -36,7 +38,12 @@ struct PointEstimate {
 // The ok rows of earlier results that carry a wall time and a step time.
 class WallHistory {
  public:
-  void add(const reports::Results& results);
+  // With `device` (and `host`), only rows measured there: a CPU row says nothing of a GPU's
+  // time, nor one machine's of another's.
+  void add(const reports::Results& results, std::optional<Device> device = std::nullopt,
+           const std::string& host = "");
+  // Whether a row of `model` was added.
+  bool knows(const std::string& model) const;
   // The estimate from the most similar rows, or nullopt: nothing of this model measured.
   std::optional<PointEstimate> estimate(const Point& p) const;
   // Median worker start over every row added; nullopt without rows.
@@ -56,14 +63,28 @@ class WallHistory {
   std::vector<std::string> sources_;
 };
 
+// A point's combination of the other axes: its id at batch 0 (sweep.h combinations()).
+std::string combination_key(const Point& p);
+
+// What a results file holds already (resume reuses it): the latest status of each point, by
+// id and, for the searches, by combination and batch.
+struct Recorded {
+  std::map<std::string, Status> points;
+  std::map<std::string, std::map<int64_t, Status>> searches;
+  void add(const reports::Results& results);
+};
+
 // The estimate of a whole plan: each combination of the other axes (sweep.h combinations())
-// runs its points, or with `search` one max-batch search of about kProbesPerSearch probes
-// from its first point. Points in `recorded` are skipped on resume and cost nothing.
+// runs its points, or with `search` one max-batch search of about `probes_per_search` probes
+// (in [its first batch, search_max_batch]) from its first point. What `recorded` holds costs
+// nothing: its points are skipped on resume, and a search whose answer is on record (a fitting
+// batch next to one out of memory, or the range's end) replays without a probe; one begun
+// costs what it has left.
 struct PlanEstimate {
   struct Unit {
     const Point* point = nullptr;  // the point, or the search's first point
-    int runs = 1;                  // 1, or kProbesPerSearch for a search
-    bool recorded = false;
+    int runs = 1;                  // 1, or the probes a search has left
+    bool recorded = false;         // nothing left to run
     std::optional<PointEstimate> each;  // per run; nullopt: never measured here
   };
   std::vector<Unit> units;
@@ -75,10 +96,17 @@ struct PlanEstimate {
 
   // "about 3 min 10 s for 6 points (worker start 2.1 s, from 12 rows of results.csv); ..."
   std::string summary(const std::string& unit_name) const;
+  // The runs left: points, or the probes the searches have left.
+  int runs_left() const;
+  // Before a search's first probe (fit): "about 8 probes to run (2 a search where the
+  // prediction is exact), 2 of the 6 searches already answered in PATH (reused); about 1 min
+  // 10 s for those estimated (...)", or "nothing to run: ...".
+  std::string search_summary(const std::string& results_path, bool seeded) const;
 };
 
 PlanEstimate estimate_plan(const std::vector<std::vector<Point>>& combinations, bool search,
-                           const WallHistory& history, const std::set<std::string>& recorded);
+                           const WallHistory& history, const Recorded& recorded,
+                           int64_t search_max_batch = 0, int probes_per_search = kProbesPerSearch);
 
 // "45 s", "3 min 10 s", "2 h 05 min"
 std::string duration_text(double seconds);

@@ -31,6 +31,8 @@ class ResultsStore {
   // consults the merged file and the other shards). Same checks as the constructor's.
   void recall(const std::string& csv_path);
   const std::string& path() const { return path_; }
+  // Points on record (each point once, however many rows it has).
+  std::size_t recorded() const { return recorded_.size(); }
 
   // One CSV line (no newline) in schema column order, quoted where needed. Every key must
   // be a column of schema.h (SWEEP_CHECK: an unknown key is a bug, never silently dropped).

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 
 #include "reports/results/stats.h"
@@ -16,14 +17,17 @@ constexpr int kGuidedProbes = 3;
 }  // namespace
 
 SearchResult search_max_batch(int64_t lo, int64_t hi, double budget_bytes,
-                              const std::function<ProbeOutcome(int64_t)>& probe) {
+                              const std::function<ProbeOutcome(int64_t)>& probe,
+                              std::optional<int64_t> predicted) {
   SearchResult r;
   std::map<int64_t, double> fits;  // batch -> peak
   int guided = 0;
   std::size_t fitted = 0;  // ok probes the last prediction was made from
+  std::optional<int64_t> known_oom;  // a predicted batch that ran out of memory
   auto run = [&](int64_t b) {
-    r.probed.push_back(b);
-    const ProbeOutcome o = probe(b);
+    // Memory grows with the batch: past a batch out of memory, so is every larger one.
+    const ProbeOutcome o = known_oom && b >= *known_oom ? ProbeOutcome{Status::kOom, 0} : probe(b);
+    if (!known_oom || b < *known_oom) r.probed.push_back(b);
     if (o.status == Status::kOk) {
       fits[b] = o.peak_bytes;
       r.largest_fit = std::max(r.largest_fit.value_or(b), b);
@@ -33,7 +37,20 @@ SearchResult search_max_batch(int64_t lo, int64_t hi, double budget_bytes,
       r.stopped = "batch " + std::to_string(b) + ": " + to_string(o.status);
     }
   };
-  run(lo);
+  if (predicted) {
+    const int64_t seed = std::clamp(*predicted, lo, hi);
+    run(seed);
+    if (r.stopped.empty() && r.largest_fit && seed < hi) run(seed + 1);
+    if (r.stopped.empty() && !r.largest_fit) {
+      // Too high: the search without a prediction, every batch from the seed up known.
+      known_oom = seed;
+      r.first_oom.reset();
+      if (seed > lo) run(lo);
+      else r.first_oom = seed;
+    }
+  } else {
+    run(lo);
+  }
   while (r.stopped.empty() && r.largest_fit) {
     const int64_t best = *r.largest_fit;
     const int64_t ceiling = r.first_oom ? *r.first_oom - 1 : hi;  // largest batch still possible
@@ -50,7 +67,19 @@ SearchResult search_max_batch(int64_t lo, int64_t hi, double budget_bytes,
     }
     run(next);
   }
+  if (known_oom) r.first_oom = std::min(r.first_oom.value_or(*known_oom), *known_oom);
   return r;
+}
+
+std::string probes_text(int probes, int searches, int predictions) {
+  char per[32];
+  std::snprintf(per, sizeof per, "%.1f", searches ? static_cast<double>(probes) / searches : 0.0);
+  std::string s = std::string(per) + " probes per search (" + std::to_string(probes) + " in " +
+                  std::to_string(searches) + (searches == 1 ? " search)" : " searches)");
+  if (predictions)
+    s += ", each seeded by a prediction (" + std::to_string(predictions) +
+         " emulated runs, not counted as probes)";
+  return s;
 }
 
 }  // namespace sweep

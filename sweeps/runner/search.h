@@ -5,6 +5,13 @@
 // would reach the budget is predicted and probed next (and its neighbour, to confirm). A wrong
 // prediction costs a probe; the next step is plain doubling or bisection, and a new
 // prediction needs a new fitting probe (at most three predictions in all).
+// Seeded: with the largest batch another device predicts (the emulated card, or the emulator
+// configured as the CPU), the search first probes that batch, then, when it fits, the next
+// one: 2 probes when the prediction is exact. When the next one fits too (the prediction was
+// low), it goes on with doubling and bisection from there, the two peaks steering the first
+// jump. When the predicted batch does not fit (too high), it is today's search from lo with
+// every batch from the predicted one up taken as out of memory without a probe: never more
+// than one probe more than the search without a prediction.
 // A pure function over a probe callback, so the strategy is tested without workers.
 #pragma once
 
@@ -31,7 +38,15 @@ struct SearchResult {
 };
 
 // Searches [lo, hi]. budget_bytes: the memory a point may use (0 = unknown: no prediction).
+// predicted: the largest batch predicted to fit (below lo: none), probed first; nullopt:
+// no prediction, the search starts at lo.
 SearchResult search_max_batch(int64_t lo, int64_t hi, double budget_bytes,
-                              const std::function<ProbeOutcome(int64_t)>& probe);
+                              const std::function<ProbeOutcome(int64_t)>& probe,
+                              std::optional<int64_t> predicted = std::nullopt);
+
+// How many probes the searches took, for a line under an answer or a table's header: "2.0
+// probes per search (24 in 12 searches), each seeded by a prediction (70 emulated runs, not
+// counted as probes)"; predictions 0: not seeded.
+std::string probes_text(int probes, int searches, int predictions);
 
 }  // namespace sweep

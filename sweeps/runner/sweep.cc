@@ -31,6 +31,8 @@
 #include "sweeps/runner/estimate.h"
 #include "sweeps/runner/grid.h"
 #include "sweeps/runner/install_file.h"
+#include "sweeps/runner/progress.h"
+#include "sweeps/runner/interrupt.h"
 #include "sweeps/runner/isolate.h"
 #include "sweeps/runner/results_store.h"
 #include "reports/results/schema.h"
@@ -72,90 +74,44 @@ nlohmann::json point_columns(const Point& p) {
   return j;
 }
 
-// Live progress on a terminal, one plain line per point elsewhere, nothing with --quiet.
-// Called under the runner's lock when points run concurrently (--gpus).
-class Progress {
- public:
-  Progress(std::size_t total, bool quiet)
-      : total_(total), quiet_(quiet), tty_(isatty(STDERR_FILENO)), t0_(clock::now()) {}
-  void start(const Point& p) {
-    if (quiet_ || !tty_) return;
-    const std::string count = total_ ? std::to_string(done_) + "/" + std::to_string(total_)
-                                     : std::to_string(done_);
-    std::fprintf(stderr, "\r\033[K[%s] ok %d oom %d skipped %d | %s%s", count.c_str(), ok_, oom_,
-                 skipped_, p.label().c_str(), eta().c_str());
-  }
-  // A point that ran (or was skipped) now, counted by its status.
-  void finish(const Point& p, Status status, const std::string& detail,
-              const std::string& prefix = "") {
-    ok_ += status == Status::kOk;
-    oom_ += status == Status::kOom;
-    skipped_ += status == Status::kSkipped;
-    finish(p, to_string(status), detail, prefix);
-  }
-  // A point an earlier run recorded ("done").
-  void finish(const Point& p, const std::string& label, const std::string& detail,
-              const std::string& prefix = "") {
-    ++done_;
-    if (quiet_) return;
-    if (tty_) std::fprintf(stderr, "\r\033[K");
-    // A search does not know its number of probes in advance: it counts without a total.
-    const std::string count = total_ ? std::to_string(done_) + "/" + std::to_string(total_)
-                                     : std::to_string(done_);
-    std::fprintf(stderr, "[%s] %s%-7s %s%s%s\n", count.c_str(), prefix.c_str(), label.c_str(),
-                 p.label().c_str(), detail.empty() ? "" : "  ", detail.c_str());
-  }
-  // One line that counts no point (search summaries).
-  void note(const std::string& line) {
-    if (quiet_) return;
-    if (tty_) std::fprintf(stderr, "\r\033[K");
-    std::fprintf(stderr, "%s\n", line.c_str());
-  }
-
- private:
-  using clock = std::chrono::steady_clock;
-  std::string eta() const {
-    if (done_ == 0 || done_ >= total_) return "";
-    const double per = std::chrono::duration<double>(clock::now() - t0_).count() / done_;
-    return " | ETA " + std::to_string(static_cast<int>(per * (total_ - done_))) + " s";
-  }
-  std::size_t total_, done_ = 0;
-  int ok_ = 0, oom_ = 0, skipped_ = 0;
-  bool quiet_, tty_;
-  clock::time_point t0_;
-};
-
-// Key of the "other axes" of a point: OOM pruning and the max-batch search work along batch.
-std::string prune_key(const Point& p) {
-  Point q = p;
-  q.batch = 0;
-  return q.id();
-}
-
 // Runs points in isolated workers and appends their rows. Thread-safe: with --gpus one
 // thread per GPU shares it.
 class Runner {
  public:
-  // `zygote`: one already started on this thread (the GPU probe's), kept as this thread's lane's.
+  // predictions: where the emulated predictions of a seeded search go (null: none).
+  // zygote: one already started on this thread (the GPU probe's), kept as this thread's lane's.
   Runner(const RunOptions& opt, const std::string& out, ResultsStore& store, Progress& progress,
-         std::unique_ptr<Zygote> zygote = nullptr)
-      : opt_(opt), out_(out), exe_(self_exe()), store_(store), progress_(progress) {
+         ResultsStore* predictions = nullptr, std::unique_ptr<Zygote> zygote = nullptr)
+      : opt_(opt), out_(out), exe_(self_exe()), store_(store), predictions_(predictions),
+        progress_(progress) {
     if (zygote && opt_.zygote) zygotes_[std::this_thread::get_id()] = std::move(zygote);
   }
 
   // The point's outcome: recorded earlier (resume) unless --force, else measured now.
   ProbeOutcome run(const Point& p, const std::string& gpu, const std::string& search = "",
                    const std::string& prefix = "") {
+    return execute(p, gpu, search, prefix, store_, false);
+  }
+  // A prediction for a seeded search: the point on the emulated device, its row in the
+  // predictions file (reused on resume like a probe), counted by no progress line.
+  ProbeOutcome predict(const Point& p, const std::string& gpu) {
+    SWEEP_CHECK(predictions_ != nullptr, "a prediction without a predictions file");
+    return execute(p, gpu, "max_batch", "", *predictions_, true);
+  }
+
+ private:
+  ProbeOutcome execute(const Point& p, const std::string& gpu, const std::string& search,
+                       const std::string& prefix, ResultsStore& store, bool prediction) {
     const std::string id = p.id();
     {
       std::lock_guard lock(mu_);
       if (!opt_.force || forced_.count(id)) {
-        if (const auto* o = store_.outcome(id)) {
-          progress_.finish(p, "done", "already in " + store_.path(), prefix);
+        if (const auto* o = store.outcome(id)) {
+          if (!prediction) progress_.finish(p, "done", "already in " + store.path(), prefix);
           return *o;
         }
       }
-      progress_.start(p);
+      if (!prediction) progress_.start(p);
     }
     auto row = point_columns(p);
     if (!search.empty()) row["search"] = search;
@@ -168,7 +124,7 @@ class Runner {
     // either would otherwise override the axis.
     iso.env["PYTORCH_ALLOC_CONF"] = p.alloc_conf;
     iso.env["PYTORCH_CUDA_ALLOC_CONF"] = p.alloc_conf;
-    if (opt_.snapshot && (p.device == Device::kCuda || p.device == Device::kEmulated))
+    if (opt_.snapshot && !prediction && (p.device == Device::kCuda || p.device == Device::kEmulated))
       iso.env["SWEEP_SNAPSHOT"] = (std::filesystem::path(out_) / "snapshots" / id).string();
     // `gpu` is already this process's CUDA_VISIBLE_DEVICES entry for the --gpus index.
     if (!gpu.empty()) iso.env["CUDA_VISIBLE_DEVICES"] = gpu;
@@ -193,13 +149,20 @@ class Runner {
       detail += ", " + std::to_string(static_cast<int64_t>(row["tokens_per_s"].get<double>())) + " tokens/s";
     const std::string message = row.value("message", std::string());
     if (r.status != Status::kOk && !message.empty()) detail += (detail.empty() ? "" : ", ") + message;
+    char took[32];
+    std::snprintf(took, sizeof took, "%s%.2f s", detail.empty() ? "" : ", ", r.wall_s);
+    detail += took;
     if (!gpu.empty()) detail += " [gpu " + gpu + "]";
     std::lock_guard lock(mu_);
-    store_.append(row);
+    store.append(row);
     forced_.insert(id);
+    if (prediction) return *store.outcome(id);
+    count_kept_row();
     progress_.finish(p, r.status, detail, prefix);
-    return *store_.outcome(id);
+    return *store.outcome(id);
   }
+
+ public:
 
   void skip(const Point& p, const std::string& message) {
     std::lock_guard lock(mu_);
@@ -220,6 +183,10 @@ class Runner {
     std::lock_guard lock(mu_);
     progress_.note(line);
   }
+  void settle(std::size_t probes, std::size_t expected) {
+    std::lock_guard lock(mu_);
+    progress_.settle(probes, expected);
+  }
 
  private:
   // This lane's pre-loaded worker (one per thread: a zygote serves one point at a time, and
@@ -237,6 +204,7 @@ class Runner {
   std::mutex zygote_mu_;
   std::map<std::thread::id, std::unique_ptr<Zygote>> zygotes_;
   ResultsStore& store_;
+  ResultsStore* predictions_;
   Progress& progress_;
   std::mutex mu_;
   std::set<std::string> forced_;  // with --force: points already re-run by this run
@@ -256,24 +224,55 @@ void run_combination(Runner& runner, const std::vector<Point>& points, bool prun
 }
 
 // Max-batch search over one combination, from its smallest grid batch to search_max_batch.
-void search_combination(Runner& runner, const std::vector<Point>& points, int64_t max_batch,
-                        const std::string& gpu, const std::string& prefix) {
+// With a predictor (an emulated card standing for the device, sweeps/runner/search.h), the
+// same search on it first, its answer the search's seed. Returns the probes it took.
+std::size_t search_combination(Runner& runner, const std::vector<Point>& points, int64_t max_batch,
+                               const std::string& gpu, const std::string& prefix,
+                               const std::optional<EmulatedCard>& predictor) {
   const Point base = points.front();
   const int64_t lo = base.batch, hi = std::max(lo, max_batch);
+  const auto budget = static_cast<double>(base.budget_bytes);
+  std::optional<int64_t> predicted;
+  std::string seed;
+  if (predictor) {
+    Point e = base;
+    e.device = Device::kEmulated;
+    e.card = *predictor;
+    const auto t0 = std::chrono::steady_clock::now();
+    const SearchResult pr = search_max_batch(lo, hi, budget, [&](int64_t batch) {
+      Point q = e;
+      q.batch = batch;
+      return runner.predict(q, gpu);
+    });
+    char took[32];
+    std::snprintf(took, sizeof took, "%.1f s",
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (pr.stopped.empty()) {
+      predicted = pr.largest_fit.value_or(lo - 1);
+      seed = "; predicted " + (pr.largest_fit ? std::to_string(*pr.largest_fit) : std::string("none")) +
+             " by " + predictor_name(*predictor) + " in " + std::to_string(pr.probed.size()) +
+             " runs, " + took + ", not counted as probes";
+    } else {
+      seed = "; no prediction (" + predictor_name(*predictor) + " stopped at " + pr.stopped + ")";
+    }
+  }
   const SearchResult r = search_max_batch(
-      lo, hi, static_cast<double>(base.budget_bytes), [&](int64_t batch) {
+      lo, hi, budget,
+      [&](int64_t batch) {
         Point p = base;
         p.batch = batch;
         return runner.run(p, gpu, "max_batch", prefix);
-      });
+      },
+      predicted);
   Point shown = base;
   shown.batch = r.largest_fit.value_or(0);
   std::string line = prefix + "max batch " +
                      (r.largest_fit ? std::to_string(*r.largest_fit) : std::string("none")) +
                      " for " + shown.label() + " (" + std::to_string(r.probed.size()) +
-                     " probes in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+                     " probes in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]" + seed;
   if (!r.stopped.empty()) line += "; stopped at " + r.stopped;
   runner.note(line + ")");
+  return r.probed.size();
 }
 
 // --gpus "0,1" -> {"0", "1"}
@@ -291,7 +290,7 @@ std::vector<std::vector<Point>> combinations(const std::vector<Point>& points) {
   std::vector<std::vector<Point>> out;
   std::map<std::string, std::size_t> index;
   for (const auto& p : points) {
-    auto [it, added] = index.emplace(prune_key(p), out.size());
+    auto [it, added] = index.emplace(combination_key(p), out.size());
     if (added) out.emplace_back();
     out[it->second].push_back(p);
   }
@@ -361,17 +360,16 @@ namespace {
 int dry_run(const RunOptions& opt, const Config& cfg, Device device,
             const std::string& out, const std::vector<std::vector<Point>>& combos, bool search) {
   WallHistory history;
-  std::set<std::string> recorded;
+  Recorded recorded;
   const auto own = std::filesystem::path(out) / "results.csv";
   if (std::filesystem::exists(own)) {
     const auto results = reports::read_results(own.string());
     history.add(results);
-    if (!opt.force)
-      for (const auto* r : reports::latest_per_point(results).rows) recorded.insert(r->at(schema::column("point_id")));
+    if (!opt.force) recorded.add(results);
   }
   for (const auto& from : opt.estimate_from) history.add(reports::read_results(from));
   DryRun d{cfg.path, to_string(device), out, "", search, cfg.search_max_batch,
-           estimate_plan(combos, search, history, recorded)};
+           estimate_plan(combos, search, history, recorded, cfg.search_max_batch)};
   // An emulated run says what it predicts: its rows will not be measurements.
   if (device == Device::kEmulated) d.predicted = predicted_by(emulated_card_of(cfg).name);
   std::cout << (opt.json ? d.json().dump(2) + "\n" : d.text());
@@ -440,7 +438,27 @@ RunOutcome run_sweep(const RunOptions& opt) {
     throw UserError(shard_dir(out), 0, "shards", "a shard does not parse (named above)",
                       "repair or move it, then run again");
   std::filesystem::create_directories(std::filesystem::path(out) / "logs");
-  Progress progress(search ? 0 : points.size(), opt.quiet);
+  // A search on a GPU or the CPU is seeded by the emulated device's prediction (search.h):
+  // the emulated card of this GPU, or the emulator configured as the CPU. Not in a Slurm
+  // array task (its shard is its only file) nor with --no-prediction.
+  std::optional<EmulatedCard> predictor;
+  if (search && opt.predict && !task) {
+    if (run.device == Device::kCpu) {
+      predictor = emulated_cpu();
+    } else if (run.device == Device::kCuda) {
+      if (probed.empty())
+        probed = probe_gpus(self_exe(), {gpus.empty() ? visible_device(visible, 0) : gpus.front()}, false);
+      predictor = predictor_for(probed.front());
+      if (!predictor && !opt.quiet)
+        std::fprintf(stderr, "note: %s is no card of the table (`sweep gpus`): the search is not "
+                             "seeded by a prediction\n", probed.front().name.c_str());
+    }
+  }
+  std::optional<ResultsStore> predictions;
+  if (predictor) predictions.emplace(out, kPredictionsFile);
+  const std::size_t per_search = predictor ? 2 : kProbesPerSearch;
+  Progress progress(search ? combos.size() * per_search : points.size(), opt.quiet, search);
+  exit_on_interrupt(store.path(), static_cast<int>(store.recorded()), search ? "probes" : "points");
   if (!budget.note.empty() && !opt.quiet) std::fprintf(stderr, "%s\n", budget.note.c_str());
   if (opt.snapshot) {
     // An emulated card writes its allocator model's segments and trace, in the same format.
@@ -450,7 +468,7 @@ RunOutcome run_sweep(const RunOptions& opt) {
       std::fprintf(stderr, "note: --snapshot records the CUDA allocator's history; on the CPU "
                            "there is none, so no snapshots are written\n");
   }
-  Runner runner(opt, out, store, progress, std::move(zygote));
+  Runner runner(opt, out, store, progress, predictions ? &*predictions : nullptr, std::move(zygote));
 
   // One thread per GPU (one in all without --gpus; one per core on an emulated card), each
   // taking the next combination. A thread that throws (a full disk) stops the others taking
@@ -464,7 +482,8 @@ RunOutcome run_sweep(const RunOptions& opt) {
       if (search) {
         const std::string prefix = "search " + std::to_string(i + 1) + "/" +
                                    std::to_string(combos.size()) + ": ";
-        search_combination(runner, combos[i], cfg.search_max_batch, gpu, prefix);
+        runner.settle(search_combination(runner, combos[i], cfg.search_max_batch, gpu, prefix, predictor),
+                      per_search);
       } else {
         run_combination(runner, combos[i], cfg.prune_oom, gpu);
       }

@@ -48,6 +48,9 @@ struct RunOptions {
   // Fork each point's worker from a pre-loaded one (sweeps/runner/zygote.h) instead of
   // exec'ing `sweep worker`: the same isolation without loading LibTorch per point.
   bool zygote = true;
+  // Seed each max-batch search on a GPU or the CPU with the emulated device's prediction
+  // (sweeps/runner/search.h); its runs' rows go to OUT/predictions.csv, not counted as probes.
+  bool predict = true;
   SlurmOptions slurm;
 };
 
@@ -59,6 +62,10 @@ struct RunOutcome {
   bool report = false;   // OUT/results.csv was written here and holds rows: report on it
   bool summary = false;  // a local run's closing summary is due too
 };
+
+// The file of a seeded search's predictions, beside results.csv: emulated rows, not
+// measurements of the run's device, so no report reads them as such.
+inline constexpr const char* kPredictionsFile = "predictions.csv";
 
 // Runs the sweep (a Slurm array task: its share). Throws UserError for bad input (the
 // caller prints it, exit 2).

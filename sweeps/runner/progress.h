@@ -1,0 +1,44 @@
+// A run's progress on stderr: live on a terminal, one plain line per point elsewhere, nothing
+// with --quiet. Each line has the count (k/N; k/~N for a search, whose number of probes is
+// known only as it goes), the point's time and, from the first point measured on, the time
+// left at the pace measured so far ("| ETA 1 min 10 s").
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+
+#include "reports/results/vocab.h"
+#include "sweeps/worker/point.h"
+
+namespace sweep {
+
+// Not thread-safe: the runner calls it under its lock when points run concurrently (--gpus).
+class Progress {
+ public:
+  // total: the points, or for a search the probes expected (`estimated`).
+  Progress(std::size_t total, bool quiet, bool estimated = false);
+  // A point starts (the live line on a terminal).
+  void start(const Point& p);
+  // A point that ran (or was skipped) now, counted by its status.
+  void finish(const Point& p, Status status, const std::string& detail, const std::string& prefix = "");
+  // A point an earlier run recorded ("done"): counted, not timed.
+  void finish(const Point& p, const std::string& label, const std::string& detail,
+              const std::string& prefix = "");
+  // A search that took `probes` where `expected` were counted for it: the total follows.
+  void settle(std::size_t probes, std::size_t expected);
+  // One line that counts no point (search summaries).
+  void note(const std::string& line);
+
+ private:
+  using clock = std::chrono::steady_clock;
+  std::string count() const;
+  std::string eta() const;
+
+  std::size_t total_, done_ = 0, measured_ = 0;
+  int ok_ = 0, oom_ = 0, skipped_ = 0;
+  bool quiet_, estimated_, tty_;
+  clock::time_point first_start_;
+};
+
+}  // namespace sweep

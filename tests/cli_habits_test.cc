@@ -1,0 +1,142 @@
+// The CLI's habits (issue 25, item 10): `fit` first in --help and an example under every
+// command; "did you mean" for models, cards and axis values from one helper; Hugging Face ids
+// accepted where `sweep models` prints them; a missing config lists configs/*.yaml; an
+// override's error names the override; a tab and an axis at the top level get their hints.
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <sstream>
+
+#include "reports/results/cards.h"
+#include "reports/results/spelling.h"
+#include "sweeps/runner/config.h"
+#include "test_util.h"
+
+namespace sweep {
+namespace {
+
+TEST(Spelling, OneHelperSuggestsForEveryKindOfName) {
+  EXPECT_EQ(edit_distance("meduim", "medium"), 1u);  // a swap of neighbours is one typo
+  EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);
+  const std::vector<std::string> precisions = {"fp32", "bf16", "bf16-amp", "fp16-amp"};
+  EXPECT_EQ(nearest("bfloat16", precisions), (std::vector<std::string>{"bf16", "bf16-amp"}));
+  EXPECT_EQ(did_you_mean("bfloat16", precisions), "did you mean bf16 or bf16-amp? ");
+  EXPECT_EQ(did_you_mean("fp23", precisions), "did you mean fp32? ");
+  EXPECT_EQ(did_you_mean("banana", precisions), "");
+  EXPECT_EQ(did_you_mean("", precisions), "");
+  EXPECT_EQ(nearest("gpt2-meduim", {"gpt2", "gpt2-medium", "gpt2-large"}),
+            (std::vector<std::string>{"gpt2-medium"}));
+  EXPECT_NE(unknown_model_hint("gpt2-meduim").find("did you mean gpt2-medium? "), std::string::npos)
+      << unknown_model_hint("gpt2-meduim");
+  EXPECT_NE(unknown_model_hint("openai-community/gpt2-meduim").find("did you mean gpt2-medium? "),
+            std::string::npos);
+  try {
+    canonical_axis_value("precision", "bfloat16", "c.yaml", 3, "grid.precision");
+    ADD_FAILURE() << "bfloat16 was taken";
+  } catch (const UserError& e) {
+    EXPECT_EQ(e.hint().rfind("did you mean bf16 or bf16-amp? expected one of: ", 0), 0u) << e.hint();
+  }
+}
+
+TEST(CliHabits, FitIsFirstInHelpAndEveryCommandShowsAnExample) {
+  const auto help = testing::run_sweep_cli("--help");
+  ASSERT_EQ(help.exit_code, 0) << help.output;
+  const auto at = help.output.find("Subcommands:");
+  ASSERT_NE(at, std::string::npos) << help.output;
+  std::istringstream lines(help.output.substr(at));
+  std::vector<std::string> commands;
+  std::string line;
+  std::getline(lines, line);
+  while (std::getline(lines, line)) {
+    std::smatch m;
+    if (std::regex_search(line, m, std::regex(R"(^  ([a-z]+)\s)"))) commands.push_back(m[1]);
+  }
+  ASSERT_GE(commands.size(), 8u) << help.output;
+  EXPECT_EQ(commands.front(), "fit") << help.output;
+  for (const auto& c : commands) {
+    const auto sub = testing::run_sweep_cli(c + " --help");
+    EXPECT_EQ(sub.exit_code, 0) << c;
+    EXPECT_TRUE(std::regex_search(sub.output, std::regex("\nExample:\n  sweep " + c + "[ \n]")))
+        << c << ":\n" << sub.output;
+  }
+}
+
+TEST(CliHabits, DidYouMeanForModelsCardsAndAxisValues) {
+  const auto dir = testing::temp_dir("cli_did_you_mean");
+  const std::string out = " --out " + (dir / "o").string();
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"fit gpt2-meduim --gpu rtx3060", "hint: did you mean gpt2-medium? `sweep models` lists them"},
+      {"fit gpt2-test --gpu 3060", "hint: did you mean rtx3060? "},
+      {"fit gpt2-test --gpu a100", "hint: did you mean a100-40gb or a100-80gb? "},
+      {"fit gpt2-test --gpu rtx3060 --precision bfloat16", "hint: did you mean bf16 or bf16-amp? "},
+  };
+  for (const auto& [args, hint] : cases) {
+    const auto r = testing::run_sweep_cli(args + out);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find(hint), std::string::npos) << args << "\n" << r.output;
+    EXPECT_FALSE(std::filesystem::exists(dir / "o")) << args;
+  }
+  // An override: its error names the override as typed, not a file.
+  const auto cfg = testing::write_file(dir / "c.yaml", "models: [gpt2-test]\ngrid: {batch: 1}\n");
+  const auto o = testing::run_sweep_cli("run " + cfg + " 'grid.precision=[bfloat16]' --dry-run");
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("error: command line: grid.precision=[bfloat16]: unknown value 'bfloat16'"),
+            std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("hint: did you mean bf16 or bf16-amp? "), std::string::npos) << o.output;
+  EXPECT_EQ(o.output.find("/tmp/"), std::string::npos) << o.output;
+}
+
+TEST(CliHabits, HuggingFaceIdsNameTheirModels) {
+  const auto dir = testing::temp_dir("cli_hf_ids");
+  const auto cfg = testing::write_file(dir / "c.yaml",
+                                       "device: cpu\nmodels: [openai-community/gpt2-medium]\n"
+                                       "grid: {batch: 1, seq: 64}\nexclude: [{model: openai-community/gpt2-medium, batch: 2}]\n");
+  const auto r = testing::run_sweep_cli("run " + cfg + " --dry-run");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("gpt2-medium b=1"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("openai-community/gpt2-medium b="), std::string::npos) << r.output;
+  // fit takes the id as `sweep models` prints it, and names the model by its zoo name (here
+  // in the flag error that stops it before anything runs).
+  const auto f = testing::run_sweep_cli("fit openai-community/gpt2 --gpu rtx3060 --seq 100000 --out " +
+                                        (dir / "o").string());
+  EXPECT_EQ(f.exit_code, 2) << f.output;
+  EXPECT_NE(f.output.find("longer than gpt2's"), std::string::npos) << f.output;
+}
+
+TEST(CliHabits, ConfigMistakesGetTheirHints) {
+  const auto dir = testing::temp_dir("cli_config_hints");
+  // A missing config lists the configs there are.
+  const auto missing = testing::run_sweep_cli("run configs/nosuch.yaml --dry-run",
+                                              std::string("cd ") + SWEEP_SOURCE_DIR + " &&");
+  EXPECT_EQ(missing.exit_code, 2) << missing.output;
+  EXPECT_NE(missing.output.find("error: configs/nosuch.yaml: cannot read the file"), std::string::npos)
+      << missing.output;
+  EXPECT_NE(missing.output.find("configs/quickstart.yaml"), std::string::npos) << missing.output;
+  // A tab in the indentation: said so, at its line (yaml-cpp says "illegal map value").
+  const auto tab = testing::write_file(dir / "tab.yaml", "models: [gpt2-test]\ngrid:\n\tbatch: [1, 2]\n");
+  const auto t = testing::run_sweep_cli("run " + tab + " --dry-run");
+  EXPECT_EQ(t.exit_code, 2) << t.output;
+  EXPECT_NE(t.output.find(tab + ":3: YAML syntax error: this line is indented with a tab"), std::string::npos)
+      << t.output;
+  EXPECT_NE(t.output.find("hint: YAML forbids tabs for indentation: indent with spaces"), std::string::npos)
+      << t.output;
+  // An axis at the top level, or in a sweeps entry: towards its grid.
+  const auto top = testing::write_file(dir / "top.yaml", "models: [gpt2-test]\nbatch: [1, 2]\n");
+  const auto b = testing::run_sweep_cli("run " + top + " --dry-run");
+  EXPECT_EQ(b.exit_code, 2) << b.output;
+  EXPECT_NE(b.output.find("batch: unknown key: batch is a grid axis"), std::string::npos) << b.output;
+  EXPECT_NE(b.output.find("hint: write it under `grid:`, e.g. grid: {batch: [...]} (on the command line "
+                          "grid.batch=[...])"),
+            std::string::npos) << b.output;
+  const auto group = testing::write_file(dir / "group.yaml", "sweeps:\n  - models: [gpt2-test]\n    seq: 64\n");
+  const auto g = testing::run_sweep_cli("run " + group + " --dry-run");
+  EXPECT_EQ(g.exit_code, 2) << g.output;
+  EXPECT_NE(g.output.find("sweeps[0].grid.seq=[...]"), std::string::npos) << g.output;
+  // A misspelt key: the nearest.
+  const auto key = testing::write_file(dir / "key.yaml", "models: [gpt2-test]\nstep: 3\n");
+  const auto k = testing::run_sweep_cli("run " + key + " --dry-run");
+  EXPECT_NE(k.output.find("hint: did you mean steps? "), std::string::npos) << k.output;
+}
+
+}  // namespace
+}  // namespace sweep
