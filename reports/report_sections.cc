@@ -431,24 +431,17 @@ void throughput_section(Document& doc, Plotter& plotter, const Group& g) {
   doc.table(make_table(fields, ok));
 }
 
-void search_section(Document& doc, const std::vector<Point>& points) {
-  struct Answer {
-    const Point* first = nullptr;    // names the combination
-    const Point* largest = nullptr;  // the largest batch that fit
-    std::optional<int64_t> first_oom;
-    int probes = 0;
-    std::string failed;
-  };
-  std::vector<std::pair<std::string, Answer>> answers;  // combination -> answer, in file order
-  std::map<std::string, std::size_t> index;             // combination -> position in answers
+std::vector<SearchAnswer> search_answers(const std::vector<Point>& points) {
+  std::vector<SearchAnswer> answers;     // in file order
+  std::map<std::string, std::size_t> index;  // combination -> position in answers
   for (const Point& p : points) {
     if (p.search != "max_batch") continue;
     const std::string key = p.model + "|" + p.shape + "|" + to_string(p.mode) + "|" +
                             p.technique() + "|" +
                             p.alloc_conf + "|" + fixed(p.budget_bytes, 0);
     auto [at, fresh] = index.emplace(key, answers.size());
-    if (fresh) answers.emplace_back(key, Answer{});
-    Answer& a = answers[at->second].second;
+    if (fresh) answers.emplace_back();
+    SearchAnswer& a = answers[at->second];
     if (!a.first) a.first = &p;
     ++a.probes;
     if (p.ok() && (!a.largest || p.batch > a.largest->batch)) a.largest = &p;
@@ -457,6 +450,11 @@ void search_section(Document& doc, const std::vector<Point>& points) {
       a.failed += (a.failed.empty() ? "" : "; ") +
                   ("batch " + std::to_string(p.batch) + ": " + to_string(p.status));
   }
+  return answers;
+}
+
+void search_section(Document& doc, const std::vector<Point>& points) {
+  const auto answers = search_answers(points);
   if (answers.empty()) return;
   doc.heading(2, "Largest batch that fits (max-batch search)");
   doc.paragraph("For each combination of the other axes, the search doubled the batch until it ran "
@@ -467,7 +465,7 @@ void search_section(Document& doc, const std::vector<Point>& points) {
   std::vector<Align> align = {Align::kLeft,  Align::kLeft,  Align::kLeft,  Align::kRight, Align::kRight,
                               Align::kRight, Align::kRight, Align::kRight, Align::kLeft};
   std::vector<std::vector<std::string>> rows;
-  for (const auto& [key, a] : answers) {
+  for (const auto& a : answers) {
     const Point* any = a.first;
     rows.push_back({any->model, any->shape,
                     any->mode == Mode::kEval ? "eval / " + to_string(any->precision) : any->technique(),

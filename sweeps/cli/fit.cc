@@ -106,7 +106,7 @@ std::string FitTechnique::label() const {
          (weights == Weights::kFull ? "" : ", " + to_string(weights) + " weights");
 }
 
-int run_fit(const FitOptions& o) {
+int run_fit(const FitOptions& o, nlohmann::json* answer) {
   const auto* spec = models::find_model(o.model);
   if (!spec)
     throw UserError("", 0, "MODEL", "unknown model '" + o.model + "'", "`sweep models` lists them");
@@ -399,7 +399,7 @@ int run_fit(const FitOptions& o) {
 
   const bool cpu = device == Device::kCpu;
   const std::string measured_on = a.device_name.empty() ? to_string(device) : a.device_name;
-  if (o.json) {
+  if (o.json || answer) {
     nlohmann::json j;
     j["fit_json_version"] = kFitJsonVersion;
     j["model"] = o.model;
@@ -448,6 +448,10 @@ int run_fit(const FitOptions& o) {
            {"reason", reason}});
     } else {
       j["recommendation"] = nullptr;
+    }
+    if (answer) {
+      *answer = std::move(j);
+      return 0;
     }
     std::cout << j.dump(2) << "\n";
     return 0;
