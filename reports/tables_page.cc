@@ -69,10 +69,10 @@ function table(el, headers, rows, pick) {
   });
 }
 function chart(entry) {
-  const bars = entry.bars, w = 760, row = 16, left = 330, top = 18;
+  const bars = entry.bars, w = 1100, row = 16, left = 390, right = w - 200, top = 18;
   const h = top + bars.length * row + 24;
   const max = Math.max(entry.usable_bytes, ...bars.map((b) => b.peak_bytes)) * 1.05;
-  const x = (v) => left + (w - left - 20) * v / max;
+  const x = (v) => left + (right - left) * v / max;
   const gib = (v) => (v / 1073741824).toFixed(2) + " GiB";
   const esc = (s) => String(s).replace(/[&<>]/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;"}[c]));
   let s = `<svg xmlns="http://www.w3.org/2000/svg" width="${w}" height="${h}" role="img" ` +

@@ -169,7 +169,8 @@ json collect(const CardSpec& card, const TablesOptions& o, const std::vector<con
       if (measured) {
         const auto budget = [&]() -> std::optional<double> {
           for (const auto& r : measured->rows)
-            if (r.at(schema::column("model")) == spec->name)
+            if (r.at(schema::column("model")) == spec->name &&
+                (!in.seq || r.number(schema::column("seq")) == static_cast<double>(*in.seq)))
               if (const auto b = r.number(schema::column("budget_bytes"))) return *b;
           return std::nullopt;
         }();
