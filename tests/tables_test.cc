@@ -1,8 +1,8 @@
 // `sweep tables` (sweeps/cli/tables.h): the committed tables are the emulator's regression test.
-// One card's GPT-2 sections are regenerated from scratch and must equal docs/tables/t4.md's, line
+// One card's GPT-2 sections are regenerated from scratch and must equal docs/tables/rtx3060.md's, line
 // for line (the emulation is deterministic); a change to the emulator, the allocator model or
 // fit's search that moves a number fails here until the tables are regenerated
-// (`sweep tables --card t4`, or scripts/tables.sh for every card). Also: a misspelt card is a
+// (`sweep tables --card rtx3060`, or scripts/tables.sh for every card). Also: a misspelt card is a
 // user error that names the flag and writes nothing.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -13,7 +13,7 @@
 #include <map>
 #include <sstream>
 
-#include "temp_tree.h"
+#include "scratch_dir.h"
 
 namespace sweep {
 namespace {
@@ -51,39 +51,36 @@ Run sweep_tables(const std::string& args, const fs::path& dir) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read(err)};
 }
 
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& name)
-      : path(fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()))) {
-    remove_tree(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { remove_tree(path); }
-};
-
-TEST(Tables, RegeneratedT4Gpt2EqualsTheCommittedTable) {
-  const std::string committed = read(kSource / "docs/tables/t4.md");
-  ASSERT_FALSE(committed.empty()) << "docs/tables/t4.md is missing: sweep tables --card t4";
-  TempDir dir("sweep_tables_regen");
-  const Run r = sweep_tables("--card t4 --model gpt2 -q --out " + (dir.path / "out").string() +
+TEST(Tables, RegeneratedRtx3060Gpt2EqualsTheCommittedTable) {
+  const std::string committed = read(kSource / "docs/tables/rtx3060.md");
+  ASSERT_FALSE(committed.empty()) << "docs/tables/rtx3060.md is missing: sweep tables --card rtx3060";
+  ScratchDir dir("sweep_tables_regen");
+  // The measured rows go along: the section of seq 512 shows them beside the emulation.
+  fs::create_directories(dir.path / "out");
+  fs::copy_file(kSource / "docs/tables/rtx3060-results.csv", dir.path / "out/rtx3060-results.csv");
+  const Run r = sweep_tables("--card rtx3060 --model gpt2 -q --out " + (dir.path / "out").string() +
                                  " --results " + (dir.path / "results").string(),
                              dir.path);
   ASSERT_EQ(r.code, 0) << r.err;
-  const auto fresh = sections(read(dir.path / "out/t4.md"));
+  const auto fresh = sections(read(dir.path / "out/rtx3060.md"));
   const auto old = sections(committed);
   for (const char* s : {"## gpt2, seq 512", "## gpt2, seq 1024"}) {
     ASSERT_TRUE(fresh.count(s)) << s;
-    ASSERT_TRUE(old.count(s)) << s << " is not in docs/tables/t4.md";
+    ASSERT_TRUE(old.count(s)) << s << " is not in docs/tables/rtx3060.md";
     EXPECT_EQ(fresh.at(s), old.at(s))
-        << "the emulated T4 table moved: regenerate with `sweep tables --card t4` and commit "
-           "docs/tables/ if the change is meant";
+        << "the emulated RTX 3060 table moved: regenerate with `sweep tables --card rtx3060` "
+           "and commit docs/tables/ if the change is meant";
   }
   // The page was written from the same data.
-  EXPECT_NE(read(dir.path / "out/index.html").find("\"key\":\"t4\""), std::string::npos);
+  EXPECT_NE(read(dir.path / "out/index.html").find("\"key\":\"rtx3060\""), std::string::npos);
+  // The measured rows sit beside the prediction, and agree for GPT-2 (docs/fidelity.md).
+  EXPECT_NE(fresh.at("## gpt2, seq 512").find("| bf16-amp / block / acc 1 / adamw | 27 | 28 | 27 | 28 |"),
+            std::string::npos)
+      << fresh.at("## gpt2, seq 512");
 }
 
 TEST(Tables, AMisspeltCardIsAUserErrorAndWritesNothing) {
-  TempDir dir("sweep_tables_badcard");
+  ScratchDir dir("sweep_tables_badcard");
   const Run r = sweep_tables("--card rtx3600 --out " + (dir.path / "out").string(), dir.path);
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("--card"), std::string::npos) << r.err;
