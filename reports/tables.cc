@@ -45,8 +45,6 @@ std::string why_differs(const std::string& model) {
 
 }  // namespace
 
-bool is_commit_line(const std::string& line) { return line.starts_with("- **Commit:**"); }
-
 json measured_beside_predicted(const Results& measured, const Results& predicted) {
   using report::Point;
   const auto measured_points = report::parse_points(measured);

@@ -45,7 +45,4 @@ std::string tables_page(const std::vector<nlohmann::json>& cards_data);
 // ranked by measured tokens/s. Keyed by model and input ("seq 512"): {"gpt2|seq 512": [...]}.
 nlohmann::json measured_beside_predicted(const Results& measured, const Results& predicted);
 
-// The line a regenerated table may change without the table changing: its commit.
-bool is_commit_line(const std::string& line);
-
 }  // namespace sweep::reports

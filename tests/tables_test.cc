@@ -40,12 +40,12 @@ std::map<std::string, std::string> sections(const std::string& md) {
   return out;
 }
 
-struct Run {
+struct Outcome {
   int code = -1;
   std::string err;
 };
 
-Run sweep_tables(const std::string& args, const fs::path& dir) {
+Outcome sweep_tables(const std::string& args, const fs::path& dir) {
   const std::string err = (dir / "stderr").string();
   const int status = std::system((std::string(SWEEP_BINARY) + " tables " + args + " 2>" + err).c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read(err)};
@@ -58,7 +58,7 @@ TEST(Tables, RegeneratedRtx3060Gpt2EqualsTheCommittedTable) {
   // The measured rows go along: the section of seq 512 shows them beside the emulation.
   fs::create_directories(dir.path / "out");
   fs::copy_file(kSource / "docs/tables/rtx3060-results.csv", dir.path / "out/rtx3060-results.csv");
-  const Run r = sweep_tables("--card rtx3060 --model gpt2 -q --out " + (dir.path / "out").string() +
+  const Outcome r = sweep_tables("--card rtx3060 --model gpt2 -q --out " + (dir.path / "out").string() +
                                  " --results " + (dir.path / "results").string(),
                              dir.path);
   ASSERT_EQ(r.code, 0) << r.err;
@@ -81,7 +81,7 @@ TEST(Tables, RegeneratedRtx3060Gpt2EqualsTheCommittedTable) {
 
 TEST(Tables, AMisspeltCardIsAUserErrorAndWritesNothing) {
   ScratchDir dir("sweep_tables_badcard");
-  const Run r = sweep_tables("--card rtx3600 --out " + (dir.path / "out").string(), dir.path);
+  const Outcome r = sweep_tables("--card rtx3600 --out " + (dir.path / "out").string(), dir.path);
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("--card"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("unknown card 'rtx3600'"), std::string::npos) << r.err;
