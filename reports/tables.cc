@@ -188,7 +188,7 @@ std::string card_markdown(const json& d) {
   std::vector<std::string> facts;
   const double sold = card.at("memory_gib_sold");
   facts.push_back(
-      "**Card:** " + name + ", sm_" + card.at("compute_capability").get<std::string>() + ", " +
+      "**Card:** " + name + ", compute capability " + card.at("compute_capability").get<std::string>() + ", " +
       std::to_string(card.at("sms").get<int>()) + " SMs; memory " +
       format_bytes(card.at("memory_bytes").get<double>()) +
       (card.at("memory_reported").get<bool>()

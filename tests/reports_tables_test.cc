@@ -59,7 +59,7 @@ json card_data() {
           {"card",
            {{"key", "t4"}, {"name", "T4"}, {"memory_gib_sold", 16}, {"memory_bytes", 14.56 * kGiB},
             {"memory_reported", true}, {"context_bytes", 512 << 20}, {"context_measured", false},
-            {"compute_capability", "75"}, {"sms", 40}, {"margin", 0.1}, {"usable_bytes", 10.0 * kGiB}}},
+            {"compute_capability", "7.5"}, {"sms", 40}, {"margin", 0.1}, {"usable_bytes", 10.0 * kGiB}}},
           {"command", "sweep tables --card t4"},
           {"fit_flags", ""},
           {"commit", "abc1234"},
@@ -107,6 +107,10 @@ TEST(Tables, MarkdownRanksByMemoryAndSaysEveryCellIsPredicted) {
   const std::string md = card_markdown(card_data());
   EXPECT_EQ(md.rfind("# T4: what trains, predicted by emulation\n", 0), 0u) << md.substr(0, 200);
   EXPECT_NE(md.find("- **Commit:** abc1234 (sweep 0.1.0)."), std::string::npos);
+  EXPECT_NE(md.find("- **Card:** T4, compute capability 7.5, 40 SMs; memory 14.56 GiB as CUDA "
+                    "reports it"),
+            std::string::npos)
+      << md;
   EXPECT_NE(md.find("- **Probes:** 22 over 4 combinations, 5.5 per combination on average, at most 8."),
             std::string::npos)
       << md;

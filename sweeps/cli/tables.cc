@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "models/zoo.h"
+#include "reports/gpus.h"
 #include "reports/recommend.h"
 #include "reports/results/cards.h"
 #include "reports/results/error.h"
@@ -100,17 +101,11 @@ json collect(const CardSpec& card, const TablesOptions& o, const std::vector<con
   if (lacks_bf16(card)) base.precisions = {"fp32", "fp16-amp", "bf16"};
   const double usable = static_cast<double>(
       reports::usable_bytes(card_memory_bytes(card), base.margin, card_context_bytes(card)));
-  d["card"] = {{"key", card.key},
-               {"name", card.name},
-               {"memory_gib_sold", card.memory_gib},
-               {"memory_bytes", card_memory_bytes(card)},
-               {"memory_reported", card.reported_bytes > 0},
-               {"context_bytes", card_context_bytes(card)},
-               {"context_measured", card.context_bytes > 0},
-               {"compute_capability", std::to_string(card.cc_major) + std::to_string(card.cc_minor)},
-               {"sms", card.sms},
-               {"margin", base.margin},
-               {"usable_bytes", usable}};
+  // The card's facts as `sweep gpus --json` gives them, and the usable memory by the rule.
+  for (const auto& g : reports::gpus_json()["gpus"])
+    if (g["key"] == card.key) d["card"] = g;
+  d["card"]["margin"] = base.margin;
+  d["card"]["usable_bytes"] = usable;
   d["command"] = "sweep tables --card " + std::string(card.key);
   const std::string precision_flag = lacks_bf16(card) ? " --precision fp32,fp16-amp,bf16" : "";
   d["fit_flags"] = precision_flag + "`, then the same with `--adapter lora --weights full,int8 "
