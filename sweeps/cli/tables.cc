@@ -102,8 +102,9 @@ json collect(const CardSpec& card, const TablesOptions& o, const std::vector<con
   const double usable = static_cast<double>(
       reports::usable_bytes(card_memory_bytes(card), base.margin, card_context_bytes(card)));
   // The card's facts as `sweep gpus --json` gives them, and the usable memory by the rule.
-  for (const auto& g : reports::gpus_json()["gpus"])
-    if (g["key"] == card.key) d["card"] = g;
+  const json gpus = reports::gpus_json();
+  for (const auto& g : gpus.at("gpus"))
+    if (g.at("key") == card.key) d["card"] = g;
   d["card"]["margin"] = base.margin;
   d["card"]["usable_bytes"] = usable;
   d["command"] = "sweep tables --card " + std::string(card.key);
