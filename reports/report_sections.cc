@@ -499,4 +499,26 @@ void throughput_section(Document& doc, Plotter& plotter, const Group& g) {
   doc.table(make_table(fields, ok));
 }
 
+std::vector<SearchAnswer> search_answers(const std::vector<Point>& points) {
+  std::vector<SearchAnswer> answers;     // in file order
+  std::map<std::string, std::size_t> index;  // combination -> position in answers
+  for (const Point& p : points) {
+    if (p.search != "max_batch") continue;
+    const std::string key = p.model + "|" + p.shape + "|" + to_string(p.mode) + "|" +
+                            p.technique() + "|" +
+                            p.alloc_conf + "|" + fixed(p.budget_bytes, 0);
+    auto [at, fresh] = index.emplace(key, answers.size());
+    if (fresh) answers.emplace_back();
+    SearchAnswer& a = answers[at->second];
+    if (!a.first) a.first = &p;
+    ++a.probes;
+    if (p.ok() && (!a.largest || p.batch > a.largest->batch)) a.largest = &p;
+    if (p.out_of_memory() && (!a.first_oom || p.batch < *a.first_oom)) a.first_oom = p.batch;
+    if (p.failed())
+      a.failed += (a.failed.empty() ? "" : "; ") +
+                  ("batch " + std::to_string(p.batch) + ": " + to_string(p.status));
+  }
+  return answers;
+}
+
 }  // namespace sweep::reports::report

@@ -189,6 +189,18 @@ void guides_section(Document& doc, const Group& g);
 void summary_section(Document& doc, const std::vector<Point>& points, const Recommendation* r,
                      const std::string& no_recommendation);
 
+// What the probes of max-batch searches say, one answer per combination (model, input, mode,
+// technique, allocator setting, budget), in file order: the largest batch that ran, the
+// smallest that ran out of memory. search_section's table and `sweep tables`' measured rows.
+struct SearchAnswer {
+  const Point* first = nullptr;    // names the combination
+  const Point* largest = nullptr;  // the largest batch that fit
+  std::optional<int64_t> first_oom;
+  int probes = 0;
+  std::string failed;  // "batch 8: crash; ..."
+};
+std::vector<SearchAnswer> search_answers(const std::vector<Point>& points);
+
 // Adds the image when it was drawn, else a line naming the data file.
 void add_plot(Document& doc, bool drawn, const std::string& stem, const std::string& alt);
 

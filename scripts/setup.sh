@@ -20,9 +20,10 @@ say() { printf '[setup] %s\n' "$*" >&2; }
 # --- Debian packages -------------------------------------------------------------
 # slurmctld, slurmd, slurm-client and munge: the Slurm tests start a throw-away one-host
 # cluster (tests/slurm/cluster.sh); `sweep run --slurm` needs only sbatch (slurm-client).
+# chromium: the tables' test opens docs/tables/index.html headless (tests/reports_tables_test.cc).
 pkgs=(cmake g++ ccache libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libfccp-dev
       libbenchmark-dev libgtest-dev gnuplot-nox python3-venv
-      slurmctld slurmd slurm-client munge)
+      slurmctld slurmd slurm-client munge chromium)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

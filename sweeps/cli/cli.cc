@@ -15,6 +15,7 @@
 #include "sweeps/runner/budget.h"
 #include "sweeps/runner/config.h"
 #include "sweeps/cli/fit.h"
+#include "sweeps/cli/tables.h"
 #include "sweeps/cli/run_summary.h"
 #include "sweeps/runner/shards.h"
 #include "sweeps/runner/slurm.h"
@@ -112,6 +113,7 @@ void add_examples(CLI::App& app) {
       {"recommend", "sweep recommend results/quickstart --gpu rtx3060"},
       {"compare", "sweep compare results/before results/after"},
       {"gpus", "sweep gpus --json"},
+      {"tables", "sweep tables --card t4               # docs/tables/t4.md, t4.json and index.html"},
       {"models", "sweep models"},
       {"merge", "sweep merge results/big-sweep"},
       {"status", "sweep status results/big-sweep"},
@@ -241,6 +243,17 @@ void register_commands(CLI::App& app, int& exit_code) {
     });
   });
   register_slurm_commands(app, exit_code);
+
+  auto to = std::make_shared<TablesOptions>();
+  auto* tables = app.add_subcommand(
+      "tables", "The per-card tables of docs/tables/ (<card>.md, <card>.json, index.html): an "
+                "emulated `fit` of every zoo model at the lengths people train it, per card");
+  tables->add_option("--card", to->cards, "Cards to (re)generate (default: every card of `sweep gpus`)");
+  tables->add_option("--model", to->models, "Only these models (default: every model of the zoo)");
+  tables->add_option("--out", to->out, "Where the tables go (default docs/tables)");
+  tables->add_option("--results", to->results, "Where the fits' rows go (default results/tables)");
+  tables->add_flag("--quiet,-q", to->quiet, "No progress output");
+  tables->callback([to, &exit_code] { exit_code = run_guarded([&] { return run_tables(*to); }); });
 
   reports::register_report_command(app, exit_code);
   reports::register_recommend_command(app, exit_code);

@@ -108,7 +108,7 @@ std::string FitTechnique::label() const {
          (weights == Weights::kFull ? "" : ", " + to_string(weights) + " weights");
 }
 
-int run_fit(const FitOptions& given) {
+int run_fit(const FitOptions& given, nlohmann::json* answer) {
   const auto* spec = models::find_model(given.model);
   if (!spec)
     throw UserError("", 0, "MODEL", "unknown model '" + given.model + "'", unknown_model_hint(given.model));
@@ -482,7 +482,7 @@ int run_fit(const FitOptions& given) {
 
   const bool cpu = device == Device::kCpu;
   const std::string measured_on = a.device_name.empty() ? to_string(device) : a.device_name;
-  if (o.json) {
+  if (o.json || answer) {
     nlohmann::json j;
     j["fit_json_version"] = kFitJsonVersion;
     j["model"] = o.model;
@@ -534,6 +534,10 @@ int run_fit(const FitOptions& given) {
            {"reason", reason}});
     } else {
       j["recommendation"] = nullptr;
+    }
+    if (answer) {
+      *answer = std::move(j);
+      return 0;
     }
     std::cout << j.dump(2) << "\n";
     return 0;

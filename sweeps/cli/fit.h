@@ -53,7 +53,8 @@ struct FitTechnique {
   std::string label() const;  // "bf16-amp, block, adamw" (+ ", use_cache=False", ", lora")
 };
 
-// Exit code; UserError for bad input (the CLI prints it, exit 2).
-int run_fit(const FitOptions& opt);
+// Exit code; UserError for bad input (the CLI prints it, exit 2). With `answer`, the answer
+// `--json` prints is returned there instead of printed (`sweep tables` reads it).
+int run_fit(const FitOptions& opt, nlohmann::json* answer = nullptr);
 
 }  // namespace sweep

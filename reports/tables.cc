@@ -1,0 +1,282 @@
+// The per-card tables (tables.h): one view of a card's data, printed as Markdown and embedded in
+// the offline page (tables_page.cc).
+#include "reports/tables.h"
+
+#include <algorithm>
+#include <map>
+
+#include "reports/markup.h"
+#include "reports/report_sections.h"
+
+namespace sweep::reports {
+namespace {
+
+using nlohmann::json;
+
+std::string bytes_cell(const json& v) {
+  return v.is_number() ? format_bytes(v.get<double>()) : "";
+}
+std::string int_cell(const json& v, const std::string& none = "") {
+  return v.is_number() ? std::to_string(v.get<int64_t>()) : none;
+}
+
+// "audio 30.0 s" and "audio 30 s" are one input.
+std::string canonical_shape(std::string shape) {
+  if (const auto at = shape.find(".0 s"); at != std::string::npos && at + 4 == shape.size())
+    shape.replace(at, 4, " s");
+  return shape;
+}
+
+// Why an emulated answer can part from a measured one, in docs/fidelity.md's words.
+std::string why_differs(const std::string& model) {
+  if (model.starts_with("t5"))
+    return "T5's mask layout: the emulation follows transformers 5.17, whose permuted position-bias "
+           "mask rules out CUDA's fused attention kernels (the math path keeps B x H x L x L "
+           "probabilities for backward); the measured rows ran with the contiguous mask of "
+           "transformers 5.23 and the memory-efficient kernel, lower (docs/fidelity.md, \"T5 "
+           "depends on the transformers version\")";
+  if (model.starts_with("whisper"))
+    return "Whisper's convolutions run through cuDNN, whose workspaces (sized by cuDNN's "
+           "heuristics at run time) are not modelled: the emulation reads Whisper about 1% low "
+           "allocated and 3% low reserved (docs/fidelity.md)";
+  return "the measured rows ran on an H100 (sm_90: cuDNN attention and its workspaces) under the "
+         "cap, the prediction on an RTX 3060 (sm_86: flash attention); see docs/fidelity.md";
+}
+
+}  // namespace
+
+json measured_beside_predicted(const Results& measured, const Results& predicted) {
+  using report::Point;
+  const auto measured_points = report::parse_points(measured);
+  const auto predicted_points = report::parse_points(predicted);
+  const auto m = report::search_answers(measured_points);
+  const auto p = report::search_answers(predicted_points);
+  auto key = [](const Point& x) {
+    return x.model + "|" + canonical_shape(x.shape) + "|" + x.technique();
+  };
+  std::map<std::string, const report::SearchAnswer*> by_key;
+  for (const auto& a : p) by_key[key(*a.first)] = &a;
+  json out = json::object();
+  for (const auto& a : m) {
+    const Point& any = *a.first;
+    const auto it = by_key.find(key(any));
+    const report::SearchAnswer* q = it == by_key.end() ? nullptr : it->second;
+    auto largest = [](const report::SearchAnswer* s) {
+      return s && s->largest ? json(s->largest->batch) : json(nullptr);
+    };
+    auto first_oom = [](const report::SearchAnswer* s) {
+      return s && s->first_oom ? json(*s->first_oom) : json(nullptr);
+    };
+    json row = {{"technique", any.technique()},
+                {"measured_largest", largest(&a)},
+                {"measured_first_oom", first_oom(&a)},
+                {"measured_peak_reserved_bytes",
+                 a.largest && a.largest->peak_reserved ? json(*a.largest->peak_reserved)
+                                                       : json(nullptr)},
+                {"tokens_per_s", a.largest && a.largest->tokens_per_s
+                                     ? json(*a.largest->tokens_per_s)
+                                     : json(nullptr)},
+                {"probes", a.probes},
+                {"measured_on", any.device_name},
+                {"budget_bytes", any.budget_bytes},
+                {"predicted_largest", largest(q)},
+                {"predicted_first_oom", first_oom(q)}};
+    const bool agree = q && row["measured_largest"] == row["predicted_largest"] &&
+                       row["measured_first_oom"] == row["predicted_first_oom"];
+    row["agree"] = agree;
+    if (!q)
+      row["why"] = "not predicted: the emulated search did not try this combination";
+    else if (!agree)
+      row["why"] = why_differs(any.model);
+    out[any.model + "|" + canonical_shape(any.shape)].push_back(row);
+  }
+  for (auto& [k, rows] : out.items())
+    std::stable_sort(rows.begin(), rows.end(), [](const json& x, const json& y) {
+      return x.value("tokens_per_s", json(0)).is_number() &&
+             (!y["tokens_per_s"].is_number() ||
+              x["tokens_per_s"].get<double>() > y["tokens_per_s"].get<double>());
+    });
+  return out;
+}
+
+json table_view(const json& d) {
+  const json& card = d.at("card");
+  const std::string name = card.at("name");
+  json view = {{"key", card.at("key")}, {"name", name}, {"entries", json::array()}};
+  const int64_t effective = d.value("effective_batch", 32);
+  for (const json& e : d.at("entries")) {
+    const json& fit = e.at("fit");
+    const double cap = fit.at("card").at("cap_bytes").get<double>();
+    const double ceiling = fit.at("card").at("ceiling_bytes").get<double>();
+    json v = {{"model", e.at("model")},
+              {"input", e.at("input")},
+              {"cap", format_bytes(cap)},
+              {"cap_bytes", cap},
+              {"headers",
+               {"technique", "largest batch", "peak reserved", "headroom", "first OOM", "probes",
+                "source"}},
+              {"rows", json::array()},
+              {"bars", json::array()}};
+    // Ranked by memory: nothing is timed on an emulated card. The largest batch first; ties
+    // keep fit's order (fewer changes from plain training first).
+    std::vector<json> techniques(fit.at("techniques").begin(), fit.at("techniques").end());
+    std::stable_sort(techniques.begin(), techniques.end(), [](const json& a, const json& b) {
+      return a.value("largest_batch", json(0)).is_number() &&
+             (!b["largest_batch"].is_number() ||
+              a["largest_batch"].get<int64_t>() > b["largest_batch"].get<int64_t>());
+    });
+    const std::string source = "predicted (emulated " + name + ")";
+    for (const json& t : techniques) {
+      std::string largest = int_cell(t.at("largest_batch"), "none");
+      if (t.at("largest_batch").is_number() && !t.at("first_oom").is_number())
+        largest += " (limit not reached)";
+      if (t.contains("stopped")) largest += " (" + t.at("stopped").get<std::string>() + ")";
+      v["rows"].push_back({t.at("label"), largest, bytes_cell(t.value("peak_reserved_bytes", json())),
+                           bytes_cell(t.value("headroom_bytes", json())), int_cell(t.at("first_oom")),
+                           int_cell(t.at("probes")), source});
+      if (t.at("largest_batch").is_number())
+        v["bars"].push_back({{"label", t.at("label")},
+                             {"batch", t.at("largest_batch")},
+                             {"peak_bytes", t.at("peak_reserved_bytes")}});
+    }
+    const json& r = fit.at("recommendation");
+    if (r.is_null()) {
+      v["recommendation"] = "Nothing fits: not even batch 1 of any technique (predicted).";
+    } else {
+      const int64_t batch = r.at("batch"), acc = r.at("accumulation");
+      v["recommendation"] = "Recommended for an effective batch of " + std::to_string(effective) +
+                            " (predicted by emulation of " + name + ", ranked by memory): " +
+                            r.at("label").get<std::string>() + ", micro-batch " +
+                            std::to_string(batch) + " x accumulation " + std::to_string(acc) +
+                            ", peak reserved " + bytes_cell(r.at("peak_reserved_bytes")) +
+                            ", under the recommended ceiling of " + format_bytes(ceiling) + ".";
+    }
+    if (e.contains("measured")) {
+      const json& m = e.at("measured");
+      json mv = {{"title", m.at("where")},
+                 {"headers",
+                  {"technique", "largest batch (measured)", "first OOM (measured)",
+                   "largest batch (predicted, same cap)", "first OOM (predicted, same cap)",
+                   "peak reserved (measured)", "tokens/s (measured)", "probes", "agreement"}},
+                 {"rows", json::array()}};
+      for (const json& row : m.at("rows"))
+        mv["rows"].push_back(
+            {row.at("technique"), int_cell(row.at("measured_largest"), "none"),
+             int_cell(row.at("measured_first_oom")), int_cell(row.at("predicted_largest"), "none"),
+             int_cell(row.at("predicted_first_oom")), bytes_cell(row.at("measured_peak_reserved_bytes")),
+             row.at("tokens_per_s").is_number() ? fixed(row.at("tokens_per_s").get<double>(), 0) : "",
+             int_cell(row.at("probes")),
+             row.at("agree").get<bool>() ? "agree" : "differ: " + row.at("why").get<std::string>()});
+      v["measured"] = mv;
+    }
+    view["entries"].push_back(v);
+  }
+  return view;
+}
+
+std::string card_markdown(const json& d) {
+  const json& card = d.at("card");
+  const json view = table_view(d);
+  const std::string name = card.at("name");
+  // The header is written as Markdown (its emphasis and code spans); the tables below through
+  // the one table builder, which escapes their cells.
+  std::string head = "# " + name + ": what trains, predicted by emulation\n\n" + (
+      "The largest batch that trains on " + name + ", for each model of the zoo at the lengths "
+      "people train it and each technique combination `sweep fit` tries on a CUDA card. Every "
+      "cell is predicted by emulation of " + name + " (PyTorch's Meta device replaying CUDA's "
+      "caching allocator: docs/fidelity.md), not measured, unless a table says measured. "
+      "Other cards: [index.html](index.html) (open it in a browser; it works offline).") + "\n\n";
+  std::vector<std::string> facts;
+  const double sold = card.at("memory_gib_sold");
+  facts.push_back(
+      "**Card:** " + name + ", compute capability " + card.at("compute_capability").get<std::string>() + ", " +
+      std::to_string(card.at("sms").get<int>()) + " SMs; memory " +
+      format_bytes(card.at("memory_bytes").get<double>()) +
+      (card.at("memory_reported").get<bool>()
+           ? " as CUDA reports it (the source is cited in reports/results/cards.cc)"
+           : " as sold (" + number_text(sold) + " GB; no public figure of what CUDA reports was "
+             "found: it reports a little less)") +
+      "; CUDA context allowance " + format_bytes(card.at("context_bytes").get<double>()) +
+      (card.at("context_measured").get<bool>() ? " (measured)" : " (a stated default, not measured)") +
+      ". The rule (reports/fit_rule.h): a batch **fits** when it trains with no out-of-memory "
+      "error and peak reserved memory at most the cap, " + format_bytes(card.at("cap_bytes").get<double>()) +
+      " = memory - context; it is **recommended** only under the recommended ceiling, " +
+      format_bytes(card.at("ceiling_bytes").get<double>()) + " = memory x (1 - " +
+      number_text(card.at("margin").get<double>()) + ") - context.");
+  facts.push_back("**How generated:** `" + d.at("command").get<std::string>() +
+                  "`: for each model and input, `sweep fit MODEL --gpu " +
+                  card.at("key").get<std::string>() +
+                  " --device emulated --effective-batch " +
+                  std::to_string(d.value("effective_batch", 32)) +
+                  d.at("fit_flags").get<std::string>() +
+                  "` (a max-batch search per combination, each probe its own worker; the rows "
+                  "under results/tables/" + card.at("key").get<std::string>() + "/).");
+  facts.push_back("**Commit:** " + d.at("commit").get<std::string>() + " (sweep " +
+                  d.at("suite_version").get<std::string>() + ").");
+  int probes = 0, combinations = 0, most = 0;
+  for (const json& e : d.at("entries"))
+    for (const json& t : e.at("fit").at("techniques")) {
+      probes += t.at("probes").get<int>();
+      most = std::max(most, t.at("probes").get<int>());
+      ++combinations;
+    }
+  facts.push_back("**Probes:** " + std::to_string(probes) + " over " +
+                  std::to_string(combinations) + " combinations, " +
+                  (combinations ? fixed(static_cast<double>(probes) / combinations, 1) : "0") +
+                  " per combination on average, at most " + std::to_string(most) + ".");
+  facts.push_back(
+      "**Ranking:** by memory, not speed: an emulated card computes nothing, so no throughput is "
+      "predicted. Rows: the largest batch first; the recommendation is `fit`'s (the fewest "
+      "changes from plain training that reach the effective batch, at its largest micro-batch)." +
+      std::string(d.contains("measured_note") ? " " + d.at("measured_note").get<std::string>() : ""));
+  facts.push_back("**Columns:** largest batch: the largest that fits; peak reserved: the caching "
+                  "allocator's peak at it; headroom: what is left under the cap at that peak; first OOM: "
+                  "the smallest batch that did not fit (empty: none up to the search's limit).");
+  if (d.contains("precision_note")) facts.push_back("**Precision:** " + d.at("precision_note").get<std::string>());
+  for (const auto& f : facts) head += "- " + f + "\n";
+  Document doc;
+
+  // The summary: one line per model and input.
+  std::vector<std::vector<std::string>> summary;
+  for (const json& v : view.at("entries")) {
+    const json& fit = [&]() -> const json& {
+      for (const json& e : d.at("entries"))
+        if (e.at("model") == v.at("model") && e.at("input") == v.at("input")) return e.at("fit");
+      return d;  // unreachable: the view is built from these entries
+    }();
+    const json& r = fit.at("recommendation");
+    summary.push_back({v.at("model"), v.at("input"), r.is_null() ? "nothing fits" : r.at("label").get<std::string>(),
+                       r.is_null() ? "" : std::to_string(r.at("batch").get<int64_t>()) + " x " +
+                                              std::to_string(r.at("accumulation").get<int64_t>()),
+                       r.is_null() ? "" : bytes_cell(r.at("peak_reserved_bytes"))});
+  }
+  doc.heading(2, "Summary: the recommendation for an effective batch of " +
+                     std::to_string(d.value("effective_batch", 32)) + " (predicted)");
+  const std::vector<std::string> sh = {"model", "input", "recommended technique",
+                                       "micro-batch x accumulation", "peak reserved"};
+  doc.table(make_table(sh, {Align::kLeft, Align::kLeft, Align::kLeft, Align::kRight, Align::kRight},
+                       std::vector<bool>(sh.size(), true), summary));
+
+  for (const json& v : view.at("entries")) {
+    doc.heading(2, v.at("model").get<std::string>() + ", " + v.at("input").get<std::string>());
+    doc.paragraph(v.at("recommendation"));
+    std::vector<std::vector<std::string>> rows(v.at("rows").begin(), v.at("rows").end());
+    const std::vector<std::string> headers = v.at("headers");
+    doc.table(make_table(headers,
+                         {Align::kLeft, Align::kRight, Align::kRight, Align::kRight, Align::kRight,
+                          Align::kRight, Align::kLeft},
+                         std::vector<bool>(headers.size(), true), rows));
+    if (v.contains("measured")) {
+      const json& m = v.at("measured");
+      doc.paragraph(m.at("title"));
+      std::vector<std::vector<std::string>> mrows(m.at("rows").begin(), m.at("rows").end());
+      const std::vector<std::string> mh = m.at("headers");
+      std::vector<Align> align(mh.size(), Align::kRight);
+      align.front() = align.back() = Align::kLeft;
+      doc.table(make_table(mh, align, std::vector<bool>(mh.size(), true), mrows));
+    }
+  }
+  return head + "\n" + doc.markdown();
+}
+
+}  // namespace sweep::reports

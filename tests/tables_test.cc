@@ -1,0 +1,93 @@
+// `sweep tables` (sweeps/cli/tables.h): the committed tables are the emulator's regression test.
+// One card's GPT-2 sections are regenerated from scratch and must equal docs/tables/rtx3060.md's, line
+// for line (the emulation is deterministic); a change to the emulator, the allocator model or
+// fit's search that moves a number fails here until the tables are regenerated
+// (`sweep tables --card rtx3060`, or scripts/tables.sh for every card). Also: a misspelt card is a
+// user error that names the flag and writes nothing.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "scratch_dir.h"
+
+namespace sweep {
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kSource = fs::path(SWEEP_TEST_DATA).parent_path().parent_path();
+
+std::string read(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// "## heading" -> its text up to the next "## ".
+std::map<std::string, std::string> sections(const std::string& md) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(md);
+  std::string line, current;
+  while (std::getline(in, line)) {
+    if (line.starts_with("## ")) current = line;
+    if (!current.empty()) out[current] += line + "\n";
+  }
+  return out;
+}
+
+struct Outcome {
+  int code = -1;
+  std::string err;
+};
+
+Outcome sweep_tables(const std::string& args, const fs::path& dir) {
+  const std::string err = (dir / "stderr").string();
+  const int status = std::system((std::string(SWEEP_BINARY) + " tables " + args + " 2>" + err).c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read(err)};
+}
+
+TEST(Tables, RegeneratedRtx3060Gpt2EqualsTheCommittedTable) {
+  const std::string committed = read(kSource / "docs/tables/rtx3060.md");
+  ASSERT_FALSE(committed.empty()) << "docs/tables/rtx3060.md is missing: sweep tables --card rtx3060";
+  ScratchDir dir("sweep_tables_regen");
+  // The measured rows go along: the section of seq 512 shows them beside the emulation.
+  fs::create_directories(dir.path / "out");
+  fs::copy_file(kSource / "docs/tables/rtx3060-results.csv", dir.path / "out/rtx3060-results.csv");
+  const Outcome r = sweep_tables("--card rtx3060 --model gpt2 -q --out " + (dir.path / "out").string() +
+                                 " --results " + (dir.path / "results").string(),
+                             dir.path);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto fresh = sections(read(dir.path / "out/rtx3060.md"));
+  const auto old = sections(committed);
+  for (const char* s : {"## gpt2, seq 512", "## gpt2, seq 1024"}) {
+    ASSERT_TRUE(fresh.count(s)) << s;
+    ASSERT_TRUE(old.count(s)) << s << " is not in docs/tables/rtx3060.md";
+    EXPECT_EQ(fresh.at(s), old.at(s))
+        << "the emulated RTX 3060 table moved: regenerate with `sweep tables --card rtx3060` "
+           "and commit docs/tables/ if the change is meant";
+  }
+  // The page was written from the same data.
+  EXPECT_NE(read(dir.path / "out/index.html").find("\"key\":\"rtx3060\""), std::string::npos);
+  // The measured rows sit beside the prediction, and agree for GPT-2 (docs/fidelity.md).
+  EXPECT_NE(fresh.at("## gpt2, seq 512").find("| bf16-amp / block / acc 1 / adamw | 27 | 28 | 27 | 28 |"),
+            std::string::npos)
+      << fresh.at("## gpt2, seq 512");
+}
+
+TEST(Tables, AMisspeltCardIsAUserErrorAndWritesNothing) {
+  ScratchDir dir("sweep_tables_badcard");
+  const Outcome r = sweep_tables("--card rtx3600 --out " + (dir.path / "out").string(), dir.path);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--card"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("unknown card 'rtx3600'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("hint: did you mean rtx3060?"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir.path / "out"));
+}
+
+}  // namespace
+}  // namespace sweep
