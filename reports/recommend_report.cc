@@ -450,7 +450,7 @@ void register_recommend_command(CLI::App& app, int& exit_code) {
                   "where to write recommendations.md and .csv (default: beside the results, or "
                   "results/<name>/ when the results sit in a source tree outside results/)");
   cmd->add_flag("--json", a->json,
-                "The recommendation as JSON on stdout (recommend_json_version 1) instead of Markdown");
+                "The recommendation as JSON on stdout (recommend_json_version 2) instead of Markdown");
   cmd->callback([a, eff, card, &exit_code] {
     card();
     RecommendOptions o = a->options;

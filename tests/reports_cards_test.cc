@@ -54,7 +54,7 @@ TEST(CardTable, EveryCardHasMemoryAComputeCapabilityAndAContextAllowance) {
 
 TEST(CardTable, ACardCellReadsBackToTheSameFacts) {
   CardFacts f = facts_of(*find_card("rtx3060"));
-  EXPECT_EQ(card_cell(f), "RTX 3060 (sm_86, 28 SMs, memory 12616466432 B, context 536870912 B)");
+  EXPECT_EQ(card_cell(f), "RTX 3060 (sm_86, 28 SMs, memory 12616466432 B, context 805306368 B)");
   const auto back = parse_card_cell(card_cell(f));
   ASSERT_TRUE(back);
   EXPECT_EQ(back->name, "RTX 3060");

@@ -128,7 +128,7 @@ void parse_into(const std::string& text, EmulatedCard& card) {
   if (!facts)
     throw std::invalid_argument("card: '" + text +
                                 "' is not a card cell (e.g. \"RTX 3060 (sm_86, 28 SMs, "
-                                "memory 12616466432 B, context 536870912 B)\")");
+                                "memory 12616466432 B, context 805306368 B)\")");
   card = *facts;
 }
 void parse_into(const std::string& text, std::vector<std::string>& v) {
