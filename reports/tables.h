@@ -24,7 +24,7 @@
 namespace sweep::reports {
 
 // Bumped when a key of a card's data changes meaning or goes away.
-inline constexpr int kTablesJsonVersion = 1;
+inline constexpr int kTablesJsonVersion = 2;  // 2: card.cap_bytes and ceiling_bytes (the one rule) for usable_bytes
 
 // What the page and the Markdown show: per card, per entry (model and input), the
 // recommendation line, the technique table's headers and cells, the chart's bars, and the

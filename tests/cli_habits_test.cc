@@ -4,6 +4,7 @@
 // override's error names the override; a tab and an axis at the top level get their hints.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <regex>
 #include <sstream>
 
@@ -136,6 +137,32 @@ TEST(CliHabits, ConfigMistakesGetTheirHints) {
   const auto key = testing::write_file(dir / "key.yaml", "models: [gpt2-test]\nstep: 3\n");
   const auto k = testing::run_sweep_cli("run " + key + " --dry-run");
   EXPECT_NE(k.output.find("hint: did you mean steps? "), std::string::npos) << k.output;
+}
+
+// Item 9: `report` and `recommend` take a results CSV as well as a directory, and a file inside
+// a git work tree but outside its results/ gets its output under results/<name>/, not beside it
+// (`recommend docs/tables` used to fail; `report` on a repo folder wrote its files into it).
+TEST(CliHabits, ReportAndRecommendTakeACsvAndWriteUnderResults) {
+  namespace fs = std::filesystem;
+  const fs::path repo = testing::temp_dir("cli_habits_csv");
+  fs::create_directories(repo / ".git");
+  fs::create_directories(repo / "data");
+  fs::copy_file(fs::path(SWEEP_SOURCE_DIR) / "docs/tables/rtx3060-results.csv", repo / "data/rtx3060-results.csv",
+                fs::copy_options::overwrite_existing);
+  const std::string csv = (repo / "data/rtx3060-results.csv").string();
+  const auto rec = testing::run_sweep_cli("recommend " + csv + " --gpu rtx3060");
+  ASSERT_EQ(rec.exit_code, 0) << rec.output;
+  EXPECT_TRUE(fs::exists(repo / "results/rtx3060-results/recommendations.md")) << rec.output;
+  EXPECT_NE(rec.output.find((repo / "results/rtx3060-results").string()), std::string::npos) << rec.output;
+  // The one card of these rows is its cross-GPU column: no column of cards nothing reached.
+  EXPECT_EQ(rec.output.find("| A100 80GB"), std::string::npos) << rec.output;
+  const auto rep = testing::run_sweep_cli("report " + csv, "SWEEP_GNUPLOT=/nonexistent");
+  ASSERT_EQ(rep.exit_code, 0) << rep.output;
+  EXPECT_TRUE(fs::exists(repo / "results/rtx3060-results/report.html")) << rep.output;
+  EXPECT_NE(rep.output.find("report.html"), std::string::npos) << rep.output;
+  std::vector<std::string> in_data;
+  for (const auto& e : fs::directory_iterator(repo / "data")) in_data.push_back(e.path().filename());
+  EXPECT_EQ(in_data, (std::vector<std::string>{"rtx3060-results.csv"})) << "written beside the CSV";
 }
 
 }  // namespace

@@ -1,9 +1,12 @@
 // `sweep report` on tests/data/report_fixture.csv (fixture numbers, not measurements):
 // the tables' numbers against the fixture, the plots and the self-contained HTML, the
 // path without gnuplot, bad input, and the shared table builder.
+#include "reports/plots.h"
 #include "reports/report.h"
 
 #include <gtest/gtest.h>
+#include <cmath>
+#include <set>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -524,6 +527,74 @@ TEST(Report, HeaderOnlyFileGivesAnEmptyReport) {
   std::string md = slurp(dir.path() / "report.md");
   EXPECT_NE(md.find("The results file has no rows yet."), std::string::npos) << md;
   EXPECT_NE(md.find("- Points: 0 ok, 0 oom, 0 crash, 0 timeout, 0 skipped"), std::string::npos);
+}
+
+// Charts (issue 25, item 7): a colour per titled line, x labels that do not overlap, and an
+// outlier that does not squash the throughput axis.
+TEST(Report, ChartsGiveEachLineAColourThinTheirTicsAndClipAnOutlier) {
+  std::set<std::string> colours;
+  for (std::size_t i = 0; i < 8; ++i) colours.insert(palette(i));
+  EXPECT_EQ(colours.size(), 8u);
+  // Batches 21 and 22 (and 26 to 30) on a log axis up to 97 would overlap: the ends stay.
+  const auto tics = thin_tics({1, 2, 4, 8, 16, 21, 22, 26, 27, 28, 29, 30, 64, 97}, true);
+  ASSERT_GE(tics.size(), 2u);
+  EXPECT_EQ(tics.front(), 1);
+  EXPECT_EQ(tics.back(), 97);
+  for (std::size_t i = 1; i + 1 < tics.size(); ++i)
+    EXPECT_GE(std::log2(tics[i]) - std::log2(tics[i - 1]), std::log2(97.0) / 24 - 1e-9) << tics[i];
+
+  // One row's throughput 40x the others': a chart stops above the rest and names it.
+  auto split = [](const std::string& line) {
+    std::vector<std::string> cells;
+    std::stringstream in(line);
+    for (std::string c; std::getline(in, c, ',');) cells.push_back(c);
+    if (!line.empty() && line.back() == ',') cells.emplace_back();
+    return cells;
+  };
+  std::ifstream in(kFixture);
+  std::string header, line;
+  std::getline(in, header);
+  const auto names = split(header);
+  const auto column = std::find(names.begin(), names.end(), "tokens_per_s") - names.begin();
+  std::vector<std::string> rows;
+  while (std::getline(in, line)) rows.push_back(line);
+  bool changed = false;  // the last row with a throughput (an earlier one may be re-measured)
+  for (auto r = rows.rbegin(); r != rows.rend() && !changed; ++r) {
+    auto cells = split(*r);
+    if (cells.size() != names.size() || cells[column].empty()) continue;
+    cells[column] = std::to_string(std::stod(cells[column]) * 40);
+    r->clear();
+    for (std::size_t i = 0; i < cells.size(); ++i) *r += (i ? "," : "") + cells[i];
+    changed = true;
+  }
+  ASSERT_TRUE(changed);
+  std::string csv = header + "\n";
+  for (const auto& r : rows) csv += r + "\n";
+  ScopedEnv no_gnuplot("SWEEP_GNUPLOT", "/nonexistent");
+  TempDir dir;
+  std::filesystem::create_directories(dir.path() / "out");
+  const std::string path = (dir.path() / "in.csv").string();
+  std::ofstream(path) << csv;
+  testing::internal::CaptureStderr();
+  ASSERT_EQ(write_report(path, (dir.path() / "out").string()), 0);
+  testing::internal::GetCapturedStderr();
+  int clipped = 0, charts = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path() / "out")) {
+    if (e.path().extension() != ".gp") continue;
+    ++charts;
+    const std::string gp = slurp(e.path());
+    if (gp.find("off the scale") != std::string::npos) ++clipped;
+    std::set<std::string> seen;  // the colours of titled lines of this chart
+    std::stringstream lines(gp);
+    for (std::string l; std::getline(lines, l);) {
+      const auto lc = l.find("lc rgb '"), title = l.find(" title '");
+      if (l.find("index ") == std::string::npos || lc == std::string::npos || title == std::string::npos)
+        continue;
+      EXPECT_TRUE(seen.insert(l.substr(lc + 8, 7)).second) << e.path() << ": a colour twice\n" << gp;
+    }
+  }
+  EXPECT_GT(charts, 0);
+  EXPECT_GE(clipped, 1) << "no chart clipped the 40x row";
 }
 
 }  // namespace
