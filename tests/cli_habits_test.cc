@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <regex>
 #include <sstream>
 
@@ -163,6 +164,28 @@ TEST(CliHabits, ReportAndRecommendTakeACsvAndWriteUnderResults) {
   std::vector<std::string> in_data;
   for (const auto& e : fs::directory_iterator(repo / "data")) in_data.push_back(e.path().filename());
   EXPECT_EQ(in_data, (std::vector<std::string>{"rtx3060-results.csv"})) << "written beside the CSV";
+}
+
+// Item 4: the README is a front page (at most 200 lines, the two commands first) and every
+// page it sends the reader to exists.
+TEST(CliHabits, TheReadmeIsAFrontPageWhoseLinksExist) {
+  namespace fs = std::filesystem;
+  const fs::path root = SWEEP_SOURCE_DIR;
+  std::ifstream in(root / "README.md");
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  EXPECT_LE(lines.size(), 200u);
+  std::string text;
+  for (const auto& l : lines) text += l + "\n";
+  const auto block = text.find("```sh\n");
+  ASSERT_NE(block, std::string::npos);
+  EXPECT_NE(text.find("scripts/setup.sh && build/sweeps/sweep run configs/quickstart.yaml", block), std::string::npos);
+  EXPECT_NE(text.find("scripts/setup.sh && ctest --test-dir build --output-on-failure", block), std::string::npos);
+  const std::regex link(R"(\]\(((docs|configs|scripts)/[^)#]+)[)#])");
+  int links = 0;
+  for (std::sregex_iterator m(text.begin(), text.end(), link), end; m != end; ++m, ++links)
+    EXPECT_TRUE(fs::exists(root / (*m)[1].str())) << (*m)[1].str();
+  EXPECT_GE(links, 8);
 }
 
 }  // namespace
