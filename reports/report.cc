@@ -477,7 +477,7 @@ int write_report(const std::string& results_dir, const std::string& out_dir_in,
   report::write_text(out_dir / "report.md", doc.markdown());
   report::write_text(out_dir / "report.html",
                      doc.html("Sweep report: " + res.path, out_dir.string()));
-  std::cout << "sweep report: wrote " << (out_dir / "report.html").string() << " and "
+  std::cerr << "sweep report: wrote " << (out_dir / "report.html").string() << " and "
             << (out_dir / "report.md").string() << " (" << plotter.drawn()
             << " plots) from " << res.path << "\n";
   // After the report is written (its tables are whole): a failed plot is an error of the

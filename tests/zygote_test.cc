@@ -294,5 +294,30 @@ TEST(Zygote, CommandsLikeTheGpuProbeAreForkedFromIt) {
   EXPECT_EQ(zygote.pid(), served_by);
 }
 
+// A rebuild during a long run replaces the binary under it: the run's later workers and
+// zygotes (fit's confirmation run starts a fresh one) still start, from the binary the run
+// started with, instead of failing as "could not start the worker".
+TEST(Zygote, ARunOutlivesItsBinaryBeingReplaced) {
+  namespace fs = std::filesystem;
+  const auto dir = testing::temp_dir("zygote_deleted_binary");
+  const fs::path copy = dir / "sweep-copy";
+  fs::copy_file(SWEEP_BINARY, copy, fs::copy_options::overwrite_existing);
+  const fs::path out = dir / "fit";
+  const std::string cmd = copy.string() + " fit gpt2-test --memory-gib 0.05 --device cpu --precision fp32 "
+                          "--optimizer adamw --checkpointing none --effective-batch 4 --no-prediction -q --out " +
+                          out.string() + " > " + (dir / "fit.log").string() + " 2>&1 &"
+                          " pid=$!; while [ ! -s " + (out / "results.csv").string() + " ]; do sleep 0.05; done;"
+                          " rm -f " + copy.string() + "; wait $pid";
+  const int rc = std::system(("sh -c '" + cmd + "'").c_str());
+  std::ifstream log(dir / "fit.log");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(WEXITSTATUS(rc), 0) << text;
+  EXPECT_FALSE(fs::exists(copy));
+  const auto rows = reports::read_results((out / "results.csv").string());
+  ASSERT_GE(rows.rows.size(), 3u) << text;
+  for (const auto& r : rows.rows)
+    EXPECT_TRUE(r.status == Status::kOk || r.status == Status::kOom) << r.at(schema::column("message"));
+}
+
 }  // namespace
 }  // namespace sweep

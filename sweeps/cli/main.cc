@@ -8,11 +8,14 @@
 #include "sweep_version.h"
 #include "sweeps/cli/cli.h"
 #include "reports/results/error.h"
+#include "sweeps/runner/isolate.h"
 
 int main(int argc, char** argv) {
   // Past a file-size limit (ulimit -f), write(2) then fails with EFBIG and the results store
   // says so and keeps the file whole, instead of the process dying of SIGXFSZ mid-row.
   std::signal(SIGXFSZ, SIG_IGN);
+  // This binary's path, read before anything could replace the file (see exec_path).
+  (void)sweep::self_exe();
   CLI::App app{"sweep: measured answers to \"what fits on my GPU, and which configuration is fastest?\""};
   app.set_version_flag("--version", std::string("sweep ") + SWEEP_VERSION + " (" + SWEEP_GIT_COMMIT + ")");
   app.require_subcommand(1);

@@ -40,9 +40,22 @@ std::string log_tail(const std::string& path) {
 }  // namespace
 
 std::string self_exe() {
-  std::vector<char> buf(4096);
-  ssize_t n = readlink("/proc/self/exe", buf.data(), buf.size() - 1);
-  return n > 0 ? std::string(buf.data(), static_cast<std::size_t>(n)) : "sweep";
+  // Read once: the path this binary had when the process first asked, whatever happens to the
+  // file later (exec_path).
+  static const std::string path = [] {
+    std::vector<char> buf(4096);
+    const ssize_t n = readlink("/proc/self/exe", buf.data(), buf.size() - 1);
+    return n > 0 ? std::string(buf.data(), static_cast<std::size_t>(n)) : std::string("sweep");
+  }();
+  return path;
+}
+
+std::string exec_path(const std::string& exe) {
+  // This binary may have been rebuilt or removed since the run started (a rebuild during a
+  // long sweep): its path then names another build, or nothing. /proc/self/exe, resolved by
+  // the kernel in the forked child that execs it, is still the run's own binary, so every
+  // worker and zygote runs the code the run started with.
+  return exe == self_exe() ? "/proc/self/exe" : exe;
 }
 
 CommandOutput run_command(const std::vector<std::string>& argv, const CommandOptions& options) {
@@ -52,6 +65,7 @@ CommandOutput run_command(const std::vector<std::string>& argv, const CommandOpt
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  const std::string program = exec_path(argv.front());
   const std::vector<std::string> environment = environment_with(options.env);
   std::vector<char*> envp;
   for (const auto& e : environment) envp.push_back(const_cast<char*>(e.c_str()));
@@ -86,7 +100,7 @@ CommandOutput run_command(const std::vector<std::string>& argv, const CommandOpt
       if (getppid() != parent) _exit(126);
       dup2(fds[1], 1);
       if (!options.keep_stderr) dup2(fds[1], 2);
-      execvpe(args[0], args.data(), envp.data());
+      execvpe(program.c_str(), args.data(), envp.data());
       dprintf(1, "%s: %s", args[0], strerror(errno));
       _exit(127);
     }
@@ -151,6 +165,7 @@ WorkerResult run_isolated(const Point& p, const IsolateOptions& opt) {
     }
   }
   const pid_t parent = getpid();
+  const std::string program = exec_path(opt.exe);
   if (pid < 0) pid = fork();  // no zygote (or it could not serve): exec a worker
   if (pid < 0) throw std::runtime_error(std::string("fork: ") + strerror(errno));
   if (pid == 0) {
@@ -169,7 +184,7 @@ WorkerResult run_isolated(const Point& p, const IsolateOptions& opt) {
     }
     const char* argv[] = {opt.exe.c_str(), "worker", "--point", point_json.c_str(),
                           "--result-fd", "3", nullptr};
-    execv(opt.exe.c_str(), const_cast<char* const*>(argv));
+    execv(program.c_str(), const_cast<char* const*>(argv));
     _exit(127);
   }
   close(fds[1]);

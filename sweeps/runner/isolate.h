@@ -32,8 +32,11 @@ struct WorkerResult {
 
 WorkerResult run_isolated(const Point& p, const IsolateOptions& opt);
 
-// Path of the running executable (/proc/self/exe).
+// Path of the running executable (/proc/self/exe), as it was when first asked.
 std::string self_exe();
+// What to exec to run `exe`: /proc/self/exe where `exe` is this binary (still the run's own
+// code after a rebuild replaced or removed the file), else `exe`.
+std::string exec_path(const std::string& exe);
 
 // A helper command (sbatch, squeue, the GPU probe): not a point, so no result pipe and no row.
 struct CommandOutput {

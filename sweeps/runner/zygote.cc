@@ -4,6 +4,8 @@
 // {"error"}), then, once the child ended, {"status": wait status}.
 #include "sweeps/runner/zygote.h"
 
+#include "sweeps/runner/isolate.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -226,6 +228,7 @@ bool Zygote::start() {
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
+  const std::string program = exec_path(exe_);  // the runner's own binary, even if rebuilt since
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
@@ -245,7 +248,7 @@ bool Zygote::start() {
       dup2(null, 2);
       if (null > 2) close(null);
     }
-    execv(exe_.c_str(), argv.data());
+    execv(program.c_str(), argv.data());
     _exit(127);
   }
   close(sv[1]);
