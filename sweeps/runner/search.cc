@@ -24,6 +24,8 @@ SearchResult search_max_batch(int64_t lo, int64_t hi, double budget_bytes,
   int guided = 0;
   std::size_t fitted = 0;  // ok probes the last prediction was made from
   std::optional<int64_t> known_oom;  // a predicted batch that ran out of memory
+  std::optional<int64_t> seed;       // the predicted batch, probed first
+  int64_t step = 1;                  // too low and no slope: up from the seed by 1, 2, 4...
   auto run = [&](int64_t b) {
     // Memory grows with the batch: past a batch out of memory, so is every larger one.
     const ProbeOutcome o = known_oom && b >= *known_oom ? ProbeOutcome{Status::kOom, 0} : probe(b);
@@ -38,14 +40,14 @@ SearchResult search_max_batch(int64_t lo, int64_t hi, double budget_bytes,
     }
   };
   if (predicted) {
-    const int64_t seed = std::clamp(*predicted, lo, hi);
-    run(seed);
-    if (r.stopped.empty() && r.largest_fit && seed < hi) run(seed + 1);
+    seed = std::clamp(*predicted, lo, hi);
+    run(*seed);
+    if (r.stopped.empty() && r.largest_fit && *seed < hi) run(*seed + 1);
     if (r.stopped.empty() && !r.largest_fit) {
       // Too high: the search without a prediction, every batch from the seed up known.
       known_oom = seed;
       r.first_oom.reset();
-      if (seed > lo) run(lo);
+      if (*seed > lo) run(lo);
       else r.first_oom = seed;
     }
   } else {
@@ -55,7 +57,12 @@ SearchResult search_max_batch(int64_t lo, int64_t hi, double budget_bytes,
     const int64_t best = *r.largest_fit;
     const int64_t ceiling = r.first_oom ? *r.first_oom - 1 : hi;  // largest batch still possible
     if (best >= ceiling) break;
+    // Too low (the seed and the next batch fit): the answer is likely close above, so
+    // without a slope to go by (two batches in one allocator block peak alike) it steps up
+    // by 1, 2, 4... rather than doubling a batch far from the answer and bisecting back.
+    const bool too_low = seed && best > *seed && !r.first_oom;
     int64_t next = r.first_oom ? best + (ceiling + 1 - best) / 2  // bisect
+                   : too_low   ? std::min(hi, best + step)       // step up from the seed
                                : std::min(hi, 2 * best);         // double
     // A prediction is tried once per new fitting probe: after a wrong one, the same data
     // would only predict the same again, so plain doubling or bisection takes the next step.
@@ -64,6 +71,8 @@ SearchResult search_max_batch(int64_t lo, int64_t hi, double budget_bytes,
       next = std::clamp(*guess, best + 1, ceiling);
       fitted = fits.size();
       ++guided;
+    } else if (too_low) {
+      step *= 2;
     }
     run(next);
   }
