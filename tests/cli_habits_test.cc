@@ -167,7 +167,7 @@ TEST(CliHabits, ReportAndRecommendTakeACsvAndWriteUnderResults) {
 }
 
 // Item 4: the README is a front page (at most 200 lines, the two commands first) and every
-// page it sends the reader to exists.
+// page it sends the reader to exists; every card's table is on its first screen (#26).
 TEST(CliHabits, TheReadmeIsAFrontPageWhoseLinksExist) {
   namespace fs = std::filesystem;
   const fs::path root = SWEEP_SOURCE_DIR;
@@ -186,6 +186,19 @@ TEST(CliHabits, TheReadmeIsAFrontPageWhoseLinksExist) {
   for (std::sregex_iterator m(text.begin(), text.end(), link), end; m != end; ++m, ++links)
     EXPECT_TRUE(fs::exists(root / (*m)[1].str())) << (*m)[1].str();
   EXPECT_GE(links, 8);
+  // A newcomer finds their card on the first screen: every card's table is linked above the
+  // two commands, within the first 20 lines.
+  std::string first_screen;
+  for (std::size_t i = 0; i < std::min<std::size_t>(20, lines.size()); ++i) first_screen += lines[i] + "\n";
+  EXPECT_LT(first_screen.find("docs/tables/index.html"), first_screen.find("```sh"));
+  int cards = 0;
+  for (const auto& e : fs::directory_iterator(root / "docs" / "tables")) {
+    const std::string name = e.path().filename().string();
+    if (e.path().extension() != ".md" || name.find("-measured") != std::string::npos) continue;
+    ++cards;
+    EXPECT_NE(first_screen.find("](docs/tables/" + name + ")"), std::string::npos) << name;
+  }
+  EXPECT_GE(cards, 10);
 }
 
 }  // namespace
