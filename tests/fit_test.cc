@@ -2,7 +2,7 @@
 // (`sweep fit MODEL --memory-gib 0.05 --device cpu --json`) must give, for every technique,
 // the largest batch that the grid under the same budget gives (each burst measured here with
 // the CPU tracker), with a probe count and a measured recommendation; and the budget must be the one rule's
-// cap (reports/fit_rule.h). Then the consistency rules: a second fit measures nothing new,
+// cap (reports/common/fit_rule.h). Then the consistency rules: a second fit measures nothing new,
 // an effective batch is reached by a pick measured at its accumulation, bad input exits 2.
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include <map>
 #include <set>
 
-#include "reports/recommend.h"
+#include "reports/recommend/recommend.h"
 #include "reports/results/rows.h"
 #include "sweeps/worker/burst.h"
 #include "sweeps/runner/config.h"

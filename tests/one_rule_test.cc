@@ -1,6 +1,6 @@
 // One rule, one answer (issue 25): on the measured RTX 3060 rows (docs/tables/rtx3060-results.csv)
 // fit's analysis, `sweep report` and `sweep recommend` give the same largest batch per technique,
-// by the rule of reports/fit_rule.h (fits: no OOM, peak reserved at most the 11.00 GiB cap).
+// by the rule of reports/common/fit_rule.h (fits: no OOM, peak reserved at most the 11.00 GiB cap).
 // To add a reader (the per-card tables), write a function returning its Answers and add it to
 // readers() below; every reader is compared with fit's.
 #include <gtest/gtest.h>
@@ -12,8 +12,8 @@
 #include <map>
 #include <sstream>
 
-#include "reports/recommend.h"
-#include "reports/report.h"
+#include "reports/recommend/recommend.h"
+#include "reports/report/report.h"
 #include "reports/results/rows.h"
 #include "sweeps/cli/fit_analysis.h"
 #include "sweeps/runner/config.h"

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "reports/gpus.h"
+#include "reports/common/gpus.h"
 #include "reports/results/cards.h"
 
 namespace sweep {

@@ -2,7 +2,7 @@
 // baseline compare_base.csv against files that each change one thing, through the library
 // (compare_results) and through the CLI (register_compare_command: exit code, stdout,
 // stderr), plus the printers and the dashboard exports.
-#include "reports/compare.h"
+#include "reports/compare/compare.h"
 #include "temp_tree.h"
 
 #include <gtest/gtest.h>

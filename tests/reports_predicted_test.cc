@@ -12,9 +12,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "reports/compare.h"
-#include "reports/recommend.h"
-#include "reports/report.h"
+#include "reports/compare/compare.h"
+#include "reports/recommend/recommend.h"
+#include "reports/report/report.h"
 #include "temp_tree.h"
 
 namespace sweep::reports {

@@ -11,10 +11,10 @@
 #include <sstream>
 #include <tuple>
 
-#include "reports/compare.h"
-#include "reports/recommend.h"
-#include "reports/report.h"
-#include "reports/report_sections.h"
+#include "reports/compare/compare.h"
+#include "reports/recommend/recommend.h"
+#include "reports/report/report.h"
+#include "reports/report/report_sections.h"
 #include "reports/results/rows.h"
 #include "temp_tree.h"
 

@@ -1,6 +1,6 @@
 // recommend: what fits a card and which of it is fastest, on hand-made fixtures
 // (tests/data/recommend_*.csv; invented numbers, not measurements). Expected budgets are
-// computed here from the definition (reports/fit_rule.h): cap = memory - context for "fits", recommended
+// computed here from the definition (reports/common/fit_rule.h): cap = memory - context for "fits", recommended
 // ceiling = floor(memory x (1 - margin)) - context for the recommendation.
 #include <gtest/gtest.h>
 
@@ -16,8 +16,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "reports/gpus.h"
-#include "reports/recommend.h"
+#include "reports/common/gpus.h"
+#include "reports/recommend/recommend.h"
 #include "temp_tree.h"
 
 namespace sweep::reports {

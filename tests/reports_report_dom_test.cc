@@ -12,7 +12,7 @@
 #include <memory>
 #include <string>
 
-#include "reports/report.h"
+#include "reports/report/report.h"
 #include "temp_tree.h"
 
 namespace sweep::reports {

@@ -1,8 +1,8 @@
 // `sweep report` on tests/data/report_fixture.csv (fixture numbers, not measurements):
 // the tables' numbers against the fixture, the plots and the self-contained HTML, the
 // path without gnuplot, bad input, and the shared table builder.
-#include "reports/plots.h"
-#include "reports/report.h"
+#include "reports/common/plots.h"
+#include "reports/report/report.h"
 
 #include <gtest/gtest.h>
 #include <cmath>
@@ -17,8 +17,8 @@
 #include <regex>
 #include <sstream>
 
-#include "reports/markup.h"
-#include "reports/report_sections.h"
+#include "reports/common/markup.h"
+#include "reports/report/report_sections.h"
 #include "reports/results/rows.h"
 #include "temp_tree.h"
 

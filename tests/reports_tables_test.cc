@@ -1,4 +1,4 @@
-// The per-card tables (reports/tables.h): a card's data printed as Markdown and as the offline
+// The per-card tables (reports/tables/tables.h): a card's data printed as Markdown and as the offline
 // page with the same cells; the measured RTX 3060 rows beside a prediction, a disagreement said
 // in docs/fidelity.md's words; and the committed docs/tables/index.html opened in headless
 // Chromium (which scripts/setup.sh installs: its absence fails, it does not skip), driven by
@@ -16,7 +16,7 @@
 #include <regex>
 #include <sstream>
 
-#include "reports/tables.h"
+#include "reports/tables/tables.h"
 #include "scratch_dir.h"
 
 namespace sweep::reports {

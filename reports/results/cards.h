@@ -1,6 +1,6 @@
 // The CUDA cards the suite knows, in one table both sides read: the runner fills an emulated
 // point's card from it (device emulated, `gpu: rtx3060`), the reports turn `--gpu NAME` into a
-// budget and a row's device name into datasheet peaks (reports/gpus.h). Plain data with its
+// budget and a row's device name into datasheet peaks (reports/common/gpus.h). Plain data with its
 // sources in cards.cc; free of LibTorch like the rest of the results contract.
 //
 // An emulated row names its card in the `card` column (card_cell below): the facts the

@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "models/zoo.h"
-#include "reports/compare.h"
-#include "reports/gpus.h"
-#include "reports/recommend.h"
-#include "reports/report.h"
+#include "reports/compare/compare.h"
+#include "reports/common/gpus.h"
+#include "reports/recommend/recommend.h"
+#include "reports/report/report.h"
 #include "reports/results/rows.h"
 #include "sweeps/runner/budget.h"
 #include "sweeps/runner/config.h"

@@ -12,8 +12,8 @@
 #include <sstream>
 
 #include "models/zoo.h"
-#include "reports/gpus.h"
-#include "reports/recommend.h"
+#include "reports/common/gpus.h"
+#include "reports/recommend/recommend.h"
 #include "reports/results/cards.h"
 #include "reports/results/rows.h"
 #include "reports/results/stats.h"
@@ -169,7 +169,7 @@ int run_fit(const FitOptions& given, nlohmann::json* answer) {
     context_source = o.context_gib ? "given with --context-gib" : "measured on " + here->name;
   }
   const std::string card_flag = o.gpu.empty() ? "--memory-gib" : "--gpu";
-  // The one rule (reports/fit_rule.h): the probes run under the cap, "fits" is no OOM there;
+  // The one rule (reports/common/fit_rule.h): the probes run under the cap, "fits" is no OOM there;
   // the pick stays under the recommended ceiling.
   const reports::FitRule rule{card.memory_bytes, context, o.margin, device != Device::kCpu,
                               context_source};

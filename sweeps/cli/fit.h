@@ -19,7 +19,7 @@ namespace sweep {
 
 struct FitOptions {
   std::string model;
-  std::string gpu;                  // --gpu NAME (reports/gpus.h), or
+  std::string gpu;                  // --gpu NAME (reports/common/gpus.h), or
   std::optional<double> memory_gib;  // --memory-gib N: the card's memory as CUDA reports it
   std::optional<int64_t> seq, target_seq;
   std::optional<double> audio_s;

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "reports/fit_rule.h"
+#include "reports/common/fit_rule.h"
 #include "reports/results/schema.h"
 
 namespace sweep {

@@ -43,7 +43,7 @@ const reports::Row* measured_elsewhere(const reports::Results& results,
 Analysis analyse(const reports::Results& results, const std::vector<Point>& searches,
                  const std::vector<FitTechnique>& wanted);
 
-// The recommended way to the effective batch, by the one rule (reports/fit_rule.h): among the
+// The recommended way to the effective batch, by the one rule (reports/common/fit_rule.h): among the
 // probes that fit (every ok probe: they ran under the cap) whose batch divides it, those under
 // the recommended ceiling (all of them, above_ceiling set, when none is); then the highest
 // measured tokens/s, a confirmation run's measurement replacing the probe's (re-ranked after

@@ -13,7 +13,7 @@
 #include <type_traits>
 
 #include "models/zoo.h"
-#include "reports/recommend.h"
+#include "reports/recommend/recommend.h"
 #include "sweeps/runner/grid.h"
 #include "sweeps/runner/install_file.h"
 #include "sweeps/runner/sweep.h"

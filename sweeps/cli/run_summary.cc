@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "reports/gpus.h"
+#include "reports/common/gpus.h"
 #include "reports/results/stats.h"
 #include "reports/results/schema.h"
 

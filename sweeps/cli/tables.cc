@@ -11,14 +11,14 @@
 #include <sstream>
 
 #include "models/zoo.h"
-#include "reports/fit_rule.h"
-#include "reports/gpus.h"
-#include "reports/recommend.h"
+#include "reports/common/fit_rule.h"
+#include "reports/common/gpus.h"
+#include "reports/recommend/recommend.h"
 #include "reports/results/cards.h"
 #include "reports/results/error.h"
 #include "reports/results/rows.h"
 #include "reports/results/schema.h"
-#include "reports/tables.h"
+#include "reports/tables/tables.h"
 #include "sweep_version.h"
 #include "sweeps/cli/fit.h"
 #include "sweeps/runner/install_file.h"
@@ -85,7 +85,7 @@ void write(const fs::path& path, const std::string& text, const std::string& wha
   install_file(path, text, what, "--out", "give --out a directory you can write");
 }
 
-// The fit answers one card's table needs, collected into the card's data (reports/tables.h).
+// The fit answers one card's table needs, collected into the card's data (reports/tables/tables.h).
 json collect(const CardSpec& card, const TablesOptions& o, const std::vector<const models::ModelSpec*>& zoo) {
   const bool measured_card = card.key == "rtx3060";
   const fs::path measured_file = fs::path(o.out) / "rtx3060-results.csv";

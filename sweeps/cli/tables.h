@@ -3,7 +3,7 @@
 // the zoo at the lengths people train it (GPT-2 at 512 and 1024 tokens, T5 512 -> 128, Whisper's
 // 30 s window), each with every technique combination fit tries on a CUDA card; its answers are
 // written as OUT/<card>.json (the data), OUT/<card>.md and, from every OUT/*.json, the one page
-// OUT/index.html (reports/tables.h prints both). The RTX 3060's measured rows
+// OUT/index.html (reports/tables/tables.h prints both). The RTX 3060's measured rows
 // (OUT/rtx3060-results.csv) sit beside its prediction, emulated once more under their cap.
 #pragma once
 

@@ -8,7 +8,7 @@
 #include <map>
 #include <tuple>
 
-#include "reports/report_sections.h"
+#include "reports/report/report_sections.h"
 #include "reports/results/stats.h"
 
 namespace sweep::reports::report {

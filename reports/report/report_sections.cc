@@ -1,6 +1,6 @@
 // The four per-group sections of the report. Each one builds a chart (plots.h) and a
 // table (markup.h) from the same points, so the picture and the numbers cannot disagree.
-#include "reports/report_sections.h"
+#include "reports/report/report_sections.h"
 #include "reports/results/stats.h"
 
 #include <algorithm>

@@ -4,7 +4,7 @@
 // cells). kRecommendJsonVersion is bumped when a key changes meaning or goes away.
 #include <nlohmann/json.hpp>
 
-#include "reports/recommend.h"
+#include "reports/recommend/recommend.h"
 
 namespace sweep::reports {
 namespace {

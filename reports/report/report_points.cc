@@ -1,5 +1,5 @@
 // How the report's sections order, pick and label points: technique order, lines, columns.
-#include "reports/report_sections.h"
+#include "reports/report/report_sections.h"
 
 #include <algorithm>
 #include <map>

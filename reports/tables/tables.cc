@@ -1,12 +1,12 @@
 // The per-card tables (tables.h): one view of a card's data, printed as Markdown and embedded in
 // the offline page (tables_page.cc).
-#include "reports/tables.h"
+#include "reports/tables/tables.h"
 
 #include <algorithm>
 #include <map>
 
-#include "reports/markup.h"
-#include "reports/report_sections.h"
+#include "reports/common/markup.h"
+#include "reports/report/report_sections.h"
 
 namespace sweep::reports {
 namespace {
@@ -198,7 +198,7 @@ std::string card_markdown(const json& d) {
              "found: it reports a little less)") +
       "; CUDA context allowance " + format_bytes(card.at("context_bytes").get<double>()) +
       (card.at("context_measured").get<bool>() ? " (measured)" : " (a stated default, not measured)") +
-      ". The rule (reports/fit_rule.h): a batch **fits** when it trains with no out-of-memory "
+      ". The rule (reports/common/fit_rule.h): a batch **fits** when it trains with no out-of-memory "
       "error and peak reserved memory at most the cap, " + format_bytes(card.at("cap_bytes").get<double>()) +
       " = memory - context; it is **recommended** only under the recommended ceiling, " +
       format_bytes(card.at("ceiling_bytes").get<double>()) + " = memory x (1 - " +

@@ -4,9 +4,9 @@
 // ceiling (the one rule, fit_rule.h). When nothing fits, the walk over changes follows the order the
 // Hugging Face single-GPU training guide and PyTorch's memory notes give: mixed precision,
 // activation checkpointing, smaller micro-batch with more accumulation, lighter optimizer.
-#include "reports/recommend.h"
+#include "reports/recommend/recommend.h"
 
-#include "reports/recommend_rows.h"
+#include "reports/recommend/recommend_rows.h"
 #include "reports/results/stats.h"
 
 #include <algorithm>

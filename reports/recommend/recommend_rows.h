@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "reports/recommend.h"
+#include "reports/recommend/recommend.h"
 #include "reports/results/rows.h"
 
 namespace sweep::reports::recommend_internal {

@@ -1,7 +1,7 @@
 // The comparison behind `sweep compare` (see compare.h): join on the configuration, then per point
 // the status, three memory peaks and the step time, each with a verdict and a mark. Plus the
 // `compare` command over it.
-#include "reports/compare.h"
+#include "reports/compare/compare.h"
 
 #include <CLI/CLI.hpp>
 #include <algorithm>

@@ -14,8 +14,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "reports/fit_rule.h"
-#include "reports/gpus.h"
+#include "reports/common/fit_rule.h"
+#include "reports/common/gpus.h"
 #include "reports/results/rows.h"
 
 namespace CLI {

@@ -1,7 +1,7 @@
 // gnuplot scripts for LineChart and BarChart, and the subprocess that runs them.
 // Each script loops over the two terminals so the SVG and the PNG come from one body;
 // pngcairo is used where gnuplot has it (gnuplot-nox does), else the libgd `png`.
-#include "reports/plots.h"
+#include "reports/common/plots.h"
 
 #include <sys/wait.h>
 #include <unistd.h>

@@ -1,5 +1,5 @@
 // The one rule for "fits" and "recommended"; see fit_rule.h.
-#include "reports/fit_rule.h"
+#include "reports/common/fit_rule.h"
 
 #include <cmath>
 

@@ -1,6 +1,6 @@
 // Datasheet peaks and MFU over the card table, and `sweep gpus`; the table itself is
 // reports/results/cards.cc.
-#include "reports/gpus.h"
+#include "reports/common/gpus.h"
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>

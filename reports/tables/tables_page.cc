@@ -4,7 +4,7 @@
 // table.
 #include <string>
 
-#include "reports/tables.h"
+#include "reports/tables/tables.h"
 
 namespace sweep::reports {
 namespace {

@@ -1,7 +1,7 @@
 // write_report and the `report` subcommand: parse every row into a Point first (bad input
 // throws before a file is touched), then build one Document (header, failures, a section
 // per model and shape) and print it twice, as Markdown and as HTML.
-#include "reports/report.h"
+#include "reports/report/report.h"
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -17,7 +17,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "reports/report_sections.h"
+#include "reports/report/report_sections.h"
 #include "reports/results/stats.h"
 
 namespace sweep::reports {

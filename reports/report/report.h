@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "reports/recommend.h"
+#include "reports/recommend/recommend.h"
 
 namespace CLI {
 class App;

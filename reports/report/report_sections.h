@@ -11,10 +11,10 @@
 #include <tuple>
 #include <vector>
 
-#include "reports/markup.h"
-#include "reports/fit_rule.h"
-#include "reports/plots.h"
-#include "reports/recommend.h"
+#include "reports/common/markup.h"
+#include "reports/common/fit_rule.h"
+#include "reports/common/plots.h"
+#include "reports/recommend/recommend.h"
 #include "reports/results/rows.h"
 
 namespace sweep::reports::report {

@@ -12,8 +12,8 @@
 #include <map>
 #include <memory>
 
-#include "reports/compare.h"
-#include "reports/markup.h"
+#include "reports/compare/compare.h"
+#include "reports/common/markup.h"
 #include "reports/results/stats.h"
 
 namespace sweep::reports {

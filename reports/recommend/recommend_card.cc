@@ -1,7 +1,7 @@
 // Which card a recommendation or report is for, and its usable memory by the one rule for "fits".
-#include "reports/recommend.h"
+#include "reports/recommend/recommend.h"
 
-#include "reports/recommend_rows.h"
+#include "reports/recommend/recommend_rows.h"
 #include "reports/results/stats.h"
 
 #include <algorithm>

@@ -12,8 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "reports/markup.h"
-#include "reports/recommend.h"
+#include "reports/common/markup.h"
+#include "reports/recommend/recommend.h"
 
 namespace sweep::reports {
 namespace {

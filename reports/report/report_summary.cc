@@ -1,7 +1,7 @@
 // The report's first screen: the answer. Who measured (or predicted), the rule with its two
 // figures, the recommendation and the largest batch per technique, all from recommend() so
 // that the report and `sweep recommend` cannot disagree.
-#include "reports/report_sections.h"
+#include "reports/report/report_sections.h"
 
 #include <algorithm>
 

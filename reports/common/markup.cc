@@ -1,5 +1,5 @@
 // Markdown and HTML printers for Document and Table (see markup.h).
-#include "reports/markup.h"
+#include "reports/common/markup.h"
 
 #include <filesystem>
 #include <fstream>
