@@ -349,7 +349,7 @@ TEST(FitOutput, SearchesStoppedByCrashesAreNoAnswerNeverNothingFits) {
   const auto r = testing::run_sweep_cli_split(args, "SWEEP_TEST_FAULT=crash@1");
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   EXPECT_EQ(r.out.find("Nothing fits"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("No answer: 2 of 2 searches stopped before finding a batch that fits"),
+  EXPECT_NE(r.out.find("No answer: 4 of 4 searches stopped before finding a batch that fits"),
             std::string::npos)
       << r.out;
   const auto j = testing::run_sweep_cli_split(args + " --json", "SWEEP_TEST_FAULT=crash@1");

@@ -433,7 +433,10 @@ int Choice::techniques() const {
   return (precision != Precision::kFp32) + (checkpointing != Checkpointing::kNone) +
          (accumulation > 1) +
          (optimizer && optimizer != OptimizerKind::kAdamW && optimizer != OptimizerKind::kNone) +
-         !alloc_conf.empty() + !adapter.empty() + !use_cache + (offload != Offload::kNone);
+         !alloc_conf.empty() + !adapter.empty() + !use_cache + (offload != Offload::kNone) +
+         // 8-bit or 4-bit base weights ("lora r8 on int8 weights"): a change of their own, as
+         // fit counts them (sweeps/cli/fit_analysis.h technique_count).
+         (adapter.find(" weights") != std::string::npos);
 }
 
 bool Choice::noisy() const { return step_ms_cv > kNoisyStepCv; }
