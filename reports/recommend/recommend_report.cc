@@ -14,6 +14,7 @@
 
 #include "reports/common/markup.h"
 #include "reports/recommend/recommend.h"
+#include "reports/results/files.h"
 
 namespace sweep::reports {
 namespace {
@@ -377,11 +378,8 @@ int run_recommend(const std::vector<std::string>& inputs, const RecommendOptions
     fs::create_directories(out_dir, ec);
     for (const auto& [name, text] : {std::pair{"recommendations.md", md},
                                      std::pair{"recommendations.csv", recommendations_csv(r)}}) {
-      const std::string path = (fs::path(out_dir) / name).string();
-      std::ofstream f(path);
-      f << text;
-      if (!f)
-        throw UserError(path, 0, "", "cannot write", "check that --out names a writable directory");
+      // The one install_file (files.h): a link planted at the name is replaced, not followed.
+      install_file(fs::path(out_dir) / name, text, name, "", "check that --out names a writable directory");
     }
     std::cerr << "sweep recommend: wrote " << (fs::path(out_dir) / "recommendations.md").string()
               << " and recommendations.csv" << (json ? "" : " (printed above)") << "\n";

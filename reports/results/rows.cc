@@ -1,6 +1,8 @@
 // results.csv reader on top of fccp's CSVReader (quoted fields, header by name).
 #include "reports/results/rows.h"
 
+#include "reports/results/files.h"
+
 #include <libfccp/csv.h>
 
 #include <algorithm>
@@ -258,13 +260,14 @@ Results read_results(const std::string& path_in) {
     }
   }
   if (fs::is_directory(path)) path = (fs::path(path) / "results.csv").string();
-  if (!fs::exists(path)) throw UserError(path, 0, "", "no such file", kNoResultsHint);
-  if (!fs::is_regular_file(path)) throw UserError(path, 0, "", "not a regular file", kNoResultsHint);
+  // The one check every file sweep reads goes through (files.h): a FIFO is refused, not waited on.
+  std::FILE* file = ::fdopen(open_regular_file(path, "", kNoResultsHint), "rb");
+  SWEEP_CHECK(file != nullptr, "fdopen of an open descriptor");
   Results out;
   out.path = path;
   constexpr auto idx = std::make_index_sequence<schema::kColumnCount>{};
   try {
-    Reader in(path);
+    Reader in(path, file);  // fccp owns `file` from here
     read_header(in, idx);
     for (std::size_t i = 0; i < schema::kColumnCount; ++i)
       out.present[i] = in.has_column(std::string(schema::kColumns[i]));

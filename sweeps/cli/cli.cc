@@ -1,6 +1,8 @@
 // The sweep binary's subcommands; see cli.h.
 #include "sweeps/cli/cli.h"
 
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -291,6 +293,16 @@ void register_commands(CLI::App& app, int& exit_code) {
   zygote->group("");
   zygote->add_option("--control-fd", *control_fd)->required();
   zygote->callback([control_fd, &exit_code] {
+    // Internal, but a person may type it: a descriptor that is not the runner's socket is
+    // said so, exit 2 (it once exited 1 without a word).
+    struct stat st{};
+    if (fstat(*control_fd, &st) != 0 || !S_ISSOCK(st.st_mode)) {
+      exit_code = print_user_error(UserError(
+          "", 0, "--control-fd", "fd " + std::to_string(*control_fd) + " is not an open socket",
+          "`sweep zygote` is internal: `sweep run` and `sweep fit` start it with their end of a "
+          "socket; run those instead"));
+      return;
+    }
     exit_code = serve_zygote(
         *control_fd,
         [](const std::string& point, int result_fd) {

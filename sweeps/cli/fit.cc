@@ -20,6 +20,7 @@
 #include "sweeps/cli/fit_analysis.h"
 #include "sweeps/cli/fit_config.h"
 #include "sweeps/runner/budget.h"
+#include "reports/results/files.h"
 #include "sweeps/runner/config.h"
 #include "sweeps/measure/env.h"
 #include "reports/results/error.h"
@@ -174,9 +175,11 @@ int run_fit(const FitOptions& given, nlohmann::json* answer) {
   const reports::FitRule rule{card.memory_bytes, context, o.margin, device != Device::kCpu,
                               context_source};
   const int64_t cap = rule.cap_bytes();  // the budget the probes run under
-  if (rule.ceiling_bytes() <= 0)
-    throw UserError("", 0, card_flag, card.name + " leaves nothing usable after the margin and "
-                    "the context allowance", "give a larger card, or a smaller --margin");
+  if (rule.ceiling_bytes() <= 0)  // blamed on the flag the user gave (--margin 0.95 was --gpu's)
+    throw UserError("", 0, o.margin != reports::kDefaultMargin ? "--margin" : o.context_gib ? "--context-gib" : card_flag,
+                    card.name + " leaves nothing usable after the margin and the context allowance",
+                    std::string("give a larger card") + (o.margin != reports::kDefaultMargin ? ", or a smaller --margin" : "") +
+                        (o.context_gib ? ", or a smaller --context-gib" : ""));
   // The run would refuse this budget in fit.yaml (budget_gib): said here, of the flag.
   if (here && cap > here->total_bytes)
     throw UserError("", 0, card_flag,
@@ -283,7 +286,7 @@ int run_fit(const FitOptions& given, nlohmann::json* answer) {
   // written), then fit.yaml replaced at once by a config that loads and expands (fit_config.h).
   // Its points, as the runner expands them, are the question: their budget, card, device and
   // inputs are what the rows of the answer must have been measured with.
-  std::filesystem::create_directories(out);
+  make_output_directory(out, "--out");  // a dangling link said "File exists"
   hold_lock((std::filesystem::path(out) / ".lock").string(), out);
   const auto cfg_path = std::filesystem::path(out) / "fit.yaml";
   const auto results_path = std::filesystem::path(out) / "results.csv";

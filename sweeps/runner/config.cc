@@ -2,6 +2,8 @@
 // change a sweep); each error points at the line of the offending node.
 #include "sweeps/runner/config.h"
 
+#include "reports/results/files.h"
+
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -499,12 +501,10 @@ int tab_indented_line(const std::string& path) {
 }
 
 YAML::Node load_yaml(const std::string& path) {
+  // Read as every file sweep reads (files.h): a FIFO or a directory is refused by name.
+  const std::string text = read_regular_file(path, "", configs_here());
   try {
-    return YAML::LoadFile(path);
-  } catch (const YAML::BadFile&) {
-    throw UserError(path, 0, "", std::filesystem::is_directory(path) ? "a directory, not a config file"
-                                                                     : "cannot read the file",
-                    configs_here());
+    return YAML::Load(text);
   } catch (const YAML::ParserException& e) {
     if (const int tab = tab_indented_line(path))
       throw UserError(path, tab, "", "YAML syntax error: this line is indented with a tab (yaml-cpp: " + e.msg + ")",

@@ -14,7 +14,7 @@
 
 #include "reports/results/rows.h"
 #include "sweeps/runner/config.h"
-#include "sweeps/runner/install_file.h"
+#include "reports/results/files.h"
 #include "sweeps/measure/env.h"
 #include "reports/results/schema.h"
 #include "sweeps/runner/slurm.h"
