@@ -403,6 +403,30 @@ CLI::Validator finite_number(double min, double max, const std::string& what) {
       number_text(min) + ".." + number_text(max), what);
 }
 
+CLI::Validator positive_number(double max, const std::string& what) {
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        double v = 0;
+        auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (text.empty() || ec != std::errc() || p != text.data() + text.size() || !(v > 0 && v <= max))
+          return "'" + text + "' is not " + what + " above 0, up to " + number_text(max);
+        return "";
+      },
+      "(0.." + number_text(max) + "]", what);
+}
+
+CLI::Validator whole_number(int64_t min, int64_t max, const std::string& what) {
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        int64_t v = 0;
+        auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (text.empty() || ec != std::errc() || p != text.data() + text.size() || v < min || v > max)
+          return "'" + text + "' is not " + what + " from " + std::to_string(min) + " to " + std::to_string(max);
+        return "";
+      },
+      std::to_string(min) + ".." + std::to_string(max), what);
+}
+
 const CLI::Validator kMemoryGib = finite_number(0, kMaxMemoryGib, "a number of GiB");
 const CLI::Validator kMargin = finite_number(0, 0.95, "a fraction");
 
@@ -443,7 +467,7 @@ void register_recommend_command(CLI::App& app, int& exit_code) {
   auto card = add_card_options(cmd, a->options);
   auto* eff = cmd->add_option("--effective-batch", a->effective_batch,
                               "Micro-batch x accumulation to reach")
-                  ->check(CLI::PositiveNumber);
+                  ->check(whole_number(1, int64_t{1} << 30, "a number of samples"));
   cmd->add_option("--out", a->out,
                   "where to write recommendations.md and .csv (default: beside the results, or "
                   "results/<name>/ when the results sit in a source tree outside results/)");
