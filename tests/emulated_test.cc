@@ -106,6 +106,31 @@ TEST(EmulatedConfig, AnUnknownCardNamesTheKnownOnesAndTheNearest) {
   EXPECT_EQ(error_of([&] { load_config(bad_cc); }).key(), "gpu.compute_capability");
 }
 
+// A compute capability no torch 2.11 build runs (3.0), and a card of another memory under a
+// table card's name ("RTX 3060" with 48 GiB, read back as the RTX 3060): refused at their line.
+TEST(EmulatedConfig, ACardTorchCannotRunOrNamedLikeATableCardOfAnotherMemoryIsRefused) {
+  const auto dir = testing::temp_dir("odd_cards");
+  auto old_cc = testing::write_file(
+      dir / "old.yaml", "models: [gpt2-test]\ngpu: {name: x, memory_gib: 8, compute_capability: 3.0, sms: 8}\n");
+  const auto e = error_of([&] { load_config(old_cc); });
+  EXPECT_EQ(e.key(), "gpu.compute_capability");
+  EXPECT_EQ(e.line(), 2);
+  EXPECT_NE(std::string(e.what()).find("sm_30 is older than any card torch 2.11 runs on"), std::string::npos)
+      << e.what();
+  auto oldest = testing::write_file(
+      dir / "oldest.yaml", "models: [gpt2-test]\ngpu: {name: x, memory_gib: 8, compute_capability: 5.0, sms: 8}\n");
+  EXPECT_EQ(load_config(oldest).gpu->cc_major, 5);
+
+  auto named = testing::write_file(dir / "named.yaml",
+                                   "models: [gpt2-test]\ngpu: {name: \"RTX 3060\", memory_gib: 48}\n");
+  const auto n = error_of([&] { load_config(named); });
+  EXPECT_EQ(n.key(), "gpu.memory_gib");
+  EXPECT_NE(std::string(n.what()).find("'RTX 3060' is the table's RTX 3060, a card of 12 GiB, not 48"),
+            std::string::npos)
+      << n.what();
+  EXPECT_NE(n.hint().find("a name of its own"), std::string::npos) << n.hint();
+}
+
 TEST(EmulatedConfig, DeviceEmulatedWithoutACardSaysWhatToAdd) {
   const Config c = config_of("no_card", "device: emulated\n");
   const auto e = error_of([&] { resolve_budget(c, Device::kEmulated, {}); });

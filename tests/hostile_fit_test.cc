@@ -273,10 +273,19 @@ TEST(FitOutput, FlagErrorsNameTheFlagBeforeAnythingIsWritten) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"gpt2-test --memory-gib 0.05 --seq 100000", "--seq: seq 100000 is longer than gpt2-test's 256"},
       {"whisper-test --memory-gib 0.05 --seq 16", "--seq: whisper-test takes no seq"},
-      {"whisper-test --memory-gib 0.05 --audio-s 1e300", "--audio-s: '1e300' is not a number of seconds from 0 to 30"},
+      {"whisper-test --memory-gib 0.05 --audio-s 1e300",
+       "--audio-s: '1e300' is not a number of seconds above 0, up to 30"},
+      {"whisper-test --memory-gib 0.05 --audio-s 0", "--audio-s: '0' is not a number of seconds above 0, up to 30"},
       {"gpt2-test --memory-gib 0.05 --effective-batch 99999999999",
-       "--effective-batch: must be from 1 to 1048576, got 99999999999"},
-      {"gpt2-test --memory-gib 0.05 --max-batch 99999999999", "--max-batch: must be at most"},
+       "--effective-batch: '99999999999' is not a number of samples from 1 to 1048576"},
+      // 2^63: CLI11 read it as 2^63 - 1 and echoed that.
+      {"gpt2-test --memory-gib 0.05 --effective-batch 9223372036854775808",
+       "--effective-batch: '9223372036854775808' is not a number of samples from 1 to 1048576"},
+      {"gpt2-test --memory-gib 0.05 --max-batch 99999999999",
+       "--max-batch: '99999999999' is not a batch from 1 to 1073741824"},
+      {"gpt2-test --memory-gib 0.05 --seq 0", "--seq: '0' is not a number of tokens from 1 to 1048576"},
+      {"gpt2-test --memory-gib 0.05 --seq 9223372036854775808",
+       "--seq: '9223372036854775808' is not a number of tokens from 1 to 1048576"},
       {"gpt2-test --memory-gib 0.05 --context-gib nan", "--context-gib: 'nan' is not a number of GiB from 0"},
       {"gpt2-test --memory-gib 0.05 --context-gib -1", "--context-gib: '-1' is not a number of GiB from 0"},
       {"gpt2-test --memory-gib 0.05 --context-gib inf", "--context-gib: 'inf' is not a number of GiB from 0"},
@@ -291,8 +300,42 @@ TEST(FitOutput, FlagErrorsNameTheFlagBeforeAnythingIsWritten) {
     EXPECT_NE(r.output.find("error: " + message), std::string::npos) << args << "\n" << r.output;
     EXPECT_NE(r.output.find("\nhint: "), std::string::npos) << r.output;
     EXPECT_FALSE(std::regex_search(r.output, std::regex("[0-9]{30}"))) << r.output;
+    EXPECT_EQ(r.output.find("9223372036854775807"), std::string::npos) << r.output;
     EXPECT_FALSE(fs::exists(out)) << args;
   }
+  // A margin that leaves nothing usable is the margin's fault, not the card's (it was
+  // blamed on --gpu), and the hint names only flags that were given.
+  const auto margin = testing::run_sweep_cli("fit gpt2-test --gpu rtx3060 --device emulated --margin 0.95 --out '" +
+                                             (dir / "out").string() + "'");
+  EXPECT_EQ(margin.exit_code, 2) << margin.output;
+  EXPECT_NE(margin.output.find("error: --margin: RTX 3060 leaves nothing usable"), std::string::npos)
+      << margin.output;
+  EXPECT_NE(margin.output.find("hint: give a larger card, or a smaller --margin\n"), std::string::npos)
+      << margin.output;
+  EXPECT_FALSE(fs::exists(dir / "out"));
+}
+
+// An --out holding a control character is refused before anything is made (it was "a bug in
+// sweep fit", after the directory was created); a link whose target does not exist is said
+// so (it was "File exists").
+TEST(FitOutput, AnOutWithANewlineOrADanglingLinkIsRefusedByName) {
+  const auto dir = testing::temp_dir("fit_out_odd");
+  for (const char* control : {"\\n", "\\r"}) {
+    const auto r = testing::run_sweep_cli("fit " + kSmallFit + " --out \"" + (dir / "a").string() +
+                                          "$(printf '" + control + "b')\"");
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find("--out: the directory's name holds a"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("a bug in sweep"), std::string::npos) << r.output;
+    EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 0) << control;
+  }
+  fs::create_symlink(dir / "missing", dir / "link");
+  const auto r = testing::run_sweep_cli("fit " + kSmallFit + " --out '" + (dir / "link").string() + "'");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find((dir / "link").string() + ": --out: a link to " + (dir / "missing").string() +
+                          ", which does not exist"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("File exists"), std::string::npos) << r.output;
 }
 
 // --out 'o #x' used to re-run into `o`, and 'o: x' to be a YAML error in fit.yaml.

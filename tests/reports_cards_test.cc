@@ -65,6 +65,7 @@ TEST(CardTable, ACardCellReadsBackToTheSameFacts) {
   EXPECT_EQ(back->sms, 28);
   EXPECT_FALSE(back->cpu);
   // A written-out card: any name (parentheses too), and the test-only CPU card.
+  EXPECT_TRUE(parse_card_cell("CPU (sm_80, 1 SMs, memory 0 B, context 0 B, cpu)"));  // emulated_cpu()
   CardFacts mine{"my (lab) card", 20 * int64_t{1} << 30, 1 << 29, 12, 0, 170, true};
   const auto mine_back = parse_card_cell(card_cell(mine));
   ASSERT_TRUE(mine_back);
@@ -75,7 +76,11 @@ TEST(CardTable, ACardCellReadsBackToTheSameFacts) {
   for (const char* bad :
        {"", "RTX 3060", "RTX 3060 (sm_86)", "(sm_86, 28 SMs, memory 1 B, context 0 B)",
         "RTX 3060 (sm_86, 28 SMs, memory x B, context 0 B)",
-        "RTX 3060 (sm_86, 28 SMs, memory 1 B, context 0 B, fast)"})
+        "RTX 3060 (sm_86, 28 SMs, memory 1 B, context 0 B, fast)",
+        // No memory, a negative one, a negative context or one that is all of it: no card.
+        "RTX 3060 (sm_86, 28 SMs, memory 0 B, context 0 B)", "RTX 3060 (sm_86, 28 SMs, memory -12 B, context 0 B)",
+        "RTX 3060 (sm_86, 28 SMs, memory 12 B, context -1 B)", "RTX 3060 (sm_86, 28 SMs, memory 12 B, context 12 B)",
+        "CPU (sm_80, 1 SMs, memory -1 B, context 0 B, cpu)"})
     EXPECT_FALSE(parse_card_cell(bad)) << bad;
 }
 

@@ -99,6 +99,15 @@ TEST(TypedReader, NegativePeakIsRefusedByEveryCommand) {
   expect_every_command_refuses(f, "column 'peak_allocated_bytes': '-5' is negative");
 }
 
+// An emulated row's card cell with a negative memory was read as a card.
+TEST(TypedReader, ACardCellOfNegativeMemoryIsRefusedByEveryCommand) {
+  auto f = edited("card", "predicted_rtx3060.csv", [](std::string& t) {
+    const std::string cell = "memory 12616466432 B";
+    t.replace(t.find(cell), cell.size(), "memory -12616466432 B");
+  });
+  expect_every_command_refuses(f, "column 'card': 'RTX 3060 (sm_86, 28 SMs, memory -12616466432 B");
+}
+
 TEST(TypedReader, UnknownSchemaVersionIsRefusedByEveryCommand) {
   auto f = edited("schema99", "recommend_ties.csv",
                   [](std::string& t) { set_first_row(t, "schema_version", "99"); });

@@ -412,6 +412,24 @@ Cli cli(std::vector<std::string> args) {
   return c;
 }
 
+// No usable memory: the error names the flag that made it so, and the hint only flags that
+// were given (it said "give a larger --memory-gib, or a smaller --margin or --context-gib"
+// whatever was typed).
+TEST(RecommendCli, NoUsableMemoryNamesOnlyTheFlagsGiven) {
+  auto margin = cli({data("recommend_accum.csv"), "--gpu", "rtx3060", "--margin", "0.95"});
+  EXPECT_EQ(margin.code, 2) << margin.err;
+  EXPECT_NE(margin.err.find("--margin: no usable memory"), std::string::npos) << margin.err;
+  EXPECT_NE(margin.err.find("hint: choose a card with more memory (--gpu), or a smaller --margin\n"),
+            std::string::npos)
+      << margin.err;
+  auto context = cli({data("recommend_accum.csv"), "--memory-gib", "1", "--context-gib", "2"});
+  EXPECT_EQ(context.code, 2) << context.err;
+  EXPECT_NE(context.err.find("--context-gib: no usable memory"), std::string::npos) << context.err;
+  EXPECT_NE(context.err.find("hint: give a larger --memory-gib, or a smaller --context-gib\n"), std::string::npos)
+      << context.err;
+  EXPECT_EQ(context.err.find("--margin"), std::string::npos) << context.err;
+}
+
 TEST(RecommendCli, WritesMarkdownAndCsv) {
   auto dir = std::filesystem::temp_directory_path() / "sweep_recommend_test";
   sweep::remove_tree(dir);

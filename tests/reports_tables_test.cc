@@ -244,5 +244,35 @@ TEST(Tables, ThePageRendersInChromiumAndItsNumbersAreTheMarkdowns) {
   EXPECT_NE(rows512, rows1024);
 }
 
+// A card name, a technique label and a measured row's device (`measured_on`, the title of the
+// measured table) that open HTML's double-escaped script state ("<!--<script"): before the
+// page escaped "<", ">" and "&", the data element swallowed the page's script and no card
+// rendered. In Chromium the page draws them, each shown as written.
+TEST(Tables, HostileNamesInTheDataRenderAsTextInChromium) {
+  ASSERT_EQ(std::system("command -v chromium >/dev/null"), 0)
+      << "chromium is not installed: scripts/setup.sh installs it (apt-get install chromium)";
+  const std::string hostile = "T4 <!--<script> & </script> \u2028\xe2\x80\xa8\xe2\x80\xa9";
+  json d = card_data();
+  d["card"]["name"] = hostile;
+  d["entries"][0]["fit"]["techniques"][0]["label"] = "fp32 <!--<script";
+  d["entries"][0]["measured"] = {{"where", "Measured on an H100 <!--<script"}, {"rows", json::array()}};
+  const std::string page = tables_page({d});
+  for (const char* raw : {"<!--", "<script>", "& <", "\xe2\x80\xa8"})
+    EXPECT_EQ(page.find(raw), std::string::npos) << raw;
+  const auto start = page.find("type=\"application/json\">") + 24;
+  EXPECT_EQ(json::parse(page.substr(start, page.find("</script>", start) - start)),
+            json::array({table_view(d)}));
+
+  ScratchDir dir("sweep_tables_hostile");
+  std::ofstream(dir.path / "index.html", std::ios::binary) << page;
+  const std::string dom = output_of("timeout 120 chromium --headless --no-sandbox --disable-gpu --dump-dom 'file://" +
+                                    (dir.path / "index.html").string() + "#card=t4' 2>/dev/null");
+  const auto rows = dom_rows(dom, "techniques");
+  ASSERT_FALSE(rows.empty()) << "the page drew no table:\n" << dom.substr(0, 3000);
+  EXPECT_EQ(rows[0][0], "fp32 <!--<script");
+  EXPECT_NE(dom.find("Measured on an H100 &lt;!--&lt;script"), std::string::npos);
+  EXPECT_NE(dom.find("T4 &lt;!--&lt;script&gt; &amp; &lt;/script&gt;"), std::string::npos);  // the card's option
+}
+
 }  // namespace
 }  // namespace sweep::reports

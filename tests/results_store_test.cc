@@ -9,10 +9,12 @@
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <fcntl.h>
 #include <unistd.h>
 
 #include "reports/results/rows.h"
+#include "sweeps/runner/isolate.h"
 #include "sweeps/runner/results_store.h"
 #include "test_util.h"
 
@@ -79,6 +81,48 @@ TEST(ResultsStore, AFailedAppendLeavesTheFileAsItWas) {
   // With space again, the next row lands whole after the first.
   store.append(row("00000000000000a3", "third"));
   EXPECT_EQ(reports::read_results(store.path()).rows.size(), 2u);
+}
+
+// A row whose worker never ran is kept (the failure is seen) but is no result: a resumed
+// run runs that point again; other rows are recalled as before.
+TEST(ResultsStore, ARowWhoseWorkerNeverRanIsNoResultOnResume) {
+  const auto dir = testing::temp_dir("results_not_started");
+  {
+    ResultsStore store(dir.string());
+    store.append(row("00000000000000a1", "ran"));
+    auto never = row("00000000000000a2", "could not start the worker: /nonexistent");
+    never["status"] = "crash";
+    never["reason"] = kNotStartedReason;
+    store.append(never);
+    EXPECT_NE(store.outcome("00000000000000a2"), nullptr);  // this run does not retry it
+  }
+  ResultsStore resumed(dir.string());
+  EXPECT_NE(resumed.outcome("00000000000000a1"), nullptr);
+  EXPECT_EQ(resumed.outcome("00000000000000a2"), nullptr);
+  // And the isolation says so of a worker that could not be exec'd.
+  Point p;
+  p.model = "gpt2-test";
+  p.timeout_s = 30;
+  IsolateOptions iso;
+  iso.exe = (dir / "no-such-sweep").string();
+  iso.log_path = (dir / "point.log").string();
+  const WorkerResult r = run_isolated(p, iso);
+  EXPECT_EQ(r.status, Status::kCrash);
+  EXPECT_FALSE(r.started) << r.message;
+}
+
+// A results.csv that is a FIFO is refused by name ("cannot get file size: Operation not
+// supported" before), without waiting for a writer.
+TEST(ResultsStore, AFifoResultsFileIsRefusedByName) {
+  const auto dir = testing::temp_dir("results_fifo");
+  ASSERT_EQ(::mkfifo((dir / "results.csv").c_str(), 0644), 0);
+  try {
+    ResultsStore store(dir.string());
+    ADD_FAILURE() << "a FIFO was taken for a results file";
+  } catch (const UserError& e) {
+    EXPECT_EQ(e.file(), (dir / "results.csv").string());
+    EXPECT_NE(std::string(e.what()).find("not a regular file (a FIFO)"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ResultsStore, AKeyThatIsNoColumnIsAnInternalError) {

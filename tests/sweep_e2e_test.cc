@@ -361,8 +361,15 @@ TEST(SweepEndToEnd, GpusOnTheCpuIsRefused) {
   auto r = testing::run_sweep_cli("run " + tiny_config(dir, "") + " --gpus 0,1 --out " +
                                   (dir / "out").string());
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("--gpus needs device cuda"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--gpus needs device cuda (this run is on the CPU)"), std::string::npos) << r.output;
   EXPECT_FALSE(std::filesystem::exists(dir / "out" / "results.csv"));
+  // An emulated run is not said to be on the CPU.
+  auto emulated = testing::run_sweep_cli("run " + tiny_config(dir, "") + " --device emulated --gpus 0 --out " +
+                                         (dir / "out").string());
+  EXPECT_EQ(emulated.exit_code, 2) << emulated.output;
+  EXPECT_NE(emulated.output.find("--gpus needs device cuda (this run is emulated"), std::string::npos)
+      << emulated.output;
+  EXPECT_EQ(emulated.output.find("on the CPU"), std::string::npos) << emulated.output;
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 // (`sweep tables --card rtx3060`, or scripts/tables.sh for every card). Also: a misspelt card is a
 // user error that names the flag and writes nothing.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -58,12 +59,21 @@ TEST(Tables, RegeneratedRtx3060Gpt2EqualsTheCommittedTable) {
   // The measured rows go along: the section of seq 512 shows them beside the emulation.
   fs::create_directories(dir.path / "out");
   fs::copy_file(kSource / "docs/tables/rtx3060-results.csv", dir.path / "out/rtx3060-results.csv");
-  const Outcome r = sweep_tables("--card rtx3060 --model gpt2 -q --out " + (dir.path / "out").string() +
-                                 " --results " + (dir.path / "results").string(),
-                             dir.path);
+  // The card's whole table is there already: --model regenerates GPT-2's sections only, and
+  // keeps every other one. GPT-2 is named by its Hugging Face id, as `sweep models` prints it
+  // (it once matched no model and wrote a table of 0 inputs over the committed one).
+  fs::copy_file(kSource / "docs/tables/rtx3060.json", dir.path / "out/rtx3060.json");
+  const Outcome r = sweep_tables("--card rtx3060 --model openai-community/gpt2 -q --out " +
+                                     (dir.path / "out").string() + " --results " + (dir.path / "results").string(),
+                                 dir.path);
   ASSERT_EQ(r.code, 0) << r.err;
   const auto fresh = sections(read(dir.path / "out/rtx3060.md"));
   const auto old = sections(committed);
+  ASSERT_GT(old.size(), 2u);
+  for (const auto& [heading, text] : old) {
+    ASSERT_TRUE(fresh.count(heading)) << heading << " was dropped by --model";
+    if (!heading.starts_with("## gpt2,")) EXPECT_EQ(fresh.at(heading), text) << heading;
+  }
   for (const char* s : {"## gpt2, seq 512", "## gpt2, seq 1024"}) {
     ASSERT_TRUE(fresh.count(s)) << s;
     ASSERT_TRUE(old.count(s)) << s << " is not in docs/tables/rtx3060.md";
@@ -87,6 +97,37 @@ TEST(Tables, AMisspeltCardIsAUserErrorAndWritesNothing) {
   EXPECT_NE(r.err.find("unknown card 'rtx3600'"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("hint: did you mean rtx3060?"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(dir.path / "out"));
+}
+
+// Every file tables reads goes through the check the results reader uses (files.h): a FIFO
+// where a card's data belongs (it blocked forever), or data missing a key (it said "json
+// out_of_range" without the file), is refused with the file's name, before any fit runs, and
+// nothing is written.
+TEST(Tables, AFifoOrBrokenCardDataIsRefusedByNameBeforeAnyFit) {
+  ScratchDir dir("sweep_tables_fifo");
+  const fs::path out = dir.path / "out";
+  fs::create_directories(out);
+  ASSERT_EQ(::mkfifo((out / "l4.json").c_str(), 0644), 0);
+  const std::string args = "--card t4 --model gpt2 -q --out " + out.string() + " --results " +
+                           (dir.path / "results").string();
+  const std::string err = (dir.path / "stderr").string();
+  int status = std::system(("timeout 60 " + std::string(SWEEP_BINARY) + " tables " + args + " 2>" + err).c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 2) << "124: it blocked on the FIFO\n" << read(err);
+  EXPECT_NE(read(err).find((out / "l4.json").string() + ": not a regular file (a FIFO)"), std::string::npos)
+      << read(err);
+  EXPECT_FALSE(fs::exists(out / "t4.json"));
+  EXPECT_FALSE(fs::exists(dir.path / "results"));  // no fit ran
+
+  fs::remove(out / "l4.json");
+  std::ofstream(out / "l4.json") << R"({"tables_json_version": 2, "entries": []})";
+  const Outcome broken = sweep_tables(args, dir.path);
+  EXPECT_EQ(broken.code, 2) << broken.err;
+  EXPECT_NE(broken.err.find((out / "l4.json").string() + ": not the data of a table this sweep writes"),
+            std::string::npos)
+      << broken.err;
+  EXPECT_NE(broken.err.find("hint: regenerate it: sweep tables --card l4"), std::string::npos) << broken.err;
+  EXPECT_FALSE(fs::exists(out / "t4.json"));
 }
 
 }  // namespace

@@ -8,6 +8,8 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <functional>
+#include <future>
 #include <set>
 #include <string>
 #include <thread>
@@ -170,6 +172,134 @@ TEST(Zygote, ADeadZygoteOrAChangedEnvironmentGetsAFreshOne) {
   killer.join();
   EXPECT_EQ(under_kill.status, Status::kTimeout);
   EXPECT_GE(under_kill.wall_s, 2.5) << "the exec'd rerun has its own time limit";
+}
+
+// The zygote's first child, once it has one (/proc/PID/task/PID/children); -1 after `wait_s`.
+pid_t first_child(pid_t zygote, double wait_s) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_s);
+  const std::string path = "/proc/" + std::to_string(zygote) + "/task/" + std::to_string(zygote) + "/children";
+  while (std::chrono::steady_clock::now() < until) {
+    pid_t child = -1;
+    if (std::ifstream(path) >> child) return child;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return -1;
+}
+
+// run_isolated in a thread, given `limit_s` to return: a run that waits forever fails the
+// test (the zygote is then killed, so that the thread ends) instead of hanging it.
+WorkerResult run_within(double limit_s, const Point& p, const IsolateOptions& o, Zygote& zygote,
+                        const std::function<void()>& meanwhile = {}) {
+  auto result = std::async(std::launch::async, [&] { return run_isolated(p, o); });
+  if (meanwhile) meanwhile();
+  if (result.wait_for(std::chrono::duration<double>(limit_s)) != std::future_status::ready) {
+    ADD_FAILURE() << "the run still waits on the zygote after " << limit_s << " s";
+    kill(zygote.pid(), SIGKILL);
+  }
+  return result.get();
+}
+
+// A zygote stopped (kill -STOP) while its worker runs: once the worker has ended, the runner
+// waits reply_ms for the zygote's answer, then kills it and takes the status the kernel
+// kept for the worker; the next point gets a fresh zygote. Before, the run waited forever.
+TEST(Zygote, AStoppedZygoteIsKilledAndReplacedAndTheRunGoesOn) {
+  const auto dir = testing::temp_dir("zygote_stopped");
+  Zygote zygote(SWEEP_BINARY, {.reply_ms = 1000});
+  ASSERT_EQ(run_isolated(tiny_point(), options(dir, &zygote)).status, Status::kOk);
+  const pid_t first = zygote.pid();
+  ASSERT_GT(first, 0);
+
+  // Stopped as soon as its child exists: the worker ends on its own, its row is its own.
+  Point longer = tiny_point();
+  longer.steps = 20;  // time to stop the zygote while its child runs
+  const WorkerResult ok = run_within(60, longer, options(dir, &zygote), zygote, [&] {
+    EXPECT_GT(first_child(first, 30), 0);
+    kill(first, SIGSTOP);
+  });
+  EXPECT_EQ(ok.status, Status::kOk) << ok.message;
+  EXPECT_EQ(ok.exit_code, 0);
+  EXPECT_TRUE(ok.record.contains("peak_allocated_bytes")) << ok.record.dump();
+  EXPECT_EQ(kill(first, 0), -1) << "the stopped zygote was left running";
+
+  // Stopped while its worker hangs: the worker is killed at the point's limit, and the run
+  // goes on within the limit and reply_ms (the repro, with timeout_s 3).
+  const WorkerResult warm = run_isolated(tiny_point(), options(dir, &zygote));
+  ASSERT_EQ(warm.status, Status::kOk);
+  const pid_t second = zygote.pid();
+  ASSERT_GT(second, 0);
+  EXPECT_NE(second, first);
+  Point hang = tiny_point();
+  hang.timeout_s = 3;
+  const WorkerResult hung = run_within(30, hang, options(dir, &zygote, {{"SWEEP_TEST_FAULT", "hang"}}), zygote, [&] {
+    EXPECT_GT(first_child(second, 30), 0);
+    kill(second, SIGSTOP);
+  });
+  EXPECT_EQ(hung.status, Status::kTimeout) << hung.message;
+  EXPECT_EQ(kill(second, 0), -1);
+  const WorkerResult next = run_isolated(tiny_point(), options(dir, &zygote));
+  EXPECT_EQ(next.status, Status::kOk) << next.message;
+  EXPECT_GT(zygote.pid(), 0);
+  EXPECT_NE(zygote.pid(), second);
+}
+
+// A zygote that stops as it starts (here a script that stops itself) costs the runner its
+// ready waits, not the point its time: the point is timed from its exec'd worker's start.
+// Before, the clock started before the zygote was asked, and the point was recorded
+// "killed after the point's time limit" though its worker had barely run.
+TEST(Zygote, AZygoteStalledAtItsStartCostsThePointNoTime) {
+  const auto dir = testing::temp_dir("zygote_stalled_start");
+  const std::string script = testing::write_file(dir / "stalls.sh", "#!/bin/sh\nkill -STOP $$\n");
+  std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+  Zygote zygote(script, {.ready_ms = 4500, .reply_ms = 1000});
+  Point p = tiny_point();
+  p.timeout_s = 4;  // less than the ready wait
+  const auto start = std::chrono::steady_clock::now();
+  const WorkerResult r = run_within(60, p, options(dir, &zygote), zygote);
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(r.status, Status::kOk) << r.message;
+  EXPECT_GE(elapsed, 4.5);
+  EXPECT_LT(r.wall_s, elapsed - 4.0) << "the zygote's wait was counted in the point's time";
+  EXPECT_EQ(zygote.pid(), -1);  // the stalled zygote killed
+}
+
+// An environment too large for a request (over 96 KiB) is exec'd without starting a zygote
+// for it, and the lane's zygote serves on. Before, each such point started two zygotes that
+// refused it (20 s instead of 2.6 s for 10 points). Starts are counted by a wrapper script.
+TEST(Zygote, AnEnvironmentTooLargeForAZygoteStartsNone) {
+  const auto dir = testing::temp_dir("zygote_big_env");
+  const std::string starts = (dir / "starts").string();
+  const std::string script = testing::write_file(
+      dir / "counted.sh", "#!/bin/sh\necho start >> " + starts + "\nexec " + std::string(SWEEP_BINARY) + " \"$@\"\n");
+  std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+  auto count = [&] {
+    std::ifstream in(starts);
+    int n = 0;
+    for (std::string line; std::getline(in, line);) ++n;
+    return n;
+  };
+  Zygote zygote(script);
+  IsolateOptions o = options(dir, &zygote);
+  ASSERT_EQ(run_isolated(tiny_point(), o).status, Status::kOk);
+  ASSERT_EQ(count(), 1);
+  const pid_t served = zygote.pid();
+  o.env["SWEEP_ZYGOTE_BIG"] = std::string(100 << 10, 'x');
+  const WorkerResult big = run_isolated(tiny_point(), o);
+  EXPECT_EQ(big.status, Status::kOk) << big.message;
+  EXPECT_EQ(count(), 1) << "zygotes were started for a request they refuse";
+  EXPECT_EQ(zygote.pid(), served);
+  o.env.erase("SWEEP_ZYGOTE_BIG");
+  EXPECT_EQ(run_isolated(tiny_point(), o).status, Status::kOk);
+  EXPECT_EQ(count(), 1);
+  EXPECT_EQ(zygote.pid(), served);
+}
+
+// The hidden `sweep zygote` on a descriptor that is no socket says so, exit 2 (it exited 1
+// without a word).
+TEST(Zygote, TheHiddenCommandOnABadDescriptorSaysSo) {
+  const auto r = testing::run_sweep_cli("zygote --control-fd 57");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--control-fd: fd 57 is not an open socket"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("hint: "), std::string::npos) << r.output;
 }
 
 // On a GPU: the zygote never initialised CUDA (it has one thread), so its child creates its

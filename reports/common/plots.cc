@@ -3,10 +3,13 @@
 // pngcairo is used where gnuplot has it (gnuplot-nox does), else the libgd `png`.
 #include "reports/common/plots.h"
 
+#include "reports/results/files.h"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -29,12 +32,14 @@ std::string quote(const std::string& s) {
   return out + "'";
 }
 
-// A data cell: numbers in full precision, NaN for a missing value.
+// A data cell: numbers in full precision (the shortest text that reads back as the same
+// double), NaN for a missing value. "%.6g" printed batch 1000000 +- 0.5 as 1e+06 twice, an
+// empty x range gnuplot refused.
 std::string num(double v) {
   if (std::isnan(v)) return "NaN";
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
-  return buf;
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  return ec == std::errc() ? std::string(buf, end) : "NaN";
 }
 
 // Labels and notes go into tab-separated data; an empty field would read as missing.
@@ -44,9 +49,11 @@ std::string field(const std::string& s) {
   return out.empty() ? "\"\"" : out;
 }
 
+// Through the one install_file (files.h): a link planted at a chart's .dat or .gp is
+// replaced, never followed.
 void write_file(const fs::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
+  install_file(path, text, "a chart's " + path.extension().string() + " file", "",
+               "choose a directory you can write to with --out DIR");
 }
 
 // The script around a chart body: both terminals, no enhanced-text markup (so that

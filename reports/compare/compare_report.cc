@@ -14,6 +14,7 @@
 
 #include "reports/compare/compare.h"
 #include "reports/common/markup.h"
+#include "reports/results/files.h"
 #include "reports/results/stats.h"
 
 namespace sweep::reports {
@@ -428,12 +429,11 @@ bool write_compare_exports(const CompareResult& r, const Results& next, const st
       {"bencher.json", json_text(bencher_json(next))},
   };
   for (const auto& [name, text] : files) {
-    const std::string path = (fs::path(dir) / name).string();
-    std::ofstream f(path);
-    f << text;
-    if (!f) {
-      print_user_error(
-          UserError(path, 0, "", "cannot write", "check that --export names a writable directory"));
+    // The one install_file (files.h): a link planted at the name is replaced, not followed.
+    try {
+      install_file(fs::path(dir) / name, text, name, "", "check that --export names a writable directory");
+    } catch (const UserError& e) {
+      print_user_error(e);
       return false;
     }
   }

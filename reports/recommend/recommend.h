@@ -187,6 +187,11 @@ void to_json(nlohmann::json& j, const Choice& c);
 // as typed and `what` ("'nan' is not a number of GiB from 0 to 1048576"). CLI11's Range and
 // PositiveNumber let NaN through (every comparison with it is false).
 CLI::Validator finite_number(double min, double max, const std::string& what);
+// The same for a number above 0 (0 itself refused), up to `max`.
+CLI::Validator positive_number(double max, const std::string& what);
+// A whole number from `min` to `max`, read exactly: CLI::PositiveNumber printed its bound as
+// 309 digits, and CLI11's conversion took 2^63 as 9223372036854775807.
+CLI::Validator whole_number(int64_t min, int64_t max, const std::string& what);
 // --memory-gib and --context-gib (GiB of a card; NaN, 1e308 and 9e9 used to pass and give a
 // negative usable memory), --margin (a fraction kept free): the same checks on recommend,
 // report and fit.

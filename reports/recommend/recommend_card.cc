@@ -152,11 +152,23 @@ Target target_of(const std::vector<Measured>& rows, const RecommendOptions& opti
                        format_bytes(static_cast<double>(t.context_bytes)) + ")";
     t.context_bytes = t.memory_bytes - *budget;
   }
-  if (t.ceiling_bytes() <= 0)
-    throw UserError("", 0, "", "no usable memory: " + format_bytes(static_cast<double>(t.memory_bytes)) +
-                                   " x (1 - margin " + std::to_string(t.margin) + ") - context " +
-                                   format_bytes(static_cast<double>(t.context_bytes)) + " <= 0",
-                    "give a larger --memory-gib, or a smaller --margin or --context-gib");
+  if (t.ceiling_bytes() <= 0) {
+    // Named by the flags the user gave, and only those.
+    const bool margin = options.margin != kDefaultMargin;
+    std::string hint = options.memory_gib ? "give a larger --memory-gib"
+                       : !options.gpu.empty() ? "choose a card with more memory (--gpu)"
+                                              : "measure on a card with more memory";
+    if (margin) hint += ", or a smaller --margin";
+    if (options.context_gib) hint += ", or a smaller --context-gib";
+    throw UserError("", 0, margin ? "--margin" : options.context_gib ? "--context-gib"
+                                   : options.memory_gib             ? "--memory-gib"
+                                   : !options.gpu.empty()           ? "--gpu"
+                                                                    : "",
+                    "no usable memory: " + format_bytes(static_cast<double>(t.memory_bytes)) +
+                        " x (1 - margin " + number_text(t.margin) + ") - context " +
+                        format_bytes(static_cast<double>(t.context_bytes)) + " <= 0",
+                    hint);
+  }
   return t;
 }
 

@@ -14,6 +14,7 @@
 
 #include "reports/common/markup.h"
 #include "reports/recommend/recommend.h"
+#include "reports/results/files.h"
 
 namespace sweep::reports {
 namespace {
@@ -384,11 +385,8 @@ int run_recommend(const std::vector<std::string>& inputs, const RecommendOptions
     fs::create_directories(out_dir, ec);
     for (const auto& [name, text] : {std::pair{"recommendations.md", md},
                                      std::pair{"recommendations.csv", recommendations_csv(r)}}) {
-      const std::string path = (fs::path(out_dir) / name).string();
-      std::ofstream f(path);
-      f << text;
-      if (!f)
-        throw UserError(path, 0, "", "cannot write", "check that --out names a writable directory");
+      // The one install_file (files.h): a link planted at the name is replaced, not followed.
+      install_file(fs::path(out_dir) / name, text, name, "", "check that --out names a writable directory");
     }
     std::cerr << "sweep recommend: wrote " << (fs::path(out_dir) / "recommendations.md").string()
               << " and recommendations.csv" << (json ? "" : " (printed above)") << "\n";
@@ -410,6 +408,30 @@ CLI::Validator finite_number(double min, double max, const std::string& what) {
         return "";
       },
       number_text(min) + ".." + number_text(max), what);
+}
+
+CLI::Validator positive_number(double max, const std::string& what) {
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        double v = 0;
+        auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (text.empty() || ec != std::errc() || p != text.data() + text.size() || !(v > 0 && v <= max))
+          return "'" + text + "' is not " + what + " above 0, up to " + number_text(max);
+        return "";
+      },
+      "(0.." + number_text(max) + "]", what);
+}
+
+CLI::Validator whole_number(int64_t min, int64_t max, const std::string& what) {
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        int64_t v = 0;
+        auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (text.empty() || ec != std::errc() || p != text.data() + text.size() || v < min || v > max)
+          return "'" + text + "' is not " + what + " from " + std::to_string(min) + " to " + std::to_string(max);
+        return "";
+      },
+      std::to_string(min) + ".." + std::to_string(max), what);
 }
 
 const CLI::Validator kMemoryGib = finite_number(0, kMaxMemoryGib, "a number of GiB");
@@ -452,7 +474,7 @@ void register_recommend_command(CLI::App& app, int& exit_code) {
   auto card = add_card_options(cmd, a->options);
   auto* eff = cmd->add_option("--effective-batch", a->effective_batch,
                               "Micro-batch x accumulation to reach")
-                  ->check(CLI::PositiveNumber);
+                  ->check(whole_number(1, int64_t{1} << 30, "a number of samples"));
   cmd->add_option("--out", a->out,
                   "where to write recommendations.md and .csv (default: beside the results, or "
                   "results/<name>/ when the results sit in a source tree outside results/)");

@@ -18,6 +18,7 @@
 #include <unordered_set>
 
 #include "reports/report/report_sections.h"
+#include "reports/results/files.h"
 #include "reports/results/stats.h"
 
 namespace sweep::reports {
@@ -248,10 +249,10 @@ void failures(Document& doc, const std::vector<Point>& pts) {
   doc.table(make_table(fields, failed));
 }
 
+// Through the one install_file (files.h): whole or not at all, and a link planted at the
+// name (a shared directory beside a results file) is replaced, never followed.
 void write_text(const fs::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  if (!out) throw UserError(path.string(), 0, "", "cannot write", "choose a directory you can write to with --out DIR");
+  install_file(path, text, "the report", "", "choose a directory you can write to with --out DIR");
 }
 
 }  // namespace
@@ -430,7 +431,7 @@ int write_report(const std::string& results_dir, const std::string& out_dir_in,
   std::vector<report::Group> groups = report::make_groups(points);
   report::set_rules(groups, results, options);
   fs::path out_dir = out_dir_in.empty() ? fs::path(default_out_dir(res.path)) : fs::path(out_dir_in);
-  fs::create_directories(out_dir);
+  make_output_directory(out_dir, "--out");
 
   // The summary's answer is recommend()'s on the same rows and card, so that the two agree;
   // rows that do not say which card (several devices, no memory) get a line saying how to ask.

@@ -202,6 +202,10 @@ std::optional<CardFacts> parse_card_cell(std::string_view cell) {
     return std::nullopt;
   }
   if (sm < 10) return std::nullopt;  // sm_86: two digits at least
+  // A card has memory, and its context is a part of it (a negative memory was read as a
+  // card). The test-only CPU card (emulated_cpu) has none: it enforces no memory.
+  if (c.memory_bytes < 0 || c.context_bytes < 0) return std::nullopt;
+  if (!c.cpu && (c.memory_bytes == 0 || c.context_bytes >= c.memory_bytes)) return std::nullopt;
   c.cc_major = sm / 10;
   c.cc_minor = sm % 10;
   return c;

@@ -1,6 +1,9 @@
 // results.csv reader on top of fccp's CSVReader (quoted fields, header by name).
 #include "reports/results/rows.h"
 
+#include "reports/results/cards.h"
+#include "reports/results/files.h"
+
 #include <libfccp/csv.h>
 
 #include <algorithm>
@@ -211,6 +214,12 @@ void check_row(Row& row) {
                         ": this sweep reads versions 1 to " + std::to_string(schema::kSchemaVersion),
                     "read it with the sweep that wrote it (suite_version " +
                         row.at(column("suite_version")) + ")");
+  // An emulated row's card: the facts its prediction used, which must read back as a card
+  // (one of negative memory was taken).
+  if (const std::string& card = row.at(column("card")); !card.empty() && !parse_card_cell(card))
+    bad_cell(row, "card",
+             "'" + card + "' is not a card cell (e.g. \"RTX 3060 (sm_86, 28 SMs, memory 12616466432 B, context "
+             "805306368 B)\": memory above 0, its context a part of it)");
   const std::string& samples = row.at(column("step_ms_samples"));
   row.step_ms_samples.clear();
   for (std::size_t at = 0; at < samples.size();) {
@@ -258,13 +267,14 @@ Results read_results(const std::string& path_in) {
     }
   }
   if (fs::is_directory(path)) path = (fs::path(path) / "results.csv").string();
-  if (!fs::exists(path)) throw UserError(path, 0, "", "no such file", kNoResultsHint);
-  if (!fs::is_regular_file(path)) throw UserError(path, 0, "", "not a regular file", kNoResultsHint);
+  // The one check every file sweep reads goes through (files.h): a FIFO is refused, not waited on.
+  std::FILE* file = ::fdopen(open_regular_file(path, "", kNoResultsHint), "rb");
+  SWEEP_CHECK(file != nullptr, "fdopen of an open descriptor");
   Results out;
   out.path = path;
   constexpr auto idx = std::make_index_sequence<schema::kColumnCount>{};
   try {
-    Reader in(path);
+    Reader in(path, file);  // fccp owns `file` from here
     read_header(in, idx);
     for (std::size_t i = 0; i < schema::kColumnCount; ++i)
       out.present[i] = in.has_column(std::string(schema::kColumns[i]));

@@ -38,6 +38,10 @@ std::string card_markdown(const nlohmann::json& card_data);
 // selection can be given in the URL: index.html#card=t4&model=gpt2&input=seq%20512.
 std::string tables_page(const std::vector<nlohmann::json>& cards_data);
 
+// JSON text made safe as the content of a <script> element: "<", ">", "&", U+2028 and U+2029
+// as \u escapes, which JSON.parse reads back as the same characters.
+std::string json_for_script(const std::string& json_text);
+
 // The measured max-batch searches of `measured` beside the emulation's of `predicted` (run
 // under the same budget), one row per combination the measured file searched: technique,
 // measured largest batch, first OOM, peak reserved, tokens/s and probes, the predicted largest

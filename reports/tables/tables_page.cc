@@ -115,14 +115,34 @@ draw(params());
 
 }  // namespace
 
+std::string json_for_script(const std::string& json_text) {
+  // The HTML spec's script data (HTML 13.1.2.6, "restrictions for contents of script
+  // elements"): "<!--" with "<script" opens the double-escaped state, in which "</script>" no
+  // longer ends the element, so escaping "</" alone is not enough. Every "<", ">" and "&" is a
+  // \u escape (these appear only inside JSON strings, where JSON.parse reads them back), and
+  // so are U+2028 and U+2029, line terminators to JavaScript before ES2019.
+  std::string out;
+  out.reserve(json_text.size());
+  for (std::size_t i = 0; i < json_text.size(); ++i) {
+    const char c = json_text[i];
+    if (c == '<') out += "\\u003c";
+    else if (c == '>') out += "\\u003e";
+    else if (c == '&') out += "\\u0026";
+    else if (c == '\xE2' && i + 2 < json_text.size() && json_text[i + 1] == '\x80' &&
+             (json_text[i + 2] == '\xA8' || json_text[i + 2] == '\xA9')) {
+      out += json_text[i + 2] == '\xA8' ? "\\u2028" : "\\u2029";
+      i += 2;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 std::string tables_page(const std::vector<nlohmann::json>& cards_data) {
   nlohmann::json views = nlohmann::json::array();
   for (const auto& d : cards_data) views.push_back(table_view(d));
-  std::string data = views.dump();
-  // Inside <script>, "</" could end the element early.
-  for (std::size_t at = 0; (at = data.find("</", at)) != std::string::npos; at += 3)
-    data.replace(at, 2, "<\\/");
-  return std::string(kHead) + data + kScript;
+  return std::string(kHead) + json_for_script(views.dump()) + kScript;
 }
 
 }  // namespace sweep::reports

@@ -1,6 +1,8 @@
 // The sweep binary's subcommands; see cli.h.
 #include "sweeps/cli/cli.h"
 
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -74,7 +76,7 @@ void add_slurm_options(CLI::App* run, SlurmOptions& slurm) {
   need(run->add_option("--partition", slurm.partition, "Slurm partition"));
   need(run->add_option("--gres", slurm.gres, "Generic resources per task, e.g. gpu:1"));
   need(run->add_option("--max-parallel", slurm.max_parallel, "Array tasks running at once (%N)")
-           ->check(CLI::PositiveNumber));
+           ->check(reports::whole_number(1, 1'000'000, "a number of tasks")));
   need(run->add_option("--time", slurm.time, "Time limit per task, HH:MM:SS"));
   need(run->add_option("--account", slurm.account, "Slurm account"));
   need(run->add_option("--sbatch-arg", slurm.sbatch_args,
@@ -136,13 +138,16 @@ void register_commands(CLI::App& app, int& exit_code) {
                   "The card, by name (e.g. rtx3060, a100-80gb; `sweep gpus` lists them)");
   fit->add_option("--memory-gib", fo->memory_gib, "The card's memory in GiB, as CUDA reports it")
       ->check(reports::kMemoryGib);
-  fit->add_option("--seq", fo->seq, "Tokens per sample (GPT-2, T5 encoder)")->check(CLI::PositiveNumber);
-  fit->add_option("--target-seq", fo->target_seq, "T5 decoder tokens")->check(CLI::PositiveNumber);
+  // Whole numbers read exactly, and bounds printed as numbers (the config's axis ranges).
+  fit->add_option("--seq", fo->seq, "Tokens per sample (GPT-2, T5 encoder)")
+      ->check(reports::whole_number(1, 1 << 20, "a number of tokens"));
+  fit->add_option("--target-seq", fo->target_seq, "T5 decoder tokens")
+      ->check(reports::whole_number(1, 1 << 20, "a number of tokens"));
   fit->add_option("--audio-s", fo->audio_s, "Seconds of audio (Whisper)")
-      ->check(CLI::PositiveNumber)
-      ->check(reports::finite_number(0, 30, "a number of seconds"));
+      ->check(reports::positive_number(30, "a number of seconds"));
   fit->add_option("--effective-batch", fo->effective_batch,
-                  "Micro-batch x accumulation to reach; the pick is measured at its accumulation");
+                  "Micro-batch x accumulation to reach; the pick is measured at its accumulation")
+      ->check(reports::whole_number(1, int64_t{1} << 20, "a number of samples"));
   fit->add_option("--precision", fo->precisions, "Precisions to try (default fp32 bf16-amp bf16)")
       ->delimiter(',');
   fit->add_option("--checkpointing", fo->checkpointing, "Checkpointing to try (default none block)")
@@ -171,7 +176,7 @@ void register_commands(CLI::App& app, int& exit_code) {
       ->check(reports::kMemoryGib);
   fit->add_option("--max-batch", fo->max_batch, "Largest batch a search tries")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(reports::whole_number(1, 1 << 30, "a batch"));
   fit->add_option("--out", fo->out, "Results directory (default results/fit-MODEL-CARD)");
   fit->add_flag("--json", fo->json, "The answer as JSON on stdout (progress stays on stderr)");
   fit->add_flag("--quiet,-q", fo->quiet, "No progress output");
@@ -220,7 +225,7 @@ void register_commands(CLI::App& app, int& exit_code) {
   run->add_option("--max-points", opts->max_points,
                   "Refuse a grid of more points than this (counted before expanding)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(reports::whole_number(1, 1'000'000'000, "a number of points"));
   run->add_flag("--snapshot", opts->snapshot,
                 "Write each point's CUDA memory snapshot (and one at an OOM) to OUT/snapshots/, "
                 "for pytorch.org/memory_viz");
@@ -291,6 +296,16 @@ void register_commands(CLI::App& app, int& exit_code) {
   zygote->group("");
   zygote->add_option("--control-fd", *control_fd)->required();
   zygote->callback([control_fd, &exit_code] {
+    // Internal, but a person may type it: a descriptor that is not the runner's socket is
+    // said so, exit 2 (it once exited 1 without a word).
+    struct stat st{};
+    if (fstat(*control_fd, &st) != 0 || !S_ISSOCK(st.st_mode)) {
+      exit_code = print_user_error(UserError(
+          "", 0, "--control-fd", "fd " + std::to_string(*control_fd) + " is not an open socket",
+          "`sweep zygote` is internal: `sweep run` and `sweep fit` start it with their end of a "
+          "socket; run those instead"));
+      return;
+    }
     exit_code = serve_zygote(
         *control_fd,
         [](const std::string& point, int result_fd) {

@@ -15,7 +15,7 @@
 #include "models/zoo.h"
 #include "reports/recommend/recommend.h"
 #include "sweeps/runner/grid.h"
-#include "sweeps/runner/install_file.h"
+#include "reports/results/files.h"
 #include "sweeps/runner/sweep.h"
 
 namespace sweep {
@@ -53,6 +53,11 @@ std::string shown(double v) {
 }
 
 void check_flags(const FitOptions& o, const models::ModelSpec& spec) {
+  // Before anything is created: a newline in --out would cut fit.yaml's lines (it was refused
+  // as "a bug in sweep fit", after the directory was made).
+  if (const std::string c = control_character(o.out); !c.empty())
+    throw UserError("", 0, "--out", "the directory's name holds " + c,
+                    "name the directory without control characters");
   // --margin, --context-gib, --memory-gib and --audio-s are finite and in range by the CLI's
   // validators (reports::finite_number), checked before any command runs.
   if (o.effective_batch && (*o.effective_batch < 1 || *o.effective_batch > kMaxEffectiveBatch))

@@ -97,9 +97,13 @@ void resolve_context(FitQuestion& q) {
 // The one rule (reports/common/fit_rule.h): the probes run under the cap, "fits" is no OOM
 // there; the pick stays under the recommended ceiling.
 void check_rule(const FitQuestion& q) {
+  // Blamed on the flag the user gave (--margin 0.95 was --gpu's), the hint naming only those.
+  const bool margin = q.o.margin != reports::kDefaultMargin;
   if (q.rule.ceiling_bytes() <= 0)
-    throw UserError("", 0, q.card_flag, q.card.name + " leaves nothing usable after the margin and "
-                    "the context allowance", "give a larger card, or a smaller --margin");
+    throw UserError("", 0, margin ? "--margin" : q.o.context_gib ? "--context-gib" : q.card_flag,
+                    q.card.name + " leaves nothing usable after the margin and the context allowance",
+                    std::string("give a larger card") + (margin ? ", or a smaller --margin" : "") +
+                        (q.o.context_gib ? ", or a smaller --context-gib" : ""));
   // The run would refuse this budget in fit.yaml (budget_gib): said here, of the flag.
   if (q.here && q.cap() > q.here->total_bytes)
     throw UserError("", 0, q.card_flag,

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "reports/results/error.h"
+#include "reports/results/files.h"
 #include "reports/results/rows.h"
 #include "sweeps/cli/fit_analysis.h"
 #include "sweeps/cli/fit_config.h"
@@ -20,7 +21,7 @@ namespace fs = std::filesystem;
 // written), then fit.yaml replaced at once by a config that loads and expands (fit_config.h).
 std::vector<std::vector<Point>> install(const FitQuestion& q, const FitPlan& p,
                                         const FitSearch& s) {
-  fs::create_directories(p.out);
+  make_output_directory(p.out, "--out");  // a dangling link said "File exists"
   hold_lock((fs::path(p.out) / ".lock").string(), p.out);
   return combinations(install_fit_config(
       s.config, emit_config(p.comment, p.config), q.device, [&](const std::vector<Point>& points) {

@@ -6,9 +6,8 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
+#include <map>
 #include <optional>
-#include <sstream>
 
 #include "models/zoo.h"
 #include "reports/common/fit_rule.h"
@@ -21,7 +20,7 @@
 #include "reports/tables/tables.h"
 #include "sweep_version.h"
 #include "sweeps/cli/fit.h"
-#include "sweeps/runner/install_file.h"
+#include "reports/results/files.h"
 
 namespace sweep {
 namespace {
@@ -74,13 +73,6 @@ std::string precision_note(const CardSpec& c) {
              "kept for their memory, and train at a fraction of fp16's speed here.");
 }
 
-std::string read_text(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
 void write(const fs::path& path, const std::string& text, const std::string& what) {
   install_file(path, text, what, "--out", "give --out a directory you can write");
 }
@@ -90,7 +82,7 @@ json collect(const CardSpec& card, const TablesOptions& o, const std::vector<con
   const bool measured_card = card.key == "rtx3060";
   const fs::path measured_file = fs::path(o.out) / "rtx3060-results.csv";
   std::optional<reports::Results> measured;
-  if (measured_card && fs::exists(measured_file)) measured = reports::read_results(measured_file.string());
+  if (measured_card && names_something(measured_file)) measured = reports::read_results(measured_file.string());
 
   json d;
   d["tables_json_version"] = reports::kTablesJsonVersion;
@@ -207,9 +199,46 @@ json collect(const CardSpec& card, const TablesOptions& o, const std::vector<con
   return d;
 }
 
-}  // namespace
+// A card's data already in OUT (its .json), or nullopt where there is none. Read as every file
+// sweep reads (files.h: a FIFO is refused, not waited on), and checked by printing it, so that
+// data this sweep cannot draw is refused with its file before any fit runs.
+std::optional<json> card_data_in(const fs::path& out, const CardSpec& card) {
+  const fs::path p = out / (std::string(card.key) + ".json");
+  if (!names_something(p)) return std::nullopt;
+  const std::string hint = "regenerate it: sweep tables --card " + std::string(card.key);
+  json d = json::parse(read_regular_file(p.string(), "", hint), nullptr, false);
+  if (d.is_discarded() || !d.is_object() || d.value("tables_json_version", 0) != reports::kTablesJsonVersion)
+    throw UserError(p.string(), 0, "tables_json_version", "not the data of a table this sweep writes", hint);
+  try {
+    reports::table_view(d);
+  } catch (const json::exception& e) {
+    throw UserError(p.string(), 0, "", std::string("not the data of a table this sweep writes (") + e.what() + ")",
+                    hint);
+  }
+  return d;
+}
 
-int run_tables(const TablesOptions& o) {
+// `--model` regenerates only those models' sections: the card's other sections come from its
+// data already in OUT, in the zoo's order, and none is ever dropped (an entry of a model the
+// zoo no longer has stays, last).
+json merged(const json& fresh, const json& previous, const std::vector<const models::ModelSpec*>& chosen) {
+  auto is_chosen = [&](const std::string& model) {
+    return std::any_of(chosen.begin(), chosen.end(), [&](const auto* m) { return m->name == model; });
+  };
+  json d = fresh;
+  d["entries"] = json::array();
+  for (const auto& m : models::zoo())
+    for (const auto& e : (is_chosen(m.name) ? fresh : previous).at("entries"))
+      if (e.at("model") == m.name) d["entries"].push_back(e);
+  for (const auto& e : previous.at("entries"))
+    if (!models::find_model(e.at("model").get<std::string>())) d["entries"].push_back(e);
+  for (const auto& e : d["entries"])
+    if (e.contains("measured") && !d.contains("measured_note") && previous.contains("measured_note"))
+      d["measured_note"] = previous["measured_note"];
+  return d;
+}
+
+std::vector<const CardSpec*> chosen_cards(const TablesOptions& o) {
   std::vector<const CardSpec*> chosen;
   if (o.cards.empty())
     for (const auto& c : cards()) chosen.push_back(&c);
@@ -223,39 +252,55 @@ int run_tables(const TablesOptions& o) {
     }
     chosen.push_back(c);
   }
+  return chosen;
+}
+
+// The models of --model, by name or Hugging Face id (`sweep models` prints both); every model
+// of the zoo but the -test ones without it.
+std::vector<const models::ModelSpec*> chosen_models(const TablesOptions& o) {
   std::vector<const models::ModelSpec*> zoo;
-  for (const auto& m : models::zoo())
-    if (!m.test_only && (o.models.empty() || std::find(o.models.begin(), o.models.end(), m.name) != o.models.end()))
-      zoo.push_back(&m);
   for (const auto& name : o.models) {
     const auto* m = models::find_model(name);
     if (!m || m->test_only)
       throw UserError("", 0, "--model", "unknown model '" + name + "'",
                       "`sweep models` lists them (the -test models have no table)");
   }
-  fs::create_directories(o.out);
+  for (const auto& m : models::zoo())
+    if (!m.test_only && (o.models.empty() || std::any_of(o.models.begin(), o.models.end(), [&](const std::string& n) {
+                           return models::find_model(n) == &m;
+                         })))
+      zoo.push_back(&m);
+  return zoo;
+}
+
+}  // namespace
+
+int run_tables(const TablesOptions& o) {
+  const std::vector<const CardSpec*> chosen = chosen_cards(o);
+  const std::vector<const models::ModelSpec*> zoo = chosen_models(o);
+  // Every card's data in OUT is read (and checked) before the first fit: the page needs them
+  // all, and a refusal after minutes of fits would waste them.
+  std::map<std::string, json> data;
+  for (const auto& c : cards())
+    if (auto d = card_data_in(o.out, c)) data[std::string(c.key)] = std::move(*d);
+  make_output_directory(o.out, "--out");
   for (const CardSpec* card : chosen) {
     const auto start = std::chrono::steady_clock::now();
-    const json d = collect(*card, o, zoo);
-    write(fs::path(o.out) / (std::string(card->key) + ".json"), d.dump(1) + "\n", "the table's data");
-    write(fs::path(o.out) / (std::string(card->key) + ".md"), reports::card_markdown(d), "the table");
+    json d = collect(*card, o, zoo);
+    const std::string key(card->key);
+    if (!o.models.empty() && data.count(key)) d = merged(d, data.at(key), zoo);
+    write(fs::path(o.out) / (key + ".json"), d.dump(1) + "\n", "the table's data");
+    write(fs::path(o.out) / (key + ".md"), reports::card_markdown(d), "the table");
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!o.quiet)
-      std::fprintf(stderr, "tables: %s: %zu inputs in %.1f s -> %s\n", std::string(card->key).c_str(),
-                   d["entries"].size(), s, (fs::path(o.out) / (std::string(card->key) + ".md")).c_str());
+      std::fprintf(stderr, "tables: %s: %zu inputs in %.1f s -> %s\n", key.c_str(), d["entries"].size(), s,
+                   (fs::path(o.out) / (key + ".md")).c_str());
+    data[key] = std::move(d);
   }
   // The page: every card whose data is in OUT, in the table's order.
   std::vector<json> all;
-  for (const auto& c : cards()) {
-    const fs::path p = fs::path(o.out) / (std::string(c.key) + ".json");
-    if (!fs::exists(p)) continue;
-    json d = json::parse(read_text(p), nullptr, false);
-    if (d.is_discarded() || d.value("tables_json_version", 0) != reports::kTablesJsonVersion)
-      throw UserError(p.string(), 0, "tables_json_version",
-                      "not the data of a table this sweep writes",
-                      "regenerate it: sweep tables --card " + std::string(c.key));
-    all.push_back(std::move(d));
-  }
+  for (const auto& c : cards())
+    if (data.count(std::string(c.key))) all.push_back(data.at(std::string(c.key)));
   write(fs::path(o.out) / "index.html", reports::tables_page(all), "the page");
   return 0;
 }

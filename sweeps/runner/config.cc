@@ -2,6 +2,8 @@
 // change a sweep); each error points at the line of the offending node.
 #include "sweeps/runner/config.h"
 
+#include "reports/results/files.h"
+
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -282,10 +284,16 @@ std::pair<int, int> parse_compute_capability(const Ctx& c, const YAML::Node& n) 
     auto [q, ec2] = std::from_chars(p + 1, end, minor);
     ok = ec2 == std::errc() && q == end && q == p + 2;
   }
-  if (!ok || major < 3 || major > 20)
+  if (!ok || major > 20)
     c.fail(n, "gpu.compute_capability", "'" + text + "' is not a compute capability",
            "write it as major.minor, e.g. compute_capability: 8.6 for sm_86 (`sweep gpus` lists "
            "the cards')");
+  // The oldest card any torch 2.11 build runs: its CUDA 12.6 wheels start at sm_50
+  // (torch/cuda/__init__.py, PYTORCH_RELEASES_CODE_CC: 12.6 {50, ...}; 13.0 starts at 75).
+  if (major < 5)
+    c.fail(n, "gpu.compute_capability", "sm_" + std::to_string(major) + std::to_string(minor) +
+                                            " is older than any card torch 2.11 runs on (sm_50 and newer)",
+           "give the card's own compute capability, 5.0 or higher (`sweep gpus` lists the table's)");
   return {major, minor};
 }
 
@@ -337,6 +345,16 @@ GpuTarget parse_gpu(const Ctx& c, const YAML::Node& v) {
     g.memory_gib = c.number(v["memory_gib"], "gpu.memory_gib", {0.25, 1 << 20});
     // Today's {name, memory_gib}: a named card of the table keeps its compute capability and SMs.
     if (const CardSpec* card = g.name.empty() ? nullptr : find_card(g.name)) {
+      // ... with its own memory (as sold, or as CUDA reports it, give or take 5%). A card of
+      // another memory under a table card's name would be read back as that card.
+      const double sold = card->memory_gib, reported = static_cast<double>(card_memory_bytes(*card)) / reports::kGiB;
+      if (std::abs(g.memory_gib - sold) > 0.05 * sold && std::abs(g.memory_gib - reported) > 0.05 * reported)
+        c.fail(v["memory_gib"], "gpu.memory_gib",
+               "'" + g.name + "' is the table's " + std::string(card->name) + ", a card of " + number_text(sold) +
+                   " GiB, not " + number_text(g.memory_gib),
+               "give a card of your own a name of its own (gpu: {name: \"My card\", memory_gib: " +
+                   number_text(g.memory_gib) + ", ...}), or drop memory_gib for the table's " +
+                   std::string(card->name));
       g.key = card->key;
       g.cc_major = card->cc_major;
       g.cc_minor = card->cc_minor;
@@ -504,12 +522,10 @@ int tab_indented_line(const std::string& path) {
 }
 
 YAML::Node load_yaml(const std::string& path) {
+  // Read as every file sweep reads (files.h): a FIFO or a directory is refused by name.
+  const std::string text = read_regular_file(path, "", configs_here());
   try {
-    return YAML::LoadFile(path);
-  } catch (const YAML::BadFile&) {
-    throw UserError(path, 0, "", std::filesystem::is_directory(path) ? "a directory, not a config file"
-                                                                     : "cannot read the file",
-                    configs_here());
+    return YAML::Load(text);
   } catch (const YAML::ParserException& e) {
     if (const int tab = tab_indented_line(path))
       throw UserError(path, tab, "", "YAML syntax error: this line is indented with a tab (yaml-cpp: " + e.msg + ")",

@@ -148,7 +148,6 @@ CommandOutput run_command(const std::vector<std::string>& argv, const CommandOpt
 
 WorkerResult run_isolated(const Point& p, const IsolateOptions& opt) {
   WorkerResult r;
-  const auto t0 = std::chrono::steady_clock::now();
   const std::string point_json = nlohmann::json(p).dump();
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + strerror(errno));
@@ -188,6 +187,9 @@ WorkerResult run_isolated(const Point& p, const IsolateOptions& opt) {
     _exit(127);
   }
   close(fds[1]);
+  // The point's clock starts with its own worker: waits on a zygote (its start, its answer)
+  // are the runner's, and a zygote that took its time never turns a point into a timeout.
+  const auto t0 = std::chrono::steady_clock::now();
   std::string out;
   bool timed_out = false;
   const auto deadline = t0 + std::chrono::duration<double>(p.timeout_s);
@@ -217,7 +219,8 @@ WorkerResult run_isolated(const Point& p, const IsolateOptions& opt) {
     const auto status = opt.zygote->wait(pid);
     if (!status) {
       // The zygote died under the point (killed from outside): its child died with it, so
-      // the point has no outcome of its own. Run it again, exec'd.
+      // the point has no outcome of its own. Run it again, exec'd. (A zygote that stalled
+      // after its child ended was killed, and the child's own status came back.)
       IsolateOptions again = opt;
       again.zygote = nullptr;
       return run_isolated(p, again);
@@ -253,7 +256,11 @@ WorkerResult run_isolated(const Point& p, const IsolateOptions& opt) {
                   sigabbrev_np(*r.signal) + ")";
     else
       r.message = log_tail(opt.log_path);
+    // 126: it could not set itself up as the runner's child; 127: the exec failed. Either
+    // way no worker ran, and the row is no result (started = false).
     if (r.exit_code == 127) r.message = "could not start the worker: " + opt.exe;
+    if (r.exit_code == 126) r.message = "the worker could not start under the runner";
+    r.started = !(r.exit_code == 126 || r.exit_code == 127);
   }
   return r;
 }

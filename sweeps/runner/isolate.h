@@ -27,7 +27,10 @@ struct WorkerResult {
   nlohmann::json record;      // what the worker reported (may be empty)
   std::optional<int> exit_code, signal;
   std::string message;        // for crash/timeout: the record's message or the log's tail
-  double wall_s = 0;
+  double wall_s = 0;          // from the worker's start (not the runner's waits on a zygote)
+  // False when no worker ran (it could not be exec'd): the row says so (reason
+  // kNotStartedReason, results_store.h) and is no result, so a resumed run runs the point again.
+  bool started = true;
 };
 
 WorkerResult run_isolated(const Point& p, const IsolateOptions& opt);

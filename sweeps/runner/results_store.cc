@@ -2,6 +2,7 @@
 #include "sweeps/runner/results_store.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "reports/results/files.h"
 #include "reports/results/rows.h"
 #include "sweeps/runner/config.h"
 #include "reports/results/schema.h"
@@ -66,7 +68,15 @@ ResultsStore::ResultsStore(const std::string& dir, const std::string& file) {
   namespace fs = std::filesystem;
   fs::create_directories(dir);
   path_ = (fs::path(dir) / file).string();
-  const bool exists = fs::exists(path_) && fs::file_size(path_) > 0;
+  // A results file that is there must be a regular one (files.h): a FIFO is refused by name,
+  // not met with "cannot get file size" or an open that waits for a reader.
+  bool exists = false;
+  if (names_something(path_)) {
+    const int fd = open_regular_file(path_, "", "results are kept in a regular file: move this one away, or write elsewhere with --out DIR");
+    struct stat st{};
+    exists = ::fstat(fd, &st) == 0 && st.st_size > 0;
+    ::close(fd);
+  }
   auto open_for_append = [this] {
     fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     if (fd_ < 0)
@@ -139,6 +149,7 @@ void ResultsStore::recall(const std::string& csv_path) {
                       "write to another --out directory, or move this results.csv away");
   // The reader's errors name the file and line and say how to repair it; nothing is touched.
   for (const auto& r : reports::read_results(csv_path).rows) {
+    if (r.at(schema::column("reason")) == kNotStartedReason) continue;  // no result: run it again
     recorded_[r.at(schema::column("point_id"))] = outcome_of(
         r.status, r.number(schema::column("peak_allocated_bytes")),
         r.number(schema::column("peak_reserved_bytes")));

@@ -14,6 +14,10 @@
 
 namespace sweep {
 
+// The `reason` of a row whose worker never ran (it could not be exec'd): kept in the file so
+// the failure is seen, but no result: recall() skips it, and a resumed run runs the point again.
+inline constexpr const char* kNotStartedReason = "worker-not-started";
+
 class ResultsStore {
  public:
   // Opens (creating if needed) DIR/FILE. An existing file must have this schema's header

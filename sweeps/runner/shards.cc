@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -14,7 +15,7 @@
 
 #include "reports/results/rows.h"
 #include "sweeps/runner/config.h"
-#include "sweeps/runner/install_file.h"
+#include "reports/results/files.h"
 #include "sweeps/measure/env.h"
 #include "reports/results/schema.h"
 #include "sweeps/runner/slurm.h"
@@ -43,7 +44,9 @@ std::map<std::size_t, std::string> shard_files(const std::string& out) {
 
 std::vector<std::string> lines_of(const std::string& path) {
   std::vector<std::string> lines;
-  std::ifstream in(path);
+  if (!names_something(path)) return lines;
+  // Read as every file sweep reads (files.h): a FIFO is refused, not waited on.
+  std::istringstream in(read_regular_file(path, "", "remove it: the task writes it again"));
   for (std::string line; std::getline(in, line);)
     if (!line.empty()) lines.push_back(line);
   return lines;
@@ -53,8 +56,8 @@ std::vector<std::string> lines_of(const std::string& path) {
 std::vector<std::pair<std::string, std::string>> task_points(const std::string& out, std::size_t task) {
   std::vector<std::pair<std::string, std::string>> points;
   const std::string path = task_path(out, task, ".plan.json");
-  std::ifstream in(path);
-  const auto j = nlohmann::json::parse(in, nullptr, false);
+  if (!names_something(path)) return points;
+  const auto j = nlohmann::json::parse(read_regular_file(path, "", "remove it: the task writes it again"), nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("points")) return points;
   try {
     for (const auto& p : j.at("points")) points.emplace_back(p.at("id").get<std::string>(),
@@ -138,10 +141,9 @@ std::string SlurmPlan::path(const std::string& out) {
 }
 
 bool SlurmPlan::read(const std::string& out, SlurmPlan& plan) {
-  std::ifstream in(path(out));
-  if (!in) return false;
-  const auto j = nlohmann::json::parse(in, nullptr, false);
+  if (!names_something(path(out))) return false;
   const std::string hint = "submit again with `sweep run CONFIG --slurm --out " + out + "`";
+  const auto j = nlohmann::json::parse(read_regular_file(path(out), "plan", hint), nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("tasks") || !j.contains("fingerprint"))
     throw UserError(path(out), 0, "plan", "not a plan written by `sweep run --slurm`", hint);
   // Each field by name, so that a wrong type names the file and the field, not only json's
@@ -235,7 +237,8 @@ void write_task_plan(const std::string& out, std::size_t task,
   }
   plan["host"] = host_name();
   fs::create_directories(shard_dir(out));
-  std::ofstream(task_path(out, task, ".plan.json")) << plan.dump(1) << "\n";
+  install_file(task_path(out, task, ".plan.json"), plan.dump(1) + "\n", "the task's plan", "--out",
+               "choose a writable --out on a filesystem the compute nodes share");
 }
 
 void reset_task_marks(const std::string& out, std::size_t task) {
@@ -277,7 +280,10 @@ std::string ShardTask::shard_file() const { return "task-" + std::to_string(inde
 
 void ShardTask::begin(ResultsStore& store, const std::vector<std::vector<Point>>& owned) const {
   const std::string merged = (fs::path(out_) / "results.csv").string();
-  if (fs::exists(merged) && fs::file_size(merged) > 0) store.recall(merged);
+  if (names_something(merged)) {  // a regular file (files.h), or refused by name
+    ::close(open_regular_file(merged, "", "move it away: the merge job writes results.csv"));
+    if (fs::file_size(merged) > 0) store.recall(merged);
+  }
   for (const auto& [task, file] : shard_files(out_))
     if (task != index_) store.recall(file);
   write_task_plan(out_, index_, owned, search_);

@@ -1,6 +1,8 @@
 // Submitting a sweep to Slurm; see slurm.h. The tasks' side is sweeps/runner/shards.h.
 #include "sweeps/runner/slurm.h"
 
+#include "reports/results/files.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -71,12 +73,8 @@ std::string sbatch(const std::string& exe, const std::vector<std::string>& optio
 }
 
 void write_text(const std::string& path, const std::string& text, bool executable) {
-  std::ofstream f(path);
-  f << text;
-  if (!f.flush())
-    throw UserError(path, 0, "--out", "cannot write the Slurm script",
-                      "choose a writable --out on a filesystem the compute nodes share");
-  f.close();
+  // The one install_file (files.h): a link planted at the script's name is replaced.
+  install_file(path, text, "the Slurm script", "--out", "choose a writable --out on a filesystem the compute nodes share");
   if (executable) fs::permissions(path, fs::perms::owner_exec | fs::perms::group_exec, fs::perm_options::add);
 }
 

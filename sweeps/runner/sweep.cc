@@ -30,7 +30,7 @@
 #include "sweeps/measure/env.h"
 #include "sweeps/runner/estimate.h"
 #include "sweeps/runner/grid.h"
-#include "sweeps/runner/install_file.h"
+#include "reports/results/files.h"
 #include "sweeps/runner/progress.h"
 #include "sweeps/runner/interrupt.h"
 #include "sweeps/runner/isolate.h"
@@ -141,6 +141,7 @@ class Runner {
       row["signal"] = *r.signal;
       row["reason"] = std::string("SIG") + sigabbrev_np(*r.signal);
     }
+    if (!r.started) row["reason"] = kNotStartedReason;
     row["wall_s"] = std::round(r.wall_s * 1000) / 1000;
     std::string detail;
     if (r.status == Status::kOk || r.status == Status::kOom)
@@ -350,6 +351,9 @@ Config load_run_config(const RunOptions& opt, std::string& out) {
   Config cfg = opt.overrides.empty() ? load_config(opt.config) : load_with_overrides(opt);
   if (!opt.search.empty()) cfg.search = opt.search == "none" ? "" : "max_batch";
   out = opt.out.empty() ? cfg.out : opt.out;
+  if (const std::string c = control_character(out); !c.empty())
+    throw UserError(opt.out.empty() ? cfg.path : "", 0, opt.out.empty() ? "out" : "--out",
+                    "the directory's name holds " + c, "name the directory without control characters");
   return cfg;
 }
 
@@ -385,8 +389,10 @@ RunOutcome run_sweep(const RunOptions& opt) {
   run.device = resolve_device(opt.device_given ? opt.device : cfg.device, cfg.path);
   std::vector<std::string> gpus = split_gpus(opt.gpus);
   if (!gpus.empty() && run.device != Device::kCuda)
-    throw UserError(opt.config, 0, "--gpus", "--gpus needs device cuda (this run is on the CPU)",
-                      "drop --gpus, or run with --device cuda on a GPU host");
+    throw UserError(opt.config, 0, "--gpus",
+                    "--gpus needs device cuda (this run is " +
+                        std::string(run.device == Device::kEmulated ? "emulated: no GPU runs it" : "on the CPU") + ")",
+                    "drop --gpus, or run with --device cuda on a GPU host");
   // --gpus indices count the GPUs this process sees: each becomes the CUDA_VISIBLE_DEVICES
   // entry that names it (index i of an inherited CUDA_VISIBLE_DEVICES=2,3 is GPU "2" or "3").
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
@@ -423,7 +429,7 @@ RunOutcome run_sweep(const RunOptions& opt) {
     for (const auto& c : combos) points.insert(points.end(), c.begin(), c.end());
   }
   if (opt.dry_run) return {dry_run(opt, cfg, run.device, out, combos, search), out};
-  std::filesystem::create_directories(out);
+  make_output_directory(out, "--out");  // a dangling link said "File exists"
   // One run per output directory (per shard for a Slurm task): the lock is held until this
   // process exits (or dies).
   const std::string lock_path = task ? task->lock_path() : (std::filesystem::path(out) / ".lock").string();

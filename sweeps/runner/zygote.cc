@@ -17,6 +17,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <sstream>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -184,6 +186,37 @@ void populate_pages(const PageRanges& ranges) {
   if (ranges.data) munmap(ranges.data, ranges.capacity * sizeof(*ranges.data));
 }
 
+// Whether `fd` has something to read within `timeout_ms` (a message, or its end).
+bool pollable(int fd, int timeout_ms) {
+  pollfd p{fd, POLLIN, 0};
+  int r;
+  while ((r = poll(&p, 1, timeout_ms)) < 0 && errno == EINTR) {
+  }
+  return r > 0;
+}
+
+// Another process's child as the kernel shows it: still running, or ended, with the wait
+// status it left while a zombie (/proc/PID/stat, field 52 "exit_code", Linux 3.5+).
+struct ChildState {
+  bool running = false;
+  std::optional<int> status;
+};
+ChildState child_state(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!std::getline(in, text)) return {};  // gone: reaped
+  const auto close_paren = text.rfind(')');  // the name may hold spaces and parentheses
+  if (close_paren == std::string::npos || close_paren + 2 >= text.size()) return {};
+  std::istringstream fields(text.substr(close_paren + 2));
+  std::string state;
+  fields >> state;  // field 3
+  if (state != "Z" && state != "X") return {.running = true};
+  std::string field;
+  for (int f = 4; f <= 52 && (fields >> field); ++f)
+    if (f == 52) return {.running = false, .status = std::atoi(field.c_str())};
+  return {};
+}
+
 }  // namespace
 
 std::vector<std::string> environment_with(const std::map<std::string, std::string>& changes) {
@@ -257,7 +290,7 @@ bool Zygote::start() {
   environ_ = environment_key();
   // Ready once LibTorch is loaded; a zygote that cannot start (an old binary without the
   // subcommand, a broken install) says nothing and the runner execs workers as before.
-  const auto ready = recv_message(fd_, nullptr, 60'000);
+  const auto ready = recv_message(fd_, nullptr, deadlines_.ready_ms);
   if (!ready || !ready->value("ready", false)) {
     stop();
     return false;
@@ -280,13 +313,16 @@ std::optional<pid_t> Zygote::spawn_command(const std::vector<std::string>& args,
 std::optional<pid_t> Zygote::request(const nlohmann::json& what,
                                      const std::map<std::string, std::string>& env, int log_fd,
                                      int result_fd) {
-  if (pid_ > 0 && environment_key() != environ_) stop();  // a child must see today's environment
   nlohmann::json request = what;
   request["environ"] = environment_with(env);
+  // A request the zygote would refuse (an environment over kMaxMessage): exec'd, without
+  // starting (or killing) a zygote for it. Before, two fresh zygotes per point refused it.
+  if (request.dump().size() > kMaxMessage) return std::nullopt;
+  if (pid_ > 0 && environment_key() != environ_) stop();  // a child must see today's environment
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (pid_ < 0 && !start()) return std::nullopt;
     if (send_message(fd_, request, {log_fd, result_fd})) {
-      const auto reply = recv_message(fd_, nullptr, 60'000);
+      const auto reply = recv_message(fd_, nullptr, deadlines_.reply_ms);
       if (reply && reply->contains("pid")) return (*reply)["pid"].get<pid_t>();
       if (reply && reply->contains("error")) {
         stop();
@@ -299,13 +335,28 @@ std::optional<pid_t> Zygote::request(const nlohmann::json& what,
 }
 
 std::optional<int> Zygote::wait(pid_t child) {
-  const auto reply = recv_message(fd_);
-  if (!reply || !reply->contains("status")) {
-    kill(-child, SIGKILL);  // whatever is left of its group
-    stop();
-    return std::nullopt;
+  // The child is the zygote's, not ours: while it runs (a command may close its output and
+  // go on), no deadline applies; once it has ended, the zygote has reply_ms to say so.
+  std::optional<int> ended;  // its status, read from the kernel while it is a zombie
+  auto since = std::chrono::steady_clock::now();
+  while (true) {
+    if (pollable(fd_, 100)) {
+      const auto reply = recv_message(fd_);
+      if (reply && reply->contains("status")) return (*reply)["status"].get<int>();
+      break;  // it died, or said something else
+    }
+    const ChildState state = child_state(child);
+    if (state.running) {
+      since = std::chrono::steady_clock::now();
+      continue;
+    }
+    if (state.status) ended = state.status;
+    if (std::chrono::steady_clock::now() - since >= std::chrono::milliseconds(deadlines_.reply_ms)) break;
   }
-  return (*reply)["status"].get<int>();
+  // Dead, or stalled (stopped, wedged) with its child ended: killed, and replaced next time.
+  kill(-child, SIGKILL);  // whatever is left of its group
+  stop();
+  return ended;
 }
 
 int serve_zygote(int control_fd, const std::function<int(const std::string&, int)>& run_point,

@@ -28,9 +28,18 @@ namespace sweep {
 
 // The runner's side: starts `EXE zygote` on first use, asks it for one child per point.
 // One point at a time; not thread-safe (one per lane).
+// How long the runner waits on a zygote, each wait: for it to load (ready), and for each
+// answer (a child's pid; a child's status once that child has ended). A zygote that does not
+// answer in time (stopped, wedged) is killed, and the next point gets a fresh one.
+struct ZygoteDeadlines {
+  int ready_ms = 60'000;  // loading LibTorch: 0.5 s on the 2-core VM, far more under load
+  int reply_ms = 10'000;  // a fork, or a waitpid of a child already ended: milliseconds
+};
+
 class Zygote {
  public:
-  explicit Zygote(std::string exe) : exe_(std::move(exe)) {}
+  explicit Zygote(std::string exe, ZygoteDeadlines deadlines = {})
+      : exe_(std::move(exe)), deadlines_(deadlines) {}
   ~Zygote();
   Zygote(const Zygote&) = delete;
   Zygote& operator=(const Zygote&) = delete;
@@ -47,7 +56,9 @@ class Zygote {
                                      const std::map<std::string, std::string>& env, int out_fd,
                                      int err_fd);
   // The child's wait status once it ended; nullopt when the zygote died meanwhile (the child
-  // then died with it, by PR_SET_PDEATHSIG). The zygote restarts on the next spawn.
+  // then died with it, by PR_SET_PDEATHSIG). A zygote that has not answered reply_ms after its
+  // child ended is killed: the status is then the one the kernel kept for the ended child
+  // (/proc/PID/stat), nullopt where none could be read. The zygote restarts on the next spawn.
   std::optional<int> wait(pid_t child);
 
   pid_t pid() const { return pid_; }  // the zygote's, -1 when none runs (tests)
@@ -60,6 +71,7 @@ class Zygote {
   void stop();
 
   std::string exe_;
+  ZygoteDeadlines deadlines_;
   pid_t pid_ = -1;
   int fd_ = -1;          // our end of the control socket (SOCK_SEQPACKET)
   std::string environ_;  // the environment the zygote started with
