@@ -361,18 +361,17 @@ TEST(Recommend, CpuRowsForAnotherMemorySizeSayNothingOfGpus) {
   EXPECT_NE(md.find("of CPU memory"), std::string::npos) << md;
 }
 
-TEST(Recommend, ACardsMemoryIsWhatCudaReportsWhereKnownElseAsSoldAndSaysSo) {
+TEST(Recommend, ACardsMemoryIsWhatCudaReportsNeverAsSold) {
   EXPECT_EQ(memory_bytes(*find_gpu("h100-80gb")), 85017493504);  // measured, 2026-11-22
   EXPECT_EQ(memory_bytes(*find_gpu("rtx3060")), 1175 * kGiBBytes / 100);  // as configs/rtx3060.yaml
-  EXPECT_EQ(memory_bytes(*find_gpu("l4")), 24 * kGiBBytes);  // nothing known: as sold
+  EXPECT_EQ(memory_bytes(*find_gpu("l4")), 2203 * kGiBBytes / 100);  // ArcInstitute/evo2#190
   RecommendOptions o;
   o.gpu = "l4";
   auto r = run({"recommend_cpu.csv"}, o);
-  EXPECT_TRUE(r.target.memory_as_sold);
-  EXPECT_NE(recommendations_markdown(r).find("(as sold: CUDA reports a little less"), std::string::npos);
+  EXPECT_EQ(r.target.memory_bytes, 2203 * kGiBBytes / 100);
+  EXPECT_EQ(recommendations_markdown(r).find("as sold"), std::string::npos);
   o.gpu = "h100-80gb";
   r = run({"recommend_cpu.csv"}, o);
-  EXPECT_FALSE(r.target.memory_as_sold);
   EXPECT_EQ(r.target.memory_bytes, 85017493504);
 }
 
@@ -441,7 +440,7 @@ TEST(RecommendCli, BadInputExitsTwoWithLocationAndHint) {
 
   auto gpu = cli({data("recommend_ties.csv"), "--gpu", "rtx9999"});
   EXPECT_EQ(gpu.code, 2);
-  EXPECT_NE(gpu.err.find("unknown GPU 'rtx9999'"), std::string::npos) << gpu.err;
+  EXPECT_NE(gpu.err.find("unknown card 'rtx9999'"), std::string::npos) << gpu.err;
   EXPECT_NE(gpu.err.find("hint: known GPUs: rtx3060, t4"), std::string::npos) << gpu.err;
 }
 
@@ -483,13 +482,12 @@ void expect_optional(const nlohmann::json& j, const std::optional<Choice>& c, co
 }
 
 void expect_recommendation(const nlohmann::json& j, const Recommendation& r) {
-  EXPECT_EQ(j.at("recommend_json_version"), 2);  // 2: cap_bytes and ceiling_bytes
+  EXPECT_EQ(j.at("recommend_json_version"), 3);  // 2: cap_bytes and ceiling_bytes; 3: no memory_as_sold
   const auto& t = j.at("target");
   EXPECT_EQ(t.at("name"), r.target.name);
   EXPECT_EQ(t.at("gpu").is_null(), r.target.gpu == nullptr);
   if (r.target.gpu) EXPECT_EQ(t.at("gpu"), std::string(r.target.gpu->key));
   EXPECT_EQ(t.at("memory_bytes"), r.target.memory_bytes);
-  EXPECT_EQ(t.at("memory_as_sold"), r.target.memory_as_sold);
   EXPECT_EQ(t.at("margin"), r.target.margin);
   EXPECT_EQ(t.at("context_bytes"), r.target.context_bytes);
   EXPECT_EQ(t.at("context_source"), r.target.context_source);

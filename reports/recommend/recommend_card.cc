@@ -36,14 +36,13 @@ Target resolve_target(const std::vector<Measured>& rows, const RecommendOptions&
     const GpuSpec* g = find_gpu(o.gpu);
     if (!g) {
       const std::string near = nearest_card_key(o.gpu);
-      throw UserError("--gpu", 0, "", "unknown GPU '" + o.gpu + "'",
+      throw UserError("--gpu", 0, "", unknown_card_message(o.gpu),
                       (near.empty() ? "" : "did you mean " + near + "? ") +
                           "known GPUs: " + card_keys() + "; for another card give --memory-gib N");
     }
     t.name = g->name;
     t.gpu = g;
     t.memory_bytes = memory_bytes(*g);
-    t.memory_as_sold = g->reported_bytes == 0;
     on_target = [g](const Measured& m) { return find_gpu(m.choice.measured_on) == g; };
   } else if (o.memory_gib) {
     if (!(*o.memory_gib > 0 && *o.memory_gib <= kMaxMemoryGib))
@@ -102,7 +101,8 @@ Target resolve_target(const std::vector<Measured>& rows, const RecommendOptions&
       t.context_source = "the predicted card's allowance, as its emulated rows used it";
     } else if (ctx.empty()) {
       t.context_bytes = kDefaultCudaContextBytes;
-      t.context_source = "default for CUDA; no row measured it";
+      t.context_source = "default for CUDA (" + std::string(kDefaultContextSource) +
+                         "); no row measured it";
     } else {
       const std::size_t n = ctx.size();
       t.context_bytes = std::llround(median(ctx));

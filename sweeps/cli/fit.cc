@@ -81,7 +81,7 @@ Card resolve_card(const FitOptions& o) {
     const auto* g = reports::find_gpu(o.gpu);
     if (!g) {
       const std::string near = nearest_card_key(o.gpu);
-      throw UserError("", 0, "--gpu", "unknown GPU '" + o.gpu + "'",
+      throw UserError("", 0, "--gpu", unknown_card_message(o.gpu),
                       (near.empty() ? "" : "did you mean " + near + "? ") + "one of " +
                           card_keys() + " (`sweep gpus` lists them), or give --memory-gib N");
     }
@@ -157,9 +157,7 @@ int run_fit(const FitOptions& given, nlohmann::json* answer) {
   if (emulated) {
     context = o.context_gib ? std::llround(*o.context_gib * kGiB) : card_context_bytes(*card.spec);
     context_source = o.context_gib ? "given with --context-gib"
-                     : card.spec->context_bytes > 0
-                         ? "the card table's, measured on this card"
-                         : "the card table's default, not measured for this card";
+                                   : "the card table's, " + context_allowance_source(*card.spec);
   } else if (device == Device::kCuda) {
     Zygote zygote(self_exe());  // the probe forked as the probes' points will be
     here = probe_gpus(self_exe(), {visible_device(std::getenv("CUDA_VISIBLE_DEVICES"), 0)}, true,

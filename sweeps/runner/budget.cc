@@ -72,15 +72,13 @@ Budget emulated_budget(const Config& cfg) {
   const GpuTarget& t = *cfg.gpu;
   const CardSpec* spec = t.key.empty() ? nullptr : find_card(t.key);
   const std::string context_source = t.context_gib ? "configured"
-                                     : spec && spec->context_bytes > 0
-                                         ? "measured on this card"
-                                         : "default, not measured for this card";
+                                     : spec ? context_allowance_source(*spec)
+                                            : std::string(kDefaultContextSource);
   Budget b;
   b.context_bytes = card.context_bytes;
   b.note = predicted_by(card.name) + ": the emulated allocator may hold " +
            reports::format_bytes(static_cast<double>(allocator)) + " = " +
            reports::format_bytes(static_cast<double>(card.memory_bytes)) +
-           (spec && spec->reported_bytes == 0 && !t.context_gib ? " (as sold)" : "") +
            " less a context allowance of " +
            reports::format_bytes(static_cast<double>(card.context_bytes)) + " (" + context_source +
            "); no throughput is predicted";

@@ -295,7 +295,7 @@ const CardSpec& table_card(const Ctx& c, const YAML::Node& n, const std::string&
                            const std::string& name, const std::string& written_out) {
   if (const CardSpec* card = find_card(name)) return *card;
   const std::string near = nearest_card_key(name);
-  c.fail(n, key, "unknown card '" + name + "'",
+  c.fail(n, key, unknown_card_message(name),
          (near.empty() ? "" : "did you mean " + near + "? ") + "known cards: " + card_keys() +
              " (`sweep gpus` lists them); for another card " + written_out);
 }
