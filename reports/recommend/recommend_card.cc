@@ -66,8 +66,8 @@ Target resolve_target(const std::vector<Measured>& rows, const RecommendOptions&
     on_target = [](const Measured&) { return true; };
   } else {
     std::map<std::string, double> devices;
-    for (const auto& m : rows)
-      if (m.device_memory) devices[m.choice.measured_on] = *m.device_memory;
+    for (const auto& m : rows)  // a row that never ran (skipped) names no device
+      if (m.device_memory && !m.choice.measured_on.empty()) devices[m.choice.measured_on] = *m.device_memory;
     if (devices.empty())
       throw UserError("", 0, "", "the results do not record the device's memory",
                            "say which card to recommend for: --gpu NAME or --memory-gib N");

@@ -121,6 +121,8 @@ int run_fit(const FitOptions& given, nlohmann::json* answer) {
   // for a real one), so it measures only when asked (--device cpu). A card by memory alone
   // cannot be emulated (no compute capability or SMs).
   const bool gpu_here = cuda_device_count() > 0;
+  // A GPU CUDA cannot use (a driver too old for CUDA 13) is named, not taken for no GPU.
+  const std::string unusable = gpu_here ? "" : cuda_unusable_reason();
   if (o.device == "auto" && !gpu_here && !card.spec)
     throw UserError("", 0, "--memory-gib",
                     "no GPU here, and a card given by its memory alone cannot be predicted by "
@@ -132,9 +134,11 @@ int run_fit(const FitOptions& given, nlohmann::json* answer) {
                                            : parse_as<Device>(o.device).value_or(Device::kCpu);
   if (device == Device::kCuda && !gpu_here)
     throw UserError(
-        "", 0, "--device", "device cuda requested but no GPU is visible",
-        "use --device emulated with --gpu NAME to predict the card, or --device cpu: the "
-        "tracking allocator then enforces the card's memory");
+        "", 0, "--device",
+        "device cuda requested but " + (unusable.empty() ? "no GPU is visible" : unusable),
+        (unusable.empty() ? "" : "update the NVIDIA driver (nvidia-smi shows its version), or ") +
+            std::string("use --device emulated with --gpu NAME to predict the card, or --device "
+                        "cpu: the tracking allocator then enforces the card's memory"));
   const bool emulated = device == Device::kEmulated;
   if (emulated && !card.spec)
     throw UserError(
@@ -146,8 +150,10 @@ int run_fit(const FitOptions& given, nlohmann::json* answer) {
   if (emulated && !o.quiet)  // before anything runs: the answer will not be a measurement
     std::fprintf(
         stderr, "fit %s on %s: %s (%s)\n", o.model.c_str(), card.name.c_str(), predicted.c_str(),
-        o.device == "auto" ? "no CUDA device here; --device cpu measures on the CPU instead"
-                           : "--device emulated");
+        (o.device == "auto" ? (unusable.empty() ? "no CUDA device here" : unusable) +
+                                  "; --device cpu measures on the CPU instead"
+                            : std::string("--device emulated"))
+            .c_str());
   // The context allowance: none on the CPU; on CUDA given, or measured by a fresh worker on
   // the GPU that will run the probes (as `sweep run` measures it for a target card); on an
   // emulated card given, or the card table's.
@@ -160,8 +166,10 @@ int run_fit(const FitOptions& given, nlohmann::json* answer) {
                                    : "the card table's, " + context_allowance_source(*card.spec);
   } else if (device == Device::kCuda) {
     Zygote zygote(self_exe());  // the probe forked as the probes' points will be
-    here = probe_gpus(self_exe(), {visible_device(std::getenv("CUDA_VISIBLE_DEVICES"), 0)}, true,
-                      kProbeDeviceTimeoutS, o.zygote ? &zygote : nullptr)
+    // With --context-gib the allowance is given: the probe reads the GPU's name and memory only
+    // (--no-context), not the minutes of representative bursts that measure it.
+    here = probe_gpus(self_exe(), {visible_device(std::getenv("CUDA_VISIBLE_DEVICES"), 0)},
+                      !o.context_gib, kProbeDeviceTimeoutS, o.zygote ? &zygote : nullptr)
                .at(0);
     context = o.context_gib ? std::llround(*o.context_gib * kGiB) : here->context_bytes;
     context_source = o.context_gib ? "given with --context-gib" : "measured on " + here->name;

@@ -17,6 +17,7 @@
 #include <map>
 #include <sstream>
 
+#include "sweeps/runner/zygote.h"
 #include "sweeps/worker/burst.h"
 #include "sweeps/runner/isolate.h"
 #include "sweeps/measure/trackers.h"
@@ -259,14 +260,20 @@ int64_t other_processes_bytes(int compute_mode, int64_t used_at_start, int64_t w
   return std::max<int64_t>(0, used_at_start - bare_context);
 }
 
+std::map<std::string, std::string> probe_environment(const std::string& device) {
+  std::map<std::string, std::string> env = {{"CUDA_VISIBLE_DEVICES", device}};
+  set_alloc_conf(env, "");  // the native allocator, whatever the shell exported (zygote.h)
+  return env;
+}
+
 std::vector<HostGpu> probe_gpus(const std::string& exe, const std::vector<std::string>& devices,
                                 bool measure_context, double timeout_s, Zygote* zygote) {
   std::vector<HostGpu> out;
   for (const auto& device : devices) {
     std::vector<std::string> argv = {exe, "worker", "--probe-device"};
     if (!measure_context) argv.push_back("--no-context");
-    const std::string line = last_line_of(argv, "probing GPU " + device, timeout_s,
-                                          {{"CUDA_VISIBLE_DEVICES", device}}, zygote);
+    const std::string line =
+        last_line_of(argv, "probing GPU " + device, timeout_s, probe_environment(device), zygote);
     auto j = nlohmann::json::parse(line, nullptr, false);
     if (j.is_discarded()) throw std::runtime_error("probing GPU " + device + ": " + line);
     out.push_back({device, j.value("name", ""), j.value("total_bytes", int64_t{0}),

@@ -436,13 +436,15 @@ std::string spelled_as(const std::string& value, const std::vector<std::string>&
 
 std::string canonical_axis_value(const std::string& axis, const std::string& value,
                                  const std::string& file, int line, const std::string& key) {
+  // Returns the error for the caller to throw, so that every path visibly ends in a return or
+  // a throw (a lambda that throws is not [[noreturn]]: "control reaches end of non-void").
   auto fail = [&](const std::string& msg, const std::string& hint) {
-    throw UserError(file, line, key, msg, hint);
+    return UserError(file, line, key, msg, hint);
   };
   if (auto it = kChoices.find(axis); it != kChoices.end()) {
     const std::string c = spelled_as(value, it->second);
     if (c.empty())
-      fail("unknown value '" + value + "'",
+      throw fail("unknown value '" + value + "'",
            did_you_mean(value, it->second) + "expected one of: " + join(it->second));
     return c;
   }
@@ -450,10 +452,10 @@ std::string canonical_axis_value(const std::string& axis, const std::string& val
     // As torch 2.11 parses PYTORCH_CUDA_ALLOC_CONF: what it refuses (or aborts on) would make
     // every point a crash row; a NUL would cut the variable short.
     if (const std::string c = control_character(value); !c.empty())
-      fail("contains " + c, "write the settings on one line, e.g. expandable_segments:True");
+      throw fail("contains " + c, "write the settings on one line, e.g. expandable_segments:True");
     const auto parsed = emu::parse_alloc_conf(value);
     if (const auto* error = std::get_if<std::string>(&parsed))
-      fail(*error, "PyTorch 2.11 refuses it: keys it takes are " + emu::alloc_conf_keys() +
+      throw fail(*error, "PyTorch 2.11 refuses it: keys it takes are " + emu::alloc_conf_keys() +
                        " (key:value, comma-separated, e.g. expandable_segments:True)");
     return value;
   }
@@ -467,7 +469,7 @@ std::string canonical_axis_value(const std::string& axis, const std::string& val
     }
     return std::to_string(parse_integer(value, range->second));
   } catch (const std::invalid_argument& e) {
-    fail(e.what(), axis == "audio_s" ? "Whisper's encoder takes at most 30 s of audio"
+    throw fail(e.what(), axis == "audio_s" ? "Whisper's encoder takes at most 30 s of audio"
                                      : range->second.hint());
   }
 }
