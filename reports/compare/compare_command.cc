@@ -84,7 +84,7 @@ int run_compare(const Args& a) {
     *out = *v;
   }
   const Results next = read_results(a.next);
-  if (a.record_missing)
+  if (a.record_missing && !next.rows.empty())  // an empty run records nothing
     if (const auto why = unusable_baseline(a.base, next)) {
       std::cout << record_baseline(a.base, next, *why);
       std::cerr << "sweep compare: recorded " << next.path << " as the baseline ("

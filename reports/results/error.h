@@ -49,16 +49,10 @@ class UserError : public std::runtime_error {
   int line_;
 };
 
-// The one format: "error: file:line: key: message" and "hint: ...", each line ending "\n".
-inline std::string user_error_text(const UserError& e) {
-  std::string s = "error: " + e.located() + "\n";
-  if (!e.hint().empty()) s += "hint: " + e.hint() + "\n";
-  return s;
-}
-
-// The one printer. Returns exit code 2.
+// The one printer: "error: file:line: key: message" and "hint: ...". Returns exit code 2.
 inline int print_user_error(const UserError& e, std::ostream& err = std::cerr) {
-  err << user_error_text(e);
+  err << "error: " << e.located() << "\n";
+  if (!e.hint().empty()) err << "hint: " << e.hint() << "\n";
   err.flush();
   return 2;
 }
