@@ -256,16 +256,16 @@ TEST(Recommend, CrossGpuColumnsStartAtTheSmallestMeasuredPeak) {
   o.gpu = "rtx3060";
   auto r = run({"recommend_nofit.csv"}, o);
   // The smallest peak is 12.5 GiB: the 11.75 GiB RTX 3060 is left out. The T4 reports
-  // 14.56 GiB, the V100 16GB (nothing known) its 16 as sold: two columns.
+  // 14.56 GiB, the A10 and A10G 21.99 (one column): two columns.
   ASSERT_GE(r.columns.size(), 2u);
   EXPECT_EQ(r.columns[0].rule.memory_bytes, memory_bytes(*find_gpu("t4")));
   EXPECT_EQ(r.columns[0].name, "T4");
-  EXPECT_EQ(r.columns[1].rule.memory_bytes, 16 * kGiBBytes);
-  EXPECT_EQ(r.columns[1].name, "V100 16GB");
+  EXPECT_EQ(r.columns[1].rule.memory_bytes, 2199 * kGiBBytes / 100);
+  EXPECT_EQ(r.columns[1].name, "A10 / A10G");
   ASSERT_TRUE(r.cells[0][0]);  // 12.60 GiB usable: SGD (12.5) fits, Adafactor (13) does not
   EXPECT_EQ(r.cells[0][0]->optimizer, OptimizerKind::kSgd);
   EXPECT_TRUE(r.covered[0][0]);
-  ASSERT_TRUE(r.cells[0][1]);  // 13.9 GiB usable: SGD (12.5) and Adafactor (13) both fit
+  ASSERT_TRUE(r.cells[0][1]);  // 19.0 GiB usable: SGD (12.5) and Adafactor (13) both fit
   EXPECT_EQ(r.cells[0][1]->optimizer, OptimizerKind::kSgd);  // 1800 tokens/s against 1700
   // The H200's 126 GiB usable is beyond every row: the largest peak is 70 GiB and the one OOM
   // ran into the H100's 79.6 GiB, so what is fastest on an H200 was never measured.

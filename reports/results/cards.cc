@@ -45,15 +45,6 @@ const std::vector<CardSpec> kCards = {
   // no TF32 or BF16. reported: 14.56 GiB on GCP (Windows reports 15.83).
   {"t4",         "T4",            "t4",              16,   8.1,     0,     65,      0, reported(14.56),  7, 5,  40, 0,
    "https://github.com/Zheng-Chong/CatVTON/issues/133"},
-  // NVIDIA Ada Lovelace architecture whitepaper, table "GeForce RTX 4090" (128 SMs).
-  // reported: 23.52 GiB (a "4090 24G"; 23.64 in https://github.com/ali-vilab/VGen/issues/104).
-  {"rtx4090",    "RTX 4090",      "rtx 4090",        24,  82.6,  82.6,  165.2,  165.2, reported(23.52),  8, 9, 128, 0,
-   "https://github.com/Soul-AILab/SoulX-FlashTalk/issues/5"},
-  // NVIDIA Ampere GA102 whitepaper, table "GeForce RTX 3090" (82 SMs).
-  // reported: 23.70 GiB on Linux (also https://github.com/xiaoxiangAQ/GAS-Net/issues/7;
-  // Windows reports 24.00 GiB).
-  {"rtx3090",    "RTX 3090",      "rtx 3090",        24,  35.6,  35.6,     71,     71, reported(23.70),  8, 6,  82, 0,
-   "https://github.com/GaoLii/DSP/issues/10"},
   // NVIDIA A10 datasheet (9216 CUDA cores = 72 SMs). reported: 21.99 GiB, "A10 GPU (24G)",
   // with ECC on, as data-centre A10s ship (23.70 with ECC off).
   {"a10",        "A10",           "a10",             24,  31.2,  62.5,    125,    125, reported(21.99),  8, 6,  72, 0,
@@ -69,6 +60,15 @@ const std::vector<CardSpec> kCards = {
   // reported: 22.03 GiB, "Is a L4 GPU not enough".
   {"l4",         "L4",            "l4",              24,  30.3,    60,    121,    121, reported(22.03),  8, 9,  58, 0,
    "https://github.com/ArcInstitute/evo2/issues/190"},
+  // NVIDIA Ada Lovelace architecture whitepaper, table "GeForce RTX 4090" (128 SMs).
+  // reported: 23.52 GiB (a "4090 24G"; 23.64 in https://github.com/ali-vilab/VGen/issues/104).
+  {"rtx4090",    "RTX 4090",      "rtx 4090",        24,  82.6,  82.6,  165.2,  165.2, reported(23.52),  8, 9, 128, 0,
+   "https://github.com/Soul-AILab/SoulX-FlashTalk/issues/5"},
+  // NVIDIA Ampere GA102 whitepaper, table "GeForce RTX 3090" (82 SMs).
+  // reported: 23.70 GiB on Linux (also https://github.com/xiaoxiangAQ/GAS-Net/issues/7;
+  // Windows reports 24.00 GiB).
+  {"rtx3090",    "RTX 3090",      "rtx 3090",        24,  35.6,  35.6,     71,     71, reported(23.70),  8, 6,  82, 0,
+   "https://github.com/GaoLii/DSP/issues/10"},
   // NVIDIA A100 datasheet (SXM and PCIe share the peaks; 6912 CUDA cores = 108 SMs).
   // reported: 39.50 GiB (configs/a100-40gb.yaml).
   {"a100-40gb",  "A100 40GB",     "a100 40gb",       40,  19.5,   156,    312,    312, reported(39.5),   8, 0, 108, 0,
@@ -77,9 +77,6 @@ const std::vector<CardSpec> kCards = {
   // reported: 44.42 GiB on 8 x L40S.
   {"l40s",       "L40S",          "l40s",            48,  91.6,   183, 362.05, 362.05, reported(44.42),  8, 9, 142, 0,
    "https://github.com/stepfun-ai/Step-Video-T2V/issues/8"},
-  // reported: 79.25 GiB (configs/a100-80gb.yaml).
-  {"a100-80gb",  "A100 80GB",     "a100 80gb",       80,  19.5,   156,    312,    312, reported(79.25),  8, 0, 108, 0,
-   "https://github.com/levihsu/OOTDiffusion/issues/235"},
   // NVIDIA H100 datasheet and Hopper whitepaper: PCIe (114 SMs) and SXM5 (132 SMs; the SXM
   // part reports itself as "H100 80GB HBM3"). reported: 79.11 GiB on an H100 in a vLLM
   // thread, below the 79.18 the SXM part lent here reports: the lowest H100 80GB total seen.
@@ -92,6 +89,9 @@ const std::vector<CardSpec> kCards = {
   // (767 MiB; 687 to 767 MiB over bench/baselines/ci-gpu, whose bursts load fewer kernels).
   {"h100-80gb",  "H100 80GB SXM", "h100 hbm3",       80,  66.9, 494.7,  989.4,  989.4, 85017493504,      9, 0, 132, 804061184,
    "measured: bench/baselines/ci-gpu/results.csv (H100 80GB HBM3, 2026-11-22)"},
+  // reported: 79.25 GiB (configs/a100-80gb.yaml).
+  {"a100-80gb",  "A100 80GB",     "a100 80gb",       80,  19.5,   156,    312,    312, reported(79.25),  8, 0, 108, 0,
+   "https://github.com/levihsu/OOTDiffusion/issues/235"},
   // NVIDIA H200 datasheet (SXM): the H100 SXM's compute with 141 GB of HBM3e. reported:
   // "NVIDIA H200 (139.81 GiB)" (driver 570); 139.80 appears in other public H200 logs: the
   // lower is taken.

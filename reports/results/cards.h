@@ -52,7 +52,7 @@ struct CardSpec {
   std::string_view memory_source;
 };
 
-// The table, in ascending memory.
+// The table, in ascending memory as CUDA reports it (the cross-GPU columns read it in order).
 const std::vector<CardSpec>& cards();
 
 // A card by `key`, by `name` (case, spaces and dashes ignored: "RTX 3060", "rtx-3060"), or
