@@ -158,7 +158,7 @@ TEST(Gpus, AGpuListedTwiceIsRefused) {
       resolve_gpus(twice, "c.yaml", Device::kCuda, nullptr, 2);
       ADD_FAILURE() << twice << " accepted";
     } catch (const UserError& e) {
-      EXPECT_EQ(e.key(), "");
+      EXPECT_EQ(e.key(), "--gpus");
       EXPECT_EQ(e.file(), "c.yaml");
       EXPECT_NE(std::string(e.what()).find("names GPU"), std::string::npos) << e.what();
       EXPECT_NE(std::string(e.what()).find("twice"), std::string::npos) << e.what();

@@ -12,7 +12,7 @@
 #include "sweeps/runner/isolate.h"
 
 // Before LibTorch's static initializers read the allocator settings (env_check.h).
-__attribute__((section(".preinit_array"), used)) static void (*const kCheckEnvironment)(
+__attribute__((section(".preinit_array"), used)) static void (*check_environment_first)(
     int, char**, char**) = &sweep::check_environment;
 
 int main(int argc, char** argv) {
