@@ -237,8 +237,9 @@ TEST(OnePick, FitRecommendAndTablesPickTheSameOnAnEmulatedCard) {
   const nlohmann::json data = {
       {"tables_json_version", reports::kTablesJsonVersion},
       {"card", {{"key", "rtx3060"}, {"name", "RTX 3060"}, {"memory_bytes", 12616466432},
-                {"memory_reported", true}, {"context_bytes", 12616466432 - kCap},
-                {"context_measured", false}, {"compute_capability", "8.6"}, {"sms", 28},
+                {"memory_source", "https://github.com/Kunhao-Liu/StyleGaussian/issues/12"},
+                {"context_bytes", 12616466432 - kCap}, {"context_measured", false},
+                {"context_source", kDefaultContextSource}, {"compute_capability", "8.6"}, {"sms", 28},
                 {"margin", 0.1}, {"cap_bytes", kCap}, {"ceiling_bytes", rtx3060_rule().ceiling_bytes()}}},
       {"command", "sweep tables --card rtx3060"}, {"fit_flags", ""}, {"commit", "abc"},
       {"suite_version", "0"}, {"effective_batch", 16},

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "reports/common/gpus.h"
@@ -50,6 +52,50 @@ TEST(CardTable, EveryCardHasMemoryAComputeCapabilityAndAContextAllowance) {
   EXPECT_EQ(card_context_bytes(*find_card("h100-80gb")), 804061184);
   EXPECT_EQ(card_context_bytes(*find_card("rtx3060")), kDefaultCudaContextBytes);
   EXPECT_EQ(card_memory_bytes(*find_card("rtx3090")), static_cast<int64_t>(23.70 * reports::kGiB));
+}
+
+// Issue 36 item 1: a card's memory is the total CUDA reports, the lowest seen, with one source
+// each; never the capacity as sold (a batch that peaks between the two would fit the table and
+// run out of memory on the card). The figures, by the threads cards.cc cites.
+TEST(CardTable, EveryCardsMemoryHasASourceAndIsNotAsSold) {
+  for (const auto& c : cards()) {
+    const auto sold_gib = static_cast<int64_t>(std::llround(c.memory_gib * reports::kGiB));
+    const auto sold_gb = static_cast<int64_t>(std::llround(c.memory_gib * 1e9));
+    EXPECT_GT(c.reported_bytes, 0) << c.key;
+    EXPECT_EQ(card_memory_bytes(c), c.reported_bytes) << c.key;
+    EXPECT_NE(card_memory_bytes(c), sold_gib) << c.key;
+    EXPECT_NE(card_memory_bytes(c), sold_gb) << c.key;
+    EXPECT_LT(card_memory_bytes(c), sold_gib) << c.key;  // "12GB" is 12 GiB of memory chips
+    const std::string source(c.memory_source);
+    EXPECT_TRUE(source.starts_with("https://github.com/") || source.starts_with("measured: "))
+        << c.key << ": '" << source << "'";
+  }
+  struct Want {
+    const char* key;
+    double gib;
+  };
+  for (const Want w : {Want{"a10", 21.99}, {"a10g", 21.99}, {"l4", 22.03}, {"rtx4090", 23.52},
+                       {"l40s", 44.42}, {"h100-pcie", 79.11}, {"h200", 139.80}})
+    EXPECT_EQ(card_memory_bytes(*find_card(w.key)), static_cast<int64_t>(w.gib * reports::kGiB))
+        << w.key;
+  // In ascending memory, as the cross-GPU columns read it (one column per memory size).
+  for (std::size_t i = 1; i < cards().size(); ++i)
+    EXPECT_LE(card_memory_bytes(cards()[i - 1]), card_memory_bytes(cards()[i])) << cards()[i].key;
+}
+
+// The V100 is refused with its reason: torch 2.11.0+cu130 has no sm_70 kernels, and the cu126
+// build that has them is not what sweep links or the emulator follows.
+TEST(CardTable, TheV100IsRefusedWithTheReason) {
+  for (const char* name : {"v100-16gb", "V100 32GB", "Tesla V100-SXM2-16GB", "v100"}) {
+    EXPECT_EQ(find_card(name), nullptr) << name;
+    const auto why = unsupported_card_reason(name);
+    ASSERT_TRUE(why) << name;
+    EXPECT_NE(why->find("sm_70"), std::string::npos) << *why;
+    EXPECT_NE(why->find("cu126"), std::string::npos) << *why;
+    EXPECT_NE(unknown_card_message(name).find("cu126"), std::string::npos) << name;
+  }
+  EXPECT_FALSE(unsupported_card_reason("rtx3060"));
+  EXPECT_EQ(unknown_card_message("rtx3600"), "unknown card 'rtx3600'");
 }
 
 TEST(CardTable, ACardCellReadsBackToTheSameFacts) {
@@ -111,13 +157,18 @@ TEST(GpusCommand, ListsEveryCardAsTextAndJson) {
     EXPECT_NE(text.find(std::string(c.key)), std::string::npos) << c.key;
   EXPECT_NE(text.find("sm_86"), std::string::npos);
   const auto j = reports::gpus_json();
-  EXPECT_EQ(j.at("gpus_json_version"), 1);
+  EXPECT_EQ(j.at("gpus_json_version"), 2);
   ASSERT_EQ(j.at("gpus").size(), cards().size());
-  const auto& h100 = j.at("gpus").back().at("key") == "h200" ? j.at("gpus")[j.at("gpus").size() - 2]
-                                                             : j.at("gpus").back();
+  const auto h100_at = std::find_if(j.at("gpus").begin(), j.at("gpus").end(),
+                                    [](const auto& g) { return g.at("key") == "h100-80gb"; });
+  ASSERT_NE(h100_at, j.at("gpus").end());
+  const auto& h100 = *h100_at;
   EXPECT_EQ(h100.at("key"), "h100-80gb");
   EXPECT_EQ(h100.at("memory_bytes"), 85017493504);
   EXPECT_EQ(h100.at("context_measured"), true);
+  EXPECT_EQ(h100.at("context_source"), "measured on this card");
+  EXPECT_EQ(j.at("gpus")[0].at("context_source"), kDefaultContextSource);
+  EXPECT_EQ(h100.at("memory_source").get<std::string>().substr(0, 9), "measured:");
   EXPECT_EQ(h100.at("compute_capability"), "9.0");
   EXPECT_EQ(h100.at("sms"), 132);
   EXPECT_EQ(nlohmann::json::parse(j.dump()), j);  // no NaN: unknown peaks are null

@@ -262,9 +262,9 @@ TEST(Compare, UnknownSchemaVersionExitsTwo) {
   EXPECT_NE(cli.err.find("\nhint: read it with the sweep that wrote it"), std::string::npos) << cli.err;
 }
 
-// Schema 2 and 3 differ in environment columns only (driver_version's meaning): a baseline
-// of 2 still gates results of 3, with a note; a version-1 baseline does not.
-TEST(Compare, ABaselineOfSchemaTwoComparesWithANote) {
+// Versions compare from 3 on: 2 timed steps with other syncs (issue 36), 1 wrote another
+// driver version; a baseline of either is refused against results of 3.
+TEST(Compare, SchemasCompareFromThreeOn) {
   TempDir dir;
   auto with_version = [&](const std::string& name, const std::string& version) {
     std::ifstream in(data("base"));
@@ -277,14 +277,85 @@ TEST(Compare, ABaselineOfSchemaTwoComparesWithANote) {
   };
   const std::string v1 = with_version("v1.csv", "1"), v2 = with_version("v2.csv", "2"),
                     v3 = with_version("v3.csv", "3");
-  const auto ok = run_cli(v2 + " " + v3);
-  EXPECT_EQ(ok.code, 0) << ok.err;
-  EXPECT_NE(ok.out.find("schema_version 2 (baseline) and 3 differ in environment columns only"),
+  EXPECT_EQ(run_cli(v3 + " " + v3).code, 0);
+  for (const auto& old : {v1, v2}) {
+    const auto refused = run_cli(old + " " + v3);
+    EXPECT_EQ(refused.code, 2);
+    EXPECT_NE(refused.err.find("schema_version 3, but the baseline"), std::string::npos) << refused.err;
+  }
+}
+
+// Issue 36 item 6: a point's step-time threshold comes from the runner's run-to-run
+// variation. compare_slow.csv is the baseline 10% slower, significantly (p = 4.1e-05): a
+// regression under the fixed 5%, but not when the baseline's own rerun moved that point as
+// much (threshold 2 x 10%, named in the note).
+TEST(Compare, RunToRunVariationSetsEachPointsThreshold) {
+  const auto thresholds =
+      run_to_run_thresholds(read_results(data("base")), read_results(data("slow")), 0.05);
+  ASSERT_FALSE(thresholds.empty());  // the points with nine samples a side
+  int moved = 0;
+  for (const auto& [config, t] : thresholds) {
+    if (t == 0.05) continue;  // the floor: the rerun did not move it
+    ++moved;
+    EXPECT_NEAR(t, 2 * 0.0997, 2e-3) << config;
+  }
+  EXPECT_EQ(moved, 1);
+  // A rerun equal to the baseline leaves every point at the floor.
+  for (const auto& [config, t] :
+       run_to_run_thresholds(read_results(data("base")), read_results(data("base")), 0.05))
+    EXPECT_EQ(t, 0.05) << config;
+
+  EXPECT_EQ(run_cli(data("base") + " " + data("slow")).code, 1);
+  const auto cli = run_cli(data("base") + " " + data("slow") + " --noise " + data("slow"));
+  EXPECT_EQ(cli.code, 0) << cli.out << cli.err;
+  EXPECT_NE(cli.out.find("come from the run-to-run variation measured on this runner"),
             std::string::npos)
-      << ok.out;
-  const auto refused = run_cli(v1 + " " + v3);
-  EXPECT_EQ(refused.code, 2);
-  EXPECT_NE(refused.err.find("schema_version 3, but the baseline"), std::string::npos) << refused.err;
+      << cli.out;
+  // A change beyond the measured variation still regresses: the rerun moved less.
+  const auto tight = run_cli(data("base") + " " + data("slow") + " --noise " + data("base"));
+  EXPECT_EQ(tight.code, 1) << tight.out;
+  EXPECT_NE(tight.out.find("run-to-run variation on the runner"), std::string::npos) << tight.out;
+  EXPECT_EQ(run_cli(data("base") + " " + data("slow") + " --noise /nonexistent.csv").code, 2);
+}
+
+// Issue 36 item 6: a runner's first run records its baseline and passes, saying so; so does a
+// run whose baseline is of a schema that does not compare (the committed schema-1 H100 file
+// failed the workflow's first run). A baseline that exists but does not read is not replaced.
+TEST(Compare, ARunnersFirstRunRecordsItsBaseline) {
+  TempDir dir;
+  const fs::path base = dir.path() / "nvidia-h100-80gb-hbm3" / "results.csv";
+  auto first = run_cli(base.string() + " " + data("base") + " --record-missing");
+  EXPECT_EQ(first.code, 0) << first.err;
+  EXPECT_NE(first.out.find("## sweep compare: baseline recorded"), std::string::npos) << first.out;
+  EXPECT_NE(first.out.find("there is none at"), std::string::npos) << first.out;
+  EXPECT_EQ(slurp(base), slurp(data("base")));
+  // Now it exists: the next run is compared with it.
+  const auto second = run_cli(base.string() + " " + data("slow") + " --record-missing");
+  EXPECT_EQ(second.code, 1) << second.out;
+  EXPECT_EQ(second.out.find("baseline recorded"), std::string::npos) << second.out;
+  EXPECT_EQ(slurp(base), slurp(data("base")));
+  // Without --record-missing a missing baseline is bad input, as before.
+  EXPECT_EQ(run_cli((dir.path() / "none.csv").string() + " " + data("base")).code, 2);
+  // A schema-1 baseline (compare_base.csv is one) against results of 3 is replaced.
+  const fs::path v3 = dir.path() / "v3.csv";
+  {
+    std::ifstream in(data("base"));
+    std::ofstream out(v3);
+    std::string line;
+    std::getline(in, line);
+    out << line << "\n";
+    while (std::getline(in, line)) out << "3" << line.substr(line.find(',')) << "\n";
+  }
+  const auto old = run_cli(base.string() + " " + v3.string() + " --record-missing");
+  EXPECT_EQ(old.code, 0) << old.err;
+  EXPECT_NE(old.out.find("has schema_version 1, which does not compare with this run's 3"),
+            std::string::npos)
+      << old.out;
+  EXPECT_EQ(slurp(base), slurp(v3));
+  // A damaged one is an error, and stays as it was.
+  fs::copy_file(data("truncated"), base, fs::copy_options::overwrite_existing);
+  EXPECT_EQ(run_cli(base.string() + " " + data("base") + " --record-missing").code, 2);
+  EXPECT_EQ(slurp(base), slurp(data("truncated")));
 }
 
 TEST(Compare, MissingRequiredColumnExitsTwo) {

@@ -256,16 +256,16 @@ TEST(Recommend, CrossGpuColumnsStartAtTheSmallestMeasuredPeak) {
   o.gpu = "rtx3060";
   auto r = run({"recommend_nofit.csv"}, o);
   // The smallest peak is 12.5 GiB: the 11.75 GiB RTX 3060 is left out. The T4 reports
-  // 14.56 GiB, the V100 16GB (nothing known) its 16 as sold: two columns.
+  // 14.56 GiB, the A10 and A10G 21.99 (one column): two columns.
   ASSERT_GE(r.columns.size(), 2u);
   EXPECT_EQ(r.columns[0].rule.memory_bytes, memory_bytes(*find_gpu("t4")));
   EXPECT_EQ(r.columns[0].name, "T4");
-  EXPECT_EQ(r.columns[1].rule.memory_bytes, 16 * kGiBBytes);
-  EXPECT_EQ(r.columns[1].name, "V100 16GB");
+  EXPECT_EQ(r.columns[1].rule.memory_bytes, 2199 * kGiBBytes / 100);
+  EXPECT_EQ(r.columns[1].name, "A10 / A10G");
   ASSERT_TRUE(r.cells[0][0]);  // 12.60 GiB usable: SGD (12.5) fits, Adafactor (13) does not
   EXPECT_EQ(r.cells[0][0]->optimizer, OptimizerKind::kSgd);
   EXPECT_TRUE(r.covered[0][0]);
-  ASSERT_TRUE(r.cells[0][1]);  // 13.9 GiB usable: SGD (12.5) and Adafactor (13) both fit
+  ASSERT_TRUE(r.cells[0][1]);  // 19.0 GiB usable: SGD (12.5) and Adafactor (13) both fit
   EXPECT_EQ(r.cells[0][1]->optimizer, OptimizerKind::kSgd);  // 1800 tokens/s against 1700
   // The H200's 126 GiB usable is beyond every row: the largest peak is 70 GiB and the one OOM
   // ran into the H100's 79.6 GiB, so what is fastest on an H200 was never measured.
@@ -361,18 +361,17 @@ TEST(Recommend, CpuRowsForAnotherMemorySizeSayNothingOfGpus) {
   EXPECT_NE(md.find("of CPU memory"), std::string::npos) << md;
 }
 
-TEST(Recommend, ACardsMemoryIsWhatCudaReportsWhereKnownElseAsSoldAndSaysSo) {
+TEST(Recommend, ACardsMemoryIsWhatCudaReportsNeverAsSold) {
   EXPECT_EQ(memory_bytes(*find_gpu("h100-80gb")), 85017493504);  // measured, 2026-11-22
   EXPECT_EQ(memory_bytes(*find_gpu("rtx3060")), 1175 * kGiBBytes / 100);  // as configs/rtx3060.yaml
-  EXPECT_EQ(memory_bytes(*find_gpu("l4")), 24 * kGiBBytes);  // nothing known: as sold
+  EXPECT_EQ(memory_bytes(*find_gpu("l4")), 2203 * kGiBBytes / 100);  // ArcInstitute/evo2#190
   RecommendOptions o;
   o.gpu = "l4";
   auto r = run({"recommend_cpu.csv"}, o);
-  EXPECT_TRUE(r.target.memory_as_sold);
-  EXPECT_NE(recommendations_markdown(r).find("(as sold: CUDA reports a little less"), std::string::npos);
+  EXPECT_EQ(r.target.memory_bytes, 2203 * kGiBBytes / 100);
+  EXPECT_EQ(recommendations_markdown(r).find("as sold"), std::string::npos);
   o.gpu = "h100-80gb";
   r = run({"recommend_cpu.csv"}, o);
-  EXPECT_FALSE(r.target.memory_as_sold);
   EXPECT_EQ(r.target.memory_bytes, 85017493504);
 }
 
@@ -459,7 +458,7 @@ TEST(RecommendCli, BadInputExitsTwoWithLocationAndHint) {
 
   auto gpu = cli({data("recommend_ties.csv"), "--gpu", "rtx9999"});
   EXPECT_EQ(gpu.code, 2);
-  EXPECT_NE(gpu.err.find("unknown GPU 'rtx9999'"), std::string::npos) << gpu.err;
+  EXPECT_NE(gpu.err.find("unknown card 'rtx9999'"), std::string::npos) << gpu.err;
   EXPECT_NE(gpu.err.find("hint: known GPUs: rtx3060, t4"), std::string::npos) << gpu.err;
 }
 
@@ -501,13 +500,12 @@ void expect_optional(const nlohmann::json& j, const std::optional<Choice>& c, co
 }
 
 void expect_recommendation(const nlohmann::json& j, const Recommendation& r) {
-  EXPECT_EQ(j.at("recommend_json_version"), 2);  // 2: cap_bytes and ceiling_bytes
+  EXPECT_EQ(j.at("recommend_json_version"), 3);  // 2: cap_bytes and ceiling_bytes; 3: no memory_as_sold
   const auto& t = j.at("target");
   EXPECT_EQ(t.at("name"), r.target.name);
   EXPECT_EQ(t.at("gpu").is_null(), r.target.gpu == nullptr);
   if (r.target.gpu) EXPECT_EQ(t.at("gpu"), std::string(r.target.gpu->key));
   EXPECT_EQ(t.at("memory_bytes"), r.target.memory_bytes);
-  EXPECT_EQ(t.at("memory_as_sold"), r.target.memory_as_sold);
   EXPECT_EQ(t.at("margin"), r.target.margin);
   EXPECT_EQ(t.at("context_bytes"), r.target.context_bytes);
   EXPECT_EQ(t.at("context_source"), r.target.context_source);

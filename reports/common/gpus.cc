@@ -13,7 +13,7 @@ namespace sweep::reports {
 namespace {
 
 // Bumped when a key of `sweep gpus --json` changes meaning or goes away.
-constexpr int kGpusJsonVersion = 1;
+constexpr int kGpusJsonVersion = 2;  // 2: memory_source for memory_reported; context_source
 
 std::string peak_text(double tflops) {
   return tflops > 0 ? fixed(tflops, tflops < 100 ? 1 : 0) : "-";
@@ -52,9 +52,9 @@ std::string gpus_text() {
   out += line;
   for (const auto& g : gpus()) {
     const std::string memory =
-        format_bytes(static_cast<double>(memory_bytes(g))) + (g.reported_bytes ? "" : " as sold");
+        format_bytes(static_cast<double>(memory_bytes(g)));
     const std::string context = format_bytes(static_cast<double>(card_context_bytes(g))) +
-                                (g.context_bytes ? " measured" : " default");
+                                (g.context_bytes ? " measured" : " H100's");
     std::snprintf(line, sizeof line, "%-10s %-14s %-22s %-20s %4s %4d %6s %6s %6s %6s\n",
                   std::string(g.key).c_str(), std::string(g.name).c_str(), memory.c_str(),
                   context.c_str(),
@@ -64,10 +64,11 @@ std::string gpus_text() {
     out += line;
   }
   out +=
-      "\nmemory: as CUDA reports it (cudaMemGetInfo) where known, else as sold (CUDA reports a "
-      "little "
-      "less). context: the CUDA context allowance the rule for \"fits\" subtracts, measured where "
-      "marked, else a default. Peaks: dense TFLOP/s (\"-\": none or not published). Any card can "
+      "\nmemory: as CUDA reports it (cudaMemGetInfo), never as sold: the lowest total seen in "
+      "public PyTorch out-of-memory messages naming the card, or measured (one source each in "
+      "reports/results/cards.cc). context: the CUDA context allowance the rule for \"fits\" "
+      "subtracts, measured on the card where marked, else \"H100's\": " +
+      std::string(kDefaultContextSource) + ". Peaks: dense TFLOP/s (\"-\": none or not published). Any card can "
       "be "
       "predicted with `device: emulated` and `gpu: KEY` (sources: reports/results/cards.cc).\n";
   return out;
@@ -85,9 +86,10 @@ nlohmann::json gpus_json() {
          {"name", g.name},
          {"memory_gib_sold", g.memory_gib},
          {"memory_bytes", memory_bytes(g)},
-         {"memory_reported", g.reported_bytes > 0},
+         {"memory_source", g.memory_source},
          {"context_bytes", card_context_bytes(g)},
          {"context_measured", g.context_bytes > 0},
+         {"context_source", context_allowance_source(g)},
          {"compute_capability", std::to_string(g.cc_major) + "." + std::to_string(g.cc_minor)},
          {"sms", g.sms},
          {"fp32_tflops", peak(g.fp32_tflops)},

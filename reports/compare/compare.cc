@@ -169,7 +169,8 @@ std::optional<MetricComparison> memory_change(std::string_view metric, std::size
   return m;
 }
 
-std::optional<MetricComparison> step_time_change(const Row& b, const Row& n, double threshold) {
+std::optional<MetricComparison> step_time_change(const Row& b, const Row& n, double threshold,
+                                                 bool measured) {
   const std::vector<double> xs = b.step_times(), ys = n.step_times();
   if (xs.empty() && ys.empty()) return std::nullopt;
   MetricComparison m{.metric = "step_ms", .base_samples = xs.size(), .next_samples = ys.size()};
@@ -188,17 +189,20 @@ std::optional<MetricComparison> step_time_change(const Row& b, const Row& n, dou
   m.exact = test.exact;
   const double change = *m.next / *m.base - 1;
   if (std::abs(change) <= threshold) return m;
+  char limit[96];
+  std::snprintf(limit, sizeof limit, " beyond %.3g%%%s", threshold * 100,
+                measured ? " (this point's run-to-run variation on the runner)" : "");
   if (test.p < kAlpha) {
     const bool slower = change > 0;
     m.verdict = slower ? Verdict::kRegression : Verdict::kImprovement;
     m.mark = slower ? '+' : '-';
-    m.note = std::string(slower ? "slower" : "faster") + ", significant";
+    m.note = std::string(slower ? "slower" : "faster") + ", significant," + limit;
   } else {
     m.verdict = Verdict::kNoise;
     m.mark = '~';
     char why[48];
     std::snprintf(why, sizeof why, "not significant (p >= %g)", kAlpha);
-    m.note = why;
+    m.note = why + std::string(",") + limit;
   }
   return m;
 }
@@ -208,6 +212,9 @@ std::vector<MetricComparison> compare_rows(const Row& b, const Row& n, const Com
   out.push_back(status_change(b.status, n.status, n));
   if (b.status != Status::kOk || n.status != Status::kOk) return out;
   const double mem = o.memory_threshold;
+  const auto own = o.step_thresholds.find(configuration(b));
+  const bool measured = own != o.step_thresholds.end();
+  const double threshold = measured ? own->second : o.throughput_threshold;
   for (auto m : {
            memory_change("peak_allocated_bytes", column("peak_allocated_bytes"), b, n, mem, true,
                          ""),
@@ -217,7 +224,7 @@ std::vector<MetricComparison> compare_rows(const Row& b, const Row& n, const Com
                          "gates it"),
            memory_change("device_used_bytes", column("device_used_bytes"), b, n, mem, false,
                          "includes the CUDA context and anything else on the device"),
-           step_time_change(b, n, o.throughput_threshold),
+           step_time_change(b, n, threshold, measured),
        })
     if (m) out.push_back(std::move(*m));
   return out;
@@ -294,6 +301,24 @@ std::size_t CompareResult::unchanged_points() const {
       std::count_if(points.begin(), points.end(), [](const auto& p) { return p.unchanged(); }));
 }
 
+std::string configuration_key(const Row& row) { return configuration(row); }
+
+std::unordered_map<std::string, double> run_to_run_thresholds(const Results& baseline,
+                                                              const Results& rerun, double floor) {
+  std::unordered_map<std::string, const Row*> again;
+  for (const Row* r : latest_per_point(rerun).rows) again[configuration(*r)] = r;
+  std::unordered_map<std::string, double> out;
+  for (const Row* b : latest_per_point(baseline).rows) {
+    const auto it = again.find(configuration(*b));
+    if (it == again.end()) continue;
+    const auto xs = b->step_times(), ys = it->second->step_times();
+    if (xs.size() < kMinSamples || ys.size() < kMinSamples) continue;
+    const double moved = std::abs(median(ys) / median(xs) - 1);
+    out[configuration(*b)] = std::max(floor, kRunToRunFactor * moved);
+  }
+  return out;
+}
+
 CompareResult compare_results(const Results& base, const Results& next,
                               const CompareOptions& options) {
   check_columns(base);
@@ -313,12 +338,16 @@ CompareResult compare_results(const Results& base, const Results& next,
                       "compare results of the same schema version; " + std::string(kRefreshHint));
     out.notes.push_back("schema_version " + out.base.schema_version + " (baseline) and " +
                         out.next.schema_version +
-                        " differ in environment columns only (from 3, driver_version is the NVIDIA "
-                        "driver's; 2 wrote the CUDA driver API version there): the measurements "
-                        "compare, the driver versions are not set side by side.");
+                        " differ in environment columns only: the measurements compare, the "
+                        "driver versions are not set side by side.");
   }
   environment(base, next, out, other_schema);
-
+  if (!options.step_thresholds_from.empty())
+    out.notes.push_back("Step-time thresholds of " + std::to_string(options.step_thresholds.size()) +
+                        " point(s) come from the run-to-run variation measured on this runner (" +
+                        options.step_thresholds_from + ", the baseline run again back to back): " +
+                        number_text(kRunToRunFactor) + " x the change between the two runs' medians, "
+                        "at least the throughput threshold.");
   const Latest base_latest = latest_per_point(base), next_latest = latest_per_point(next);
   const auto& base_rows = base_latest.rows;
   const auto& next_rows = next_latest.rows;
@@ -408,90 +437,6 @@ CompareResult compare_results(const Results& base, const Results& next,
     out.notes.push_back("No configuration is in both files, so nothing was compared; " +
                         std::string(kRefreshHint) + ".");
   return out;
-}
-
-// ---- the command -----------------------------------------------------------------------
-namespace {
-
-struct Args {
-  std::string base, next, memory = "1%", throughput = "5%", format = "md", export_dir;
-  bool gate_reserved = false, allow_predicted = false, allow_empty = false;
-};
-
-// "5%" or "5" -> 0.05.
-std::optional<double> parse_percent(std::string s) {
-  while (!s.empty() && (s.back() == '%' || s.back() == ' ')) s.pop_back();
-  double v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (s.empty() || ec != std::errc() || p != s.data() + s.size() || !(v >= 0 && v < 1000))
-    return std::nullopt;
-  return v / 100;
-}
-
-int run_compare(const Args& a) {
-  CompareOptions o{.gate_reserved = a.gate_reserved,
-                   .allow_predicted = a.allow_predicted,
-                   .allow_empty = a.allow_empty};
-  for (auto [flag, text, out] :
-       {std::tuple{"--memory-threshold", &a.memory, &o.memory_threshold},
-        {"--throughput-threshold", &a.throughput, &o.throughput_threshold}}) {
-    auto v = parse_percent(*text);
-    if (!v)
-      throw UserError(flag, 0, "", "'" + *text + "' is not a percentage",
-                      "write it like 1% or 0.5%");
-    *out = *v;
-  }
-  const Results base = read_results(a.base);
-  const Results next = read_results(a.next);
-  const CompareResult r = compare_results(base, next, o);
-  std::cout << compare_text(r, a.format);
-  if (!a.export_dir.empty() && !write_compare_exports(r, next, a.export_dir)) return 2;
-  std::cerr << "sweep compare: " << compare_summary(r) << "\n";
-  if (r.compared_points() == 0 && !o.allow_empty)
-    throw UserError(next.path, 0, "",
-                    "no point was compared with the baseline (" + std::to_string(r.next.points) +
-                        " point(s) here, " + std::to_string(r.base.points) +
-                        " in the baseline, none comparable): a gate that compares nothing "
-                        "passes nothing",
-                    "check that NEW measured the baseline's configurations (the same models, "
-                    "axes and budget); pass --allow-empty to accept a comparison with nothing in "
-                    "common");
-  return r.regressed() ? 1 : 0;
-}
-
-}  // namespace
-
-void register_compare_command(CLI::App& app, int& exit_code) {
-  auto a = std::make_shared<Args>();
-  auto* cmd = app.add_subcommand(
-      "compare", "Regressions of NEW against BASELINE (exit 1 if any, 2 for bad input)");
-  cmd->add_option("baseline", a->base, "Baseline results.csv (or a directory holding one)")
-      ->required();
-  cmd->add_option("new", a->next, "New results.csv (or a directory holding one)")->required();
-  cmd->add_option("--memory-threshold", a->memory,
-                  "Peak allocated growth that fails, on top of 2 MiB allocator rounding")
-      ->capture_default_str();
-  cmd->add_option("--throughput-threshold", a->throughput,
-                  "Median step-time slowdown that fails when also significant (p < 0.01)")
-      ->capture_default_str();
-  cmd->add_flag("--gate-reserved", a->gate_reserved,
-                "Fail on peak reserved memory growth too (default: warn)");
-  cmd->add_flag("--allow-empty", a->allow_empty,
-                "Exit 0 even when no point of NEW could be compared with the baseline (default: "
-                "refused, exit 2)");
-  cmd->add_flag(
-      "--allow-predicted", a->allow_predicted,
-      "Compare rows predicted by emulation (device emulated) with measured ones (default: refused, "
-      "exit 2)");
-  auto* format = cmd->add_option("--format", a->format, "Output on stdout")
-                     ->check(CLI::IsMember({"md", "json", "csv"}))
-                     ->capture_default_str();
-  cmd->add_flag_callback("--json", [a] { a->format = "json"; }, "The same as --format json")
-      ->excludes(format);
-  cmd->add_option("--export", a->export_dir,
-                  "Also write compare.{md,json,csv} and dashboard JSON (github-action-benchmark "
-                  "custom*IsBetter, Bencher BMF) here");
-  cmd->callback([a, &exit_code] { exit_code = run_guarded([&] { return run_compare(*a); }); });
 }
 
 }  // namespace sweep::reports

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "reports/results/rows.h"
@@ -32,6 +33,10 @@ inline constexpr double kAlpha = 0.01;
 struct CompareOptions {
   double memory_threshold = 0.01;      // fraction: 0.01 = 1%
   double throughput_threshold = 0.05;  // fraction of the median step time
+  // Per configuration (configuration_key), the step-time threshold measured on the runner
+  // (run_to_run_thresholds); a point without one uses throughput_threshold.
+  std::unordered_map<std::string, double> step_thresholds;
+  std::string step_thresholds_from;  // the rerun they were measured with, for the report
   bool gate_reserved = false;          // peak_reserved_bytes growth fails too
   // A row predicted by emulation (device emulated) joined with a measured one: refused
   // (UserError, exit 2) unless allowed; allowed, its memory is compared and gated as usual.
@@ -104,6 +109,20 @@ struct CompareResult {
   bool regressed() const { return count(Verdict::kRegression) > 0; }
 };
 
+// What a row measured, without how (the axes less steps, warm-up, repetitions and the suite
+// version): the key compare joins the two sides on.
+std::string configuration_key(const Row& row);
+
+// The step-time threshold of each configuration from run-to-run variation on the runner:
+// `rerun` is the baseline's configuration measured again, back to back, on the same machine.
+// A point's threshold is kRunToRunFactor x |median(rerun) / median(baseline) - 1|, at least
+// `floor`: a change the machine makes between two identical runs is no regression. Points
+// with fewer than kMinSamples samples on either side get none (their step time is not
+// compared anyway).
+inline constexpr double kRunToRunFactor = 2;
+std::unordered_map<std::string, double> run_to_run_thresholds(const Results& baseline,
+                                                              const Results& rerun, double floor);
+
 // Compares `next` against `base`, the last row of each point on either side
 // (latest_per_point). Throws UserError for files that cannot be compared (schema versions
 // differ, a required column is missing, a measured row meets a predicted one without
@@ -135,7 +154,11 @@ nlohmann::json bencher_json(const Results& results);
 bool write_compare_exports(const CompareResult& r, const Results& next, const std::string& dir);
 
 // `sweep compare BASELINE NEW [--memory-threshold 1%] [--throughput-threshold 5%]
-//  [--gate-reserved] [--allow-predicted] [--allow-empty] [--format md|json|csv] [--export DIR]`.
+//  [--noise RERUN] [--record-missing] [--gate-reserved] [--allow-predicted] [--allow-empty]
+//  [--format md|json|csv] [--export DIR]`.
+// --record-missing: a BASELINE that does not exist, or whose schema version cannot be compared
+// with NEW's, is replaced by NEW (its rows, byte for byte) and the command says so and exits 0:
+// the first run on a runner records its baseline.
 // exit_code: 0 nothing regressed, 1 something did, 2 bad input (`file:line: message` and a
 // `hint:` on stderr, a measured row against a predicted one without --allow-predicted among
 // them) or nothing compared without --allow-empty (the report is printed first).

@@ -47,7 +47,6 @@ struct RecommendOptions {
 struct Target : FitRule {
   std::string name;              // "RTX 3060", "12 GiB", or the measuring device's name
   const GpuSpec* gpu = nullptr;  // its table entry, when known
-  bool memory_as_sold = false;  // from the GPU table's capacity, not what CUDA reports
   // No --gpu or --memory-gib, and every row ran under one emulated budget: the budget is the
   // cap (it was memory - context when the rows were measured).
   bool from_budget = false;

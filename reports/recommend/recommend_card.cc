@@ -36,14 +36,13 @@ Target resolve_target(const std::vector<Measured>& rows, const RecommendOptions&
     const GpuSpec* g = find_gpu(o.gpu);
     if (!g) {
       const std::string near = nearest_card_key(o.gpu);
-      throw UserError("--gpu", 0, "", "unknown GPU '" + o.gpu + "'",
+      throw UserError("--gpu", 0, "", unknown_card_message(o.gpu),
                       (near.empty() ? "" : "did you mean " + near + "? ") +
                           "known GPUs: " + card_keys() + "; for another card give --memory-gib N");
     }
     t.name = g->name;
     t.gpu = g;
     t.memory_bytes = memory_bytes(*g);
-    t.memory_as_sold = g->reported_bytes == 0;
     on_target = [g](const Measured& m) { return find_gpu(m.choice.measured_on) == g; };
   } else if (o.memory_gib) {
     if (!(*o.memory_gib > 0 && *o.memory_gib <= kMaxMemoryGib))
@@ -67,8 +66,8 @@ Target resolve_target(const std::vector<Measured>& rows, const RecommendOptions&
     on_target = [](const Measured&) { return true; };
   } else {
     std::map<std::string, double> devices;
-    for (const auto& m : rows)
-      if (m.device_memory) devices[m.choice.measured_on] = *m.device_memory;
+    for (const auto& m : rows)  // a row that never ran (skipped) names no device
+      if (m.device_memory && !m.choice.measured_on.empty()) devices[m.choice.measured_on] = *m.device_memory;
     if (devices.empty())
       throw UserError("", 0, "", "the results do not record the device's memory",
                            "say which card to recommend for: --gpu NAME or --memory-gib N");
@@ -102,7 +101,8 @@ Target resolve_target(const std::vector<Measured>& rows, const RecommendOptions&
       t.context_source = "the predicted card's allowance, as its emulated rows used it";
     } else if (ctx.empty()) {
       t.context_bytes = kDefaultCudaContextBytes;
-      t.context_source = "default for CUDA; no row measured it";
+      t.context_source = "default for CUDA (" + std::string(kDefaultContextSource) +
+                         "); no row measured it";
     } else {
       const std::size_t n = ctx.size();
       t.context_bytes = std::llround(median(ctx));

@@ -11,7 +11,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr int kRecommendJsonVersion = 2;  // 2: cap_bytes and ceiling_bytes (the one rule) for usable_bytes
+constexpr int kRecommendJsonVersion = 3;  // 2: cap_bytes and ceiling_bytes (the one rule) for usable_bytes; 3: memory_as_sold gone (every card is what CUDA reports)
 
 json optional_choice(const std::optional<Choice>& c) { return c ? json(*c) : json(nullptr); }
 
@@ -57,7 +57,6 @@ json recommendations_json(const Recommendation& r) {
   j["target"] = {{"name", t.name},
                  {"gpu", gpu_key(t.gpu)},
                  {"memory_bytes", t.memory_bytes},
-                 {"memory_as_sold", t.memory_as_sold},
                  {"margin", t.margin},
                  {"context_bytes", t.context_bytes},
                  {"context_source", t.context_source},

@@ -274,9 +274,6 @@ std::string recommendations_markdown(const Recommendation& r) {
     << (t.cuda ? "" : " of CPU memory") << ")"
     << (r.predicted_cards.empty() ? "" : ": " + r.predicted_line()) << "\n\n"
     << "The rule, " << t.derivation(t.name) << "."
-    << (t.memory_as_sold ? " Memory (as sold: CUDA reports a little less; --memory-gib with "
-                           "nvidia-smi's memory.total gives the exact figure)."
-                         : "")
     << "\n\n";
   for (std::size_t i = 0; i < r.notes.size(); ++i)
     s << (i ? ">\n> " : "> ") << r.notes[i] << (i + 1 == r.notes.size() ? "\n\n" : "\n");
@@ -479,7 +476,7 @@ void register_recommend_command(CLI::App& app, int& exit_code) {
                   "where to write recommendations.md and .csv (default: beside the results, or "
                   "results/<name>/ when the results sit in a source tree outside results/)");
   cmd->add_flag("--json", a->json,
-                "The recommendation as JSON on stdout (recommend_json_version 2) instead of Markdown");
+                "The recommendation as JSON on stdout (recommend_json_version 3) instead of Markdown");
   cmd->callback([a, eff, card, &exit_code] {
     card();
     RecommendOptions o = a->options;

@@ -96,7 +96,11 @@ Point parse_point(const Row& r) {
   p.budget_bytes = r.number(column("budget_bytes")).value_or(0);
   p.budget_emulated = r.number(column("budget_emulated")).value_or(0) == 1;
   p.predicted = r.value<Device>() == Device::kEmulated;
-  if (p.predicted) p.card = emulated_card_name(p.device_name).value_or(p.device_name);
+  // A row that never ran (skipped after an OOM) has no device name: its card cell names the card.
+  if (p.predicted) {
+    const auto cell = parse_card_cell(r.at(column("card")));
+    p.card = cell ? cell->name : emulated_card_name(p.device_name).value_or(p.device_name);
+  }
   p.device_memory_bytes = r.number(column("device_memory_bytes"));
   // The breakdown as it stood at the peak (it adds up to peak_allocated_bytes); files written
   // before those columns existed have only each kind's size.

@@ -13,7 +13,7 @@ namespace {
 std::string devices_line(const std::vector<Point>& pts) {
   std::vector<std::string> seen;
   for (const Point& p : pts) {
-    const std::string d = p.predicted ? predicted_by(p.card)
+    const std::string d = p.predicted ? (p.card.empty() ? std::string() : predicted_by(p.card))
                           : p.device_name.empty() ? std::string()
                           : p.device_name.rfind("cpu", 0) == 0 ? std::string("measured on the CPU")
                                                                : "measured on " + p.device_name;

@@ -17,38 +17,46 @@
 namespace sweep {
 
 // The CUDA context allowance where none was measured for a card: what the CUDA context and
-// the kernels it loads take outside the caching allocator. The one measurement there is, the
-// H100's with torch 2.11.0+cu130 (767 MiB, cards.cc), rounded to 0.75 GiB: what the RTX 3060
-// table was measured under (docs/tables/rtx3060.md), so a predicted RTX 3060 and the measured
-// rows share one cap (11.00 GiB). Not measured on the card itself, and said so wherever used.
+// the kernels it loads take outside the caching allocator. The one measurement there is, on a
+// 132-SM H100 under CUDA 13 with torch 2.11.0+cu130 (767 MiB, cards.cc), rounded to 0.75 GiB:
+// what the RTX 3060 table was measured under (docs/tables/rtx3060.md), so a predicted RTX 3060
+// and the measured rows share one cap (11.00 GiB). Not measured on the card itself, and every
+// output that uses it says so (kDefaultContextSource). A lent GPU should measure its own
+// (`sweep gpus --context` is the probe; cards.cc's context column holds the result).
 inline constexpr int64_t kDefaultCudaContextBytes = int64_t{768} << 20;
+// What every output says of the default: where it was measured.
+inline constexpr const char* kDefaultContextSource =
+    "measured on a 132-SM H100 under CUDA 13, not on this card";
 
 struct CardSpec {
   std::string_view key;     // "rtx3060": what configs and `--gpu` use
   std::string_view name;    // "RTX 3060": what tables print
   std::string_view tokens;  // "rtx 3060": words that identify it in a CUDA device name
-  double memory_gib = 0;    // as sold (the device reports a little less)
+  double memory_gib = 0;    // as sold, for the name only: the rule reads reported_bytes
   // Peak dense (no 2:4 sparsity) TFLOP/s, FP32 accumulation for the tensor-core rows;
   // 0 = no such path (T4 and V100 have no TF32 or BF16 tensor cores) or not published.
   double fp32_tflops = 0;  // CUDA cores, no tensor cores
   double tf32_tflops = 0;
   double fp16_tflops = 0;
   double bf16_tflops = 0;
-  // Total memory as CUDA reports it (cudaMemGetInfo), where known: measured by this project,
-  // or from a PyTorch OOM message quoted in a public issue (sources in cards.cc); 0 = unknown.
+  // Total memory as CUDA reports it (cudaMemGetInfo): measured by this project, or from a
+  // PyTorch OOM message quoted in a public issue naming the card, the lowest seen.
   int64_t reported_bytes = 0;
   int cc_major = 0, cc_minor = 0;  // compute capability: 8, 6 for sm_86
   int sms = 0;                     // streaming multiprocessors
   // The CUDA context allowance measured on this card (device memory in use less the
   // allocator's reserved memory); 0 = not measured, kDefaultCudaContextBytes applies.
   int64_t context_bytes = 0;
+  // Where reported_bytes comes from: the public thread's address, or "measured: ..." with the
+  // file that holds the measurement. Every card has one (tests/reports_cards_test.cc).
+  std::string_view memory_source;
 };
 
 // Whether the card has bf16 tensor cores (compute capability 8.0 and up): below it (T4, V100)
 // bf16 runs without them, at a fraction of fp16's speed, and is never recommended there.
 inline bool has_bf16_tensor_cores(const CardSpec& c) { return c.cc_major >= 8; }
 
-// The table, in ascending memory.
+// The table, in ascending memory as CUDA reports it (the cross-GPU columns read it in order).
 const std::vector<CardSpec>& cards();
 
 // A card by `key`, by `name` (case, spaces and dashes ignored: "RTX 3060", "rtx-3060"), or
@@ -57,11 +65,19 @@ const std::vector<CardSpec>& cards();
 // finds its card too. nullptr when none matches.
 const CardSpec* find_card(std::string_view name);
 
-// The memory the rule for "fits" reads for a card: as CUDA reports it where known, else as
-// sold (a little more than CUDA will report: ECC and the driver's reservation).
+// The memory the rule for "fits" reads for a card: the total CUDA reports (reported_bytes).
 int64_t card_memory_bytes(const CardSpec& card);
 // Its CUDA context allowance: measured where it was, else kDefaultCudaContextBytes.
 int64_t card_context_bytes(const CardSpec& card);
+// Where that allowance comes from, as outputs print it: "measured on this card" or
+// kDefaultContextSource.
+std::string context_allowance_source(const CardSpec& card);
+
+// Why a card that is not in the table is refused, where it is one sweep knows it cannot
+// predict (the V100: no sm_70 kernels in torch 2.11.0+cu130); nullopt for any other name.
+std::optional<std::string> unsupported_card_reason(std::string_view name);
+// The message for a name find_card does not know: the reason above, or "unknown card 'X'".
+std::string unknown_card_message(std::string_view name);
 
 // Every card's key, for a hint: "rtx3060, t4, ...".
 std::string card_keys();

@@ -17,7 +17,9 @@ namespace sweep::schema {
 inline constexpr int kSchemaVersion = 3;
 // From this version on, versions differ in environment columns only (what a number means is
 // the same), so `compare` reads a baseline of one against results of another, with a note.
-inline constexpr int kSameMeasurementsSince = 2;
+// 3, not 2: the step-time syncs changed right after the bump to 3 (a repetition is one CUDA
+// event span, issue 24), so versions 2 and 3 time steps differently.
+inline constexpr int kSameMeasurementsSince = 3;
 
 // Every row of results.csv, in this order. Units are in the names. Empty cell = not
 // applicable (e.g. `audio_s` for GPT-2) or not measured (e.g. `tflops` of a model without a FLOP count).

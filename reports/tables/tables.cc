@@ -198,12 +198,10 @@ std::string card_markdown(const json& d) {
       "**Card:** " + name + ", compute capability " + card.at("compute_capability").get<std::string>() + ", " +
       std::to_string(card.at("sms").get<int>()) + " SMs; memory " +
       format_bytes(card.at("memory_bytes").get<double>()) +
-      (card.at("memory_reported").get<bool>()
-           ? " as CUDA reports it (the source is cited in reports/results/cards.cc)"
-           : " as sold (" + number_text(sold) + " GB; no public figure of what CUDA reports was "
-             "found: it reports a little less)") +
-      "; CUDA context allowance " + format_bytes(card.at("context_bytes").get<double>()) +
-      (card.at("context_measured").get<bool>() ? " (measured)" : " (a stated default, not measured)") +
+      " as CUDA reports it, not the " + number_text(sold) + " GB sold (the lowest total seen: " +
+      card.at("memory_source").get<std::string>() + ")" +
+      "; CUDA context allowance " + format_bytes(card.at("context_bytes").get<double>()) + " (" +
+      card.at("context_source").get<std::string>() + ")" +
       ". The rule (reports/common/fit_rule.h): a batch **fits** when it trains with no out-of-memory "
       "error and peak reserved memory at most the cap, " + format_bytes(card.at("cap_bytes").get<double>()) +
       " = memory - context; it is **recommended** only under the recommended ceiling, " +

@@ -6,7 +6,7 @@
 // table_view(), so the page's numbers are the Markdown's. Runs nothing; no LibTorch.
 //
 // A card's data (tables_json_version 1):
-//   {card: {key, name, memory_bytes, memory_reported, context_bytes, context_measured,
+//   {card: {key, name, memory_bytes, memory_source, context_bytes, context_measured, context_source,
 //           compute_capability, sms, margin, cap_bytes, ceiling_bytes},
 //    command, commit, suite_version, effective_batch, precision_note,
 //    entries: [{model, input, fit: <`sweep fit --json`'s techniques and recommendation, each
@@ -24,7 +24,7 @@
 namespace sweep::reports {
 
 // Bumped when a key of a card's data changes meaning or goes away.
-inline constexpr int kTablesJsonVersion = 2;  // 2: card.cap_bytes and ceiling_bytes (the one rule) for usable_bytes
+inline constexpr int kTablesJsonVersion = 3;  // 2: card.cap_bytes and ceiling_bytes (the one rule) for usable_bytes; 3: card.memory_source and context_source for memory_reported
 
 // What the page and the Markdown show: per card, per entry (model and input), the
 // recommendation line, the technique table's headers and cells, the chart's bars, and the

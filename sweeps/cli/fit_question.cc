@@ -29,7 +29,7 @@ FitCard resolve_card(const FitOptions& o) {
     const auto* g = reports::find_gpu(o.gpu);
     if (!g) {
       const std::string near = nearest_card_key(o.gpu);
-      throw UserError("", 0, "--gpu", "unknown GPU '" + o.gpu + "'",
+      throw UserError("", 0, "--gpu", unknown_card_message(o.gpu),
                       (near.empty() ? "" : "did you mean " + near + "? ") + "one of " +
                           card_keys() + " (`sweep gpus` lists them), or give --memory-gib N");
     }
@@ -48,6 +48,8 @@ FitCard resolve_card(const FitOptions& o) {
 // cannot be emulated (no compute capability or SMs).
 Device resolve_device(const FitOptions& o, const FitCard& card) {
   const bool gpu_here = cuda_device_count() > 0;
+  // A GPU CUDA cannot use (a driver too old for CUDA 13) is named, not taken for no GPU.
+  const std::string unusable = gpu_here ? "" : cuda_unusable_reason();
   if (o.device == "auto" && !gpu_here && !card.spec)
     throw UserError("", 0, "--memory-gib",
                     "no GPU here, and a card given by its memory alone cannot be predicted by "
@@ -59,9 +61,11 @@ Device resolve_device(const FitOptions& o, const FitCard& card) {
                                            : parse_as<Device>(o.device).value_or(Device::kCpu);
   if (device == Device::kCuda && !gpu_here)
     throw UserError(
-        "", 0, "--device", "device cuda requested but no GPU is visible",
-        "use --device emulated with --gpu NAME to predict the card, or --device cpu: the "
-        "tracking allocator then enforces the card's memory");
+        "", 0, "--device",
+        "device cuda requested but " + (unusable.empty() ? "no GPU is visible" : unusable),
+        (unusable.empty() ? "" : "update the NVIDIA driver (nvidia-smi shows its version), or ") +
+            std::string("use --device emulated with --gpu NAME to predict the card, or --device "
+                        "cpu: the tracking allocator then enforces the card's memory"));
   if (device == Device::kEmulated && !card.spec)
     throw UserError(
         "", 0, "--device",
@@ -81,13 +85,13 @@ void resolve_context(FitQuestion& q) {
     q.rule.context_bytes =
         o.context_gib ? std::llround(*o.context_gib * kGiB) : card_context_bytes(*q.card.spec);
     q.rule.context_source = o.context_gib ? "given with --context-gib"
-                            : q.card.spec->context_bytes > 0
-                                ? "the card table's, measured on this card"
-                                : "the card table's default, not measured for this card";
+                                          : "the card table's, " + context_allowance_source(*q.card.spec);
   } else if (q.device == Device::kCuda) {
     Zygote zygote(self_exe());  // the probe forked as the probes' points will be
-    q.here = probe_gpus(self_exe(), {visible_device(std::getenv("CUDA_VISIBLE_DEVICES"), 0)}, true,
-                        kProbeDeviceTimeoutS, o.zygote ? &zygote : nullptr)
+    // With --context-gib the allowance is given: the probe reads the GPU's name and memory only
+    // (--no-context), not the minutes of representative bursts that measure it.
+    q.here = probe_gpus(self_exe(), {visible_device(std::getenv("CUDA_VISIBLE_DEVICES"), 0)},
+                        !o.context_gib, kProbeDeviceTimeoutS, o.zygote ? &zygote : nullptr)
                  .at(0);
     q.rule.context_bytes = o.context_gib ? std::llround(*o.context_gib * kGiB) : q.here->context_bytes;
     q.rule.context_source = o.context_gib ? "given with --context-gib" : "measured on " + q.here->name;
@@ -131,11 +135,15 @@ FitQuestion ask(const FitOptions& given) {
   check_flags(q.o, *q.spec);
   q.device = resolve_device(q.o, q.card);
   q.predicted = q.emulated() ? predicted_by(q.card.name) : "";
-  if (q.emulated() && !q.o.quiet)  // before anything runs: the answer will not be a measurement
+  if (q.emulated() && !q.o.quiet) {  // before anything runs: the answer will not be a measurement
+    // Where a driver is installed but CUDA cannot use the GPU (too old for CUDA 13), why.
+    const std::string unusable = q.o.device == "auto" ? cuda_unusable_reason() : "";
+    const std::string why = q.o.device != "auto" ? std::string("--device emulated")
+                            : (unusable.empty() ? std::string("no CUDA device here") : unusable) +
+                                  "; --device cpu measures on the CPU instead";
     std::fprintf(stderr, "fit %s on %s: %s (%s)\n", q.o.model.c_str(), q.card.name.c_str(),
-                 q.predicted.c_str(),
-                 q.o.device == "auto" ? "no CUDA device here; --device cpu measures on the CPU instead"
-                                      : "--device emulated");
+                 q.predicted.c_str(), why.c_str());
+  }
   if (!q.bf16_tensor_cores() && !q.o.quiet)
     std::fprintf(stderr,
                  "note: %s (sm_%d%d) has no bf16 tensor cores: fit tries fp16-amp (fp16 autocast "

@@ -7,8 +7,13 @@
 
 #include "sweep_version.h"
 #include "sweeps/cli/cli.h"
+#include "sweeps/cli/env_check.h"
 #include "reports/results/error.h"
 #include "sweeps/runner/isolate.h"
+
+// Before LibTorch's static initializers read the allocator settings (env_check.h).
+__attribute__((section(".preinit_array"), used)) static void (*check_environment_first)(
+    int, char**, char**) = &sweep::check_environment;
 
 int main(int argc, char** argv) {
   // Past a file-size limit (ulimit -f), write(2) then fails with EFBIG and the results store

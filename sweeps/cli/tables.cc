@@ -246,7 +246,7 @@ std::vector<const CardSpec*> chosen_cards(const TablesOptions& o) {
     const CardSpec* c = find_card(name);
     if (!c) {
       const std::string near = nearest_card_key(name);
-      throw UserError("", 0, "--card", "unknown card '" + name + "'",
+      throw UserError("", 0, "--card", unknown_card_message(name),
                       (near.empty() ? "" : "did you mean " + near + "? ") + "one of " + card_keys() +
                           " (`sweep gpus` lists them)");
     }

@@ -74,6 +74,26 @@ int cuda_device_count() {
   return n;
 }
 
+std::string cuda_count_error(int code, const std::string& name, const std::string& text,
+                             const std::string& driver_version) {
+  if (code == cudaSuccess || code == cudaErrorNoDevice || driver_version.empty()) return "";
+  std::string s = "CUDA cannot use the GPU: " + text + " (" + name + ") with NVIDIA driver " +
+                  driver_version;
+  // CUDA 13.0's minimum Linux driver is 580 (the CUDA 13.0 release notes' driver table): an
+  // older one is the usual cause of cudaErrorInsufficientDriver.
+  if (code == cudaErrorInsufficientDriver)
+    s += "; this build's CUDA 13 (torch 2.11.0+cu130) needs driver 580 or newer";
+  return s;
+}
+
+std::string cuda_unusable_reason() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  cudaGetLastError();
+  if (e == cudaSuccess) return "";
+  return cuda_count_error(e, cudaGetErrorName(e), cudaGetErrorString(e), nvidia_driver_version());
+}
+
 std::string visible_device(const char* visible, std::size_t index) {
   if (!visible) return std::to_string(index);
   std::vector<std::string> entries;

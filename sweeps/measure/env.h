@@ -29,8 +29,17 @@ std::string driver_version_of_procfs(const std::string& text);
 
 // Queries the current device (initialises CUDA when device is kCuda).
 DeviceInfo query_device(Device device);
-// Number of CUDA devices without creating a context on them (0 when no driver/GPU).
+// Number of CUDA devices without creating a context on them (0 when no driver/GPU, or when
+// CUDA cannot use the driver: cuda_unusable_reason says why).
 int cuda_device_count();
+// Why CUDA counts no GPU although an NVIDIA driver is installed (a driver too old for CUDA 13
+// reads as "0 GPUs" otherwise): cudaGetDeviceCount's error, named, with the driver's version;
+// "" when CUDA counted the GPUs, found none (cudaErrorNoDevice), or no driver is installed.
+std::string cuda_unusable_reason();
+// The rule of cuda_unusable_reason, for a given error code (cudaError_t), its name and text,
+// and the installed driver's version ("" = none).
+std::string cuda_count_error(int code, const std::string& name, const std::string& text,
+                             const std::string& driver_version);
 // The CUDA_VISIBLE_DEVICES entry that names this process's GPU `index` (what a child must be
 // given to see that GPU as its device 0): the index-th entry of `visible` (this process's
 // CUDA_VISIBLE_DEVICES: indices, UUIDs or MIG ids), or the index itself when `visible` is

@@ -17,6 +17,7 @@
 #include <map>
 #include <sstream>
 
+#include "sweeps/runner/zygote.h"
 #include "sweeps/worker/burst.h"
 #include "sweeps/runner/isolate.h"
 #include "sweeps/measure/trackers.h"
@@ -72,15 +73,13 @@ Budget emulated_budget(const Config& cfg) {
   const GpuTarget& t = *cfg.gpu;
   const CardSpec* spec = t.key.empty() ? nullptr : find_card(t.key);
   const std::string context_source = t.context_gib ? "configured"
-                                     : spec && spec->context_bytes > 0
-                                         ? "measured on this card"
-                                         : "default, not measured for this card";
+                                     : spec ? context_allowance_source(*spec)
+                                            : std::string(kDefaultContextSource);
   Budget b;
   b.context_bytes = card.context_bytes;
   b.note = predicted_by(card.name) + ": the emulated allocator may hold " +
            reports::format_bytes(static_cast<double>(allocator)) + " = " +
            reports::format_bytes(static_cast<double>(card.memory_bytes)) +
-           (spec && spec->reported_bytes == 0 && !t.context_gib ? " (as sold)" : "") +
            " less a context allowance of " +
            reports::format_bytes(static_cast<double>(card.context_bytes)) + " (" + context_source +
            "); no throughput is predicted";
@@ -261,14 +260,20 @@ int64_t other_processes_bytes(int compute_mode, int64_t used_at_start, int64_t w
   return std::max<int64_t>(0, used_at_start - bare_context);
 }
 
+std::map<std::string, std::string> probe_environment(const std::string& device) {
+  std::map<std::string, std::string> env = {{"CUDA_VISIBLE_DEVICES", device}};
+  set_alloc_conf(env, "");  // the native allocator, whatever the shell exported (zygote.h)
+  return env;
+}
+
 std::vector<HostGpu> probe_gpus(const std::string& exe, const std::vector<std::string>& devices,
                                 bool measure_context, double timeout_s, Zygote* zygote) {
   std::vector<HostGpu> out;
   for (const auto& device : devices) {
     std::vector<std::string> argv = {exe, "worker", "--probe-device"};
     if (!measure_context) argv.push_back("--no-context");
-    const std::string line = last_line_of(argv, "probing GPU " + device, timeout_s,
-                                          {{"CUDA_VISIBLE_DEVICES", device}}, zygote);
+    const std::string line =
+        last_line_of(argv, "probing GPU " + device, timeout_s, probe_environment(device), zygote);
     auto j = nlohmann::json::parse(line, nullptr, false);
     if (j.is_discarded()) throw std::runtime_error("probing GPU " + device + ": " + line);
     out.push_back({device, j.value("name", ""), j.value("total_bytes", int64_t{0}),

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -77,6 +78,9 @@ inline constexpr double kProbeContextTimeoutS = 120;
 // other_bytes are 0. Throws std::runtime_error when a probe fails or runs past timeout_s.
 // With a zygote (of `exe`) each probe is forked from it, as the points are; its second bare
 // context (`worker --probe-context`) is a process of its own, exec'd from the probe.
+// The environment a probe of `device` runs with: CUDA_VISIBLE_DEVICES, and both allocator
+// settings unset, so that it measures the native caching allocator its points will run.
+std::map<std::string, std::string> probe_environment(const std::string& device);
 std::vector<HostGpu> probe_gpus(const std::string& exe, const std::vector<std::string>& devices,
                                 bool measure_context = true,
                                 double timeout_s = kProbeDeviceTimeoutS, Zygote* zygote = nullptr);

@@ -303,7 +303,7 @@ const CardSpec& table_card(const Ctx& c, const YAML::Node& n, const std::string&
                            const std::string& name, const std::string& written_out) {
   if (const CardSpec* card = find_card(name)) return *card;
   const std::string near = nearest_card_key(name);
-  c.fail(n, key, "unknown card '" + name + "'",
+  c.fail(n, key, unknown_card_message(name),
          (near.empty() ? "" : "did you mean " + near + "? ") + "known cards: " + card_keys() +
              " (`sweep gpus` lists them); for another card " + written_out);
 }
@@ -454,13 +454,15 @@ std::string spelled_as(const std::string& value, const std::vector<std::string>&
 
 std::string canonical_axis_value(const std::string& axis, const std::string& value,
                                  const std::string& file, int line, const std::string& key) {
+  // Returns the error for the caller to throw, so that every path visibly ends in a return or
+  // a throw (a lambda that throws is not [[noreturn]]: "control reaches end of non-void").
   auto fail = [&](const std::string& msg, const std::string& hint) {
-    throw UserError(file, line, key, msg, hint);
+    return UserError(file, line, key, msg, hint);
   };
   if (auto it = kChoices.find(axis); it != kChoices.end()) {
     const std::string c = spelled_as(value, it->second);
     if (c.empty())
-      fail("unknown value '" + value + "'",
+      throw fail("unknown value '" + value + "'",
            did_you_mean(value, it->second) + "expected one of: " + join(it->second));
     return c;
   }
@@ -468,10 +470,10 @@ std::string canonical_axis_value(const std::string& axis, const std::string& val
     // As torch 2.11 parses PYTORCH_CUDA_ALLOC_CONF: what it refuses (or aborts on) would make
     // every point a crash row; a NUL would cut the variable short.
     if (const std::string c = control_character(value); !c.empty())
-      fail("contains " + c, "write the settings on one line, e.g. expandable_segments:True");
+      throw fail("contains " + c, "write the settings on one line, e.g. expandable_segments:True");
     const auto parsed = emu::parse_alloc_conf(value);
     if (const auto* error = std::get_if<std::string>(&parsed))
-      fail(*error, "PyTorch 2.11 refuses it: keys it takes are " + emu::alloc_conf_keys() +
+      throw fail(*error, "PyTorch 2.11 refuses it: keys it takes are " + emu::alloc_conf_keys() +
                        " (key:value, comma-separated, e.g. expandable_segments:True)");
     return value;
   }
@@ -490,7 +492,7 @@ std::string canonical_axis_value(const std::string& axis, const std::string& val
     }
     return std::to_string(parse_integer(value, range->second));
   } catch (const std::invalid_argument& e) {
-    fail(e.what(), axis == "audio_s" ? "Whisper's encoder takes at most 30 s of audio"
+    throw fail(e.what(), axis == "audio_s" ? "Whisper's encoder takes at most 30 s of audio"
                                      : range->second.hint());
   }
 }

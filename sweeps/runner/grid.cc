@@ -6,8 +6,10 @@
 #include <limits>
 #include <set>
 #include <sstream>
+#include <variant>
 
 #include "models/zoo.h"
+#include "sweeps/measure/alloc_conf.h"
 
 namespace sweep {
 namespace {
@@ -109,6 +111,25 @@ void check_weights(const Point& p, const std::string& file, int line, const std:
                   "`exclude: [{weights: int8, adapter: none}]`");
 }
 
+// backend:cudaMallocAsync on a CUDA device (or an emulated one, whose model is the native
+// caching allocator): LibTorch fixes the backend when it loads, so a forked point asking for
+// another fails torch's load-time assert (zygote.h, set_alloc_conf), and CUDA's stream-ordered
+// allocator has no OOM observer (no out-of-memory row, no snapshot). The CPU ignores the
+// setting, as PyTorch does.
+void check_alloc_conf(const Point& p, const std::string& file, int line, const std::string& key) {
+  if (p.alloc_conf.empty() || p.device == Device::kCpu) return;
+  const auto parsed = emu::parse_alloc_conf(p.alloc_conf);
+  const auto* settings = std::get_if<emu::AllocatorSettings>(&parsed);
+  if (!settings || settings->backend == "native") return;
+  throw UserError(file, line, key,
+                  "alloc_conf '" + p.alloc_conf + "' selects backend " + settings->backend +
+                      ": sweep measures (and emulates) PyTorch's native caching allocator, which "
+                      "LibTorch fixes when it loads, and cudaMallocAsync reports no "
+                      "out-of-memory the way the native one does",
+                  "drop backend from alloc_conf (native is the default), or leave the value out "
+                  "with `exclude: [{alloc_conf: \"" + p.alloc_conf + "\"}]`");
+}
+
 }  // namespace
 
 bool matches(const ExcludeRule& rule, const Point& p) {
@@ -155,6 +176,9 @@ std::vector<Point> expand_grid(const Config& cfg, const RunSettings& run) {
         group.grid.count("offload") ? "sweeps[" + std::to_string(g) + "].grid.offload" : "grid.offload";
     const std::string weights_key =
         group.grid.count("weights") ? "sweeps[" + std::to_string(g) + "].grid.weights" : "grid.weights";
+    const std::string alloc_conf_key = group.grid.count("alloc_conf")
+                                           ? "sweeps[" + std::to_string(g) + "].grid.alloc_conf"
+                                           : "grid.alloc_conf";
     GridSpec grid = cfg.grid;
     for (const auto& [axis, values] : group.grid) grid[axis] = values;
     std::vector<ExcludeRule> rules = cfg.exclude;
@@ -200,6 +224,8 @@ std::vector<Point> expand_grid(const Config& cfg, const RunSettings& run) {
             check_offload(p, cfg.path, o->second.line, offload_key);
           if (auto w = grid.find("weights"); w != grid.end())
             check_weights(p, cfg.path, w->second.line, weights_key);
+          if (auto a = grid.find("alloc_conf"); a != grid.end())
+            check_alloc_conf(p, cfg.path, a->second.line, alloc_conf_key);
           if (p.adapter == Adapter::kLora) lora_models.insert(p.model);
           if (seen.insert(p.id()).second) out.push_back(p);
           return;

@@ -48,9 +48,12 @@ void Progress::note(const std::string& line) {
   std::fprintf(stderr, "%s\n", line.c_str());
 }
 
+// Never past the total: a search that takes more probes than were counted for it raises the
+// estimate ("[301/~302]") until it settles, and a count that outgrew a fixed total shows it.
 std::string Progress::count() const {
   if (!total_) return std::to_string(done_);
-  return std::to_string(done_) + (estimated_ && done_ < total_ ? "/~" : "/") + std::to_string(total_);
+  const std::size_t shown = done_ <= total_ ? total_ : estimated_ ? done_ + 1 : done_;
+  return std::to_string(done_) + (estimated_ && done_ < shown ? "/~" : "/") + std::to_string(shown);
 }
 
 // From the first point measured on: the time since it started over the points measured

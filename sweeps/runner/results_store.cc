@@ -84,7 +84,7 @@ ResultsStore::ResultsStore(const std::string& dir, const std::string& file) {
                       "choose an output directory you can write to with --out DIR");
   };
   if (exists) {
-    recall(path_);
+    rows_ = recall(path_);
     // A crash mid-write can leave a last line without its newline: end it so the next row
     // starts on a line of its own (the partial line then fails to parse, never silently).
     std::ifstream tail(path_, std::ios::binary);
@@ -128,6 +128,7 @@ void ResultsStore::write_whole(const std::string& text) {
 
 void ResultsStore::append(const nlohmann::json& row) {
   write_whole(format_row(row) + "\n");
+  ++rows_;
   if (auto it = row.find("point_id"); it != row.end()) {
     auto number = [&](const char* key) -> std::optional<double> {
       auto v = row.find(key);
@@ -140,7 +141,7 @@ void ResultsStore::append(const nlohmann::json& row) {
   }
 }
 
-void ResultsStore::recall(const std::string& csv_path) {
+std::size_t ResultsStore::recall(const std::string& csv_path) {
   std::ifstream in(csv_path);
   std::string first;
   std::getline(in, first);
@@ -148,12 +149,14 @@ void ResultsStore::recall(const std::string& csv_path) {
     throw UserError(csv_path, 1, "header", "results file has another schema than this sweep",
                       "write to another --out directory, or move this results.csv away");
   // The reader's errors name the file and line and say how to repair it; nothing is touched.
-  for (const auto& r : reports::read_results(csv_path).rows) {
+  const auto results = reports::read_results(csv_path);
+  for (const auto& r : results.rows) {
     if (r.at(schema::column("reason")) == kNotStartedReason) continue;  // no result: run it again
     recorded_[r.at(schema::column("point_id"))] = outcome_of(
         r.status, r.number(schema::column("peak_allocated_bytes")),
         r.number(schema::column("peak_reserved_bytes")));
   }
+  return results.rows.size();
 }
 
 const ProbeOutcome* ResultsStore::outcome(const std::string& point_id) const {

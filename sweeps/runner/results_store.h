@@ -33,10 +33,14 @@ class ResultsStore {
   const ProbeOutcome* outcome(const std::string& point_id) const;
   // Also counts the points another results file holds as recorded (a Slurm task's resume
   // consults the merged file and the other shards). Same checks as the constructor's.
-  void recall(const std::string& csv_path);
+  // Returns the rows that file holds.
+  std::size_t recall(const std::string& csv_path);
   const std::string& path() const { return path_; }
   // Points on record (each point once, however many rows it has).
   std::size_t recorded() const { return recorded_.size(); }
+  // Rows in this file: those it held when opened and those appended since (a point re-run or
+  // skipped has a row of its own: what Ctrl-C says is kept on disk).
+  std::size_t rows() const { return rows_; }
 
   // One CSV line (no newline) in schema column order, quoted where needed. Every key must
   // be a column of schema.h (SWEEP_CHECK: an unknown key is a bug, never silently dropped).
@@ -50,6 +54,7 @@ class ResultsStore {
   std::string path_;
   int fd_ = -1;
   std::map<std::string, ProbeOutcome> recorded_;
+  std::size_t rows_ = 0;
 };
 
 }  // namespace sweep

@@ -45,9 +45,15 @@ namespace {
 // `wanted` is auto, cuda or cpu (the config and the flag have checked it).
 Device resolve_device(const std::string& wanted, const std::string& config_path) {
   const int gpus = cuda_device_count();
-  if (wanted == "auto") return gpus > 0 ? Device::kCuda : Device::kCpu;
-  const auto device = parse_as<Device>(wanted);
-  SWEEP_CHECK(device.has_value(), "device '" + wanted + "' was not checked");
+  const auto device = wanted == "auto" ? std::optional<Device>() : parse_as<Device>(wanted);
+  SWEEP_CHECK(wanted == "auto" || device.has_value(), "device '" + wanted + "' was not checked");
+  // A GPU CUDA cannot use (a driver too old for CUDA 13) is said, not trained past on the CPU.
+  if (gpus == 0 && (!device || *device == Device::kCuda))
+    if (const std::string why = cuda_unusable_reason(); !why.empty())
+      throw UserError(config_path, 0, "device", "device " + wanted + ": " + why,
+                      "update the NVIDIA driver (nvidia-smi shows its version), or run on the "
+                      "CPU with --device cpu");
+  if (!device) return gpus > 0 ? Device::kCuda : Device::kCpu;
   if (*device == Device::kCuda && gpus == 0)
     throw UserError(config_path, 0, "device", "device cuda requested but no GPU is visible",
                       "use --device cpu (or auto) on this machine");
@@ -118,12 +124,8 @@ class Runner {
     IsolateOptions iso;
     iso.exe = exe_;
     iso.log_path = (std::filesystem::path(out_) / "logs" / (id + ".log")).string();
-    // Both allocator readers get the axis value, "" unsetting both: in torch 2.11 the generic
-    // settings read PYTORCH_ALLOC_CONF first (c10/core/AllocatorConfig.h), the CUDA ones
-    // PYTORCH_CUDA_ALLOC_CONF first (c10/cuda/CUDAAllocatorConfig.h), so a value inherited in
-    // either would otherwise override the axis.
-    iso.env["PYTORCH_ALLOC_CONF"] = p.alloc_conf;
-    iso.env["PYTORCH_CUDA_ALLOC_CONF"] = p.alloc_conf;
+    // Both allocator readers get the axis value, "" unsetting both (set_alloc_conf).
+    set_alloc_conf(iso.env, p.alloc_conf);
     if (opt_.snapshot && !prediction && (p.device == Device::kCuda || p.device == Device::kEmulated))
       iso.env["SWEEP_SNAPSHOT"] = (std::filesystem::path(out_) / "snapshots" / id).string();
     // `gpu` is already this process's CUDA_VISIBLE_DEVICES entry for the --gpus index.
@@ -176,6 +178,7 @@ class Runner {
     row["reason"] = "implied-oom";
     row["message"] = message;
     store_.append(row);
+    count_kept_row();
     forced_.insert(p.id());
     progress_.finish(p, Status::kSkipped, "implied-oom");
   }
@@ -276,16 +279,49 @@ std::size_t search_combination(Runner& runner, const std::vector<Point>& points,
   return r.probed.size();
 }
 
-// --gpus "0,1" -> {"0", "1"}
-std::vector<std::string> split_gpus(const std::string& list) {
-  std::vector<std::string> out;
+}  // namespace
+
+std::vector<std::string> resolve_gpus(const std::string& list, const std::string& config,
+                                      Device device, const char* visible, int count) {
+  std::vector<std::string> gpus;
   std::stringstream in(list);
   for (std::string item; std::getline(in, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
+    if (!item.empty()) gpus.push_back(item);
+  if (!gpus.empty() && device != Device::kCuda)
+    throw UserError(config, 0, "--gpus",
+                    "--gpus needs device cuda (this run is " +
+                        std::string(device == Device::kEmulated ? "emulated: no GPU runs it" : "on the CPU") + ")",
+                    "drop --gpus, or run with --device cuda on a GPU host");
+  // Indices count the GPUs this process sees: each becomes the CUDA_VISIBLE_DEVICES entry that
+  // names it (index i of an inherited CUDA_VISIBLE_DEVICES=2,3 is GPU "2" or "3").
+  std::set<std::string> seen;
+  for (auto& g : gpus) {
+    const std::string given = g;
+    if (g.find_first_not_of("0123456789") != std::string::npos || g.size() > 4 || std::stoi(g) >= count)
+      throw UserError(config, 0, "--gpus", "no GPU " + g + " on this host (" + std::to_string(count) +
+                          " visible)",
+                      "list local GPU indices, e.g. --gpus 0,1");
+    g = visible_device(visible, static_cast<std::size_t>(std::stoi(g)));
+    // One lane per GPU: two on one GPU would time each other's points and share its memory.
+    if (!seen.insert(g).second)
+      throw UserError(config, 0, "--gpus", "'" + list + "' names GPU " + given + " twice",
+                      "list each GPU once, e.g. --gpus 0,1");
+  }
+  return gpus;
 }
 
-}  // namespace
+std::map<std::string, std::optional<EmulatedCard>> lane_predictors(
+    const std::vector<std::string>& lanes, const std::vector<HostGpu>& probed) {
+  std::map<std::string, std::optional<EmulatedCard>> out;
+  if (lanes.empty()) {  // one lane, on the first visible GPU: the first probe
+    if (!probed.empty()) out[""] = predictor_for(probed.front());
+    return out;
+  }
+  for (const auto& lane : lanes)
+    for (const auto& g : probed)
+      if (g.index == lane) out[lane] = predictor_for(g);
+  return out;
+}
 
 std::vector<std::vector<Point>> combinations(const std::vector<Point>& points) {
   std::vector<std::vector<Point>> out;
@@ -387,23 +423,9 @@ RunOutcome run_sweep(const RunOptions& opt) {
   Config cfg = load_run_config(opt, out);
   RunSettings run;
   run.device = resolve_device(opt.device_given ? opt.device : cfg.device, cfg.path);
-  std::vector<std::string> gpus = split_gpus(opt.gpus);
-  if (!gpus.empty() && run.device != Device::kCuda)
-    throw UserError(opt.config, 0, "--gpus",
-                    "--gpus needs device cuda (this run is " +
-                        std::string(run.device == Device::kEmulated ? "emulated: no GPU runs it" : "on the CPU") + ")",
-                    "drop --gpus, or run with --device cuda on a GPU host");
-  // --gpus indices count the GPUs this process sees: each becomes the CUDA_VISIBLE_DEVICES
-  // entry that names it (index i of an inherited CUDA_VISIBLE_DEVICES=2,3 is GPU "2" or "3").
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-  for (auto& g : gpus) {
-    if (g.find_first_not_of("0123456789") != std::string::npos || g.size() > 4 ||
-        std::stoi(g) >= cuda_device_count())
-      throw UserError(opt.config, 0, "--gpus", "no GPU " + g + " on this host (" +
-                        std::to_string(cuda_device_count()) + " visible)",
-                        "list local GPU indices, e.g. --gpus 0,1");
-    g = visible_device(visible, static_cast<std::size_t>(std::stoi(g)));
-  }
+  const std::vector<std::string> gpus =
+      resolve_gpus(opt.gpus, opt.config, run.device, visible, cuda_device_count());
   // The budget: measured GPUs only where it matters (a target card or a budget on CUDA), each
   // the GPU its workers get: the --gpus ones, else the first visible one; its context
   // allowance only where the config does not give it.
@@ -445,26 +467,30 @@ RunOutcome run_sweep(const RunOptions& opt) {
                       "repair or move it, then run again");
   std::filesystem::create_directories(std::filesystem::path(out) / "logs");
   // A search on a GPU or the CPU is seeded by the emulated device's prediction (search.h):
-  // the emulated card of this GPU, or the emulator configured as the CPU. Not in a Slurm
-  // array task (its shard is its only file) nor with --no-prediction.
-  std::optional<EmulatedCard> predictor;
+  // the emulated card of the GPU each lane runs on, or the emulator configured as the CPU. Not
+  // in a Slurm array task (its shard is its only file) nor with --no-prediction.
+  std::map<std::string, std::optional<EmulatedCard>> predictors;  // by lane (--gpus entry, or "")
   if (search && opt.predict && !task) {
     if (run.device == Device::kCpu) {
-      predictor = emulated_cpu();
+      predictors[""] = emulated_cpu();
     } else if (run.device == Device::kCuda) {
       if (probed.empty())
-        probed = probe_gpus(self_exe(), {gpus.empty() ? visible_device(visible, 0) : gpus.front()}, false);
-      predictor = predictor_for(probed.front());
-      if (!predictor && !opt.quiet)
-        std::fprintf(stderr, "note: %s is no card of the table (`sweep gpus`): the search is not "
-                             "seeded by a prediction\n", probed.front().name.c_str());
+        probed = probe_gpus(self_exe(), gpus.empty() ? std::vector<std::string>{visible_device(visible, 0)} : gpus,
+                            false, kProbeDeviceTimeoutS, zygote.get());
+      predictors = lane_predictors(gpus, probed);
+      for (const auto& g : probed)
+        if (!predictor_for(g) && !opt.quiet)
+          std::fprintf(stderr, "note: GPU %s, %s, is no card of the table (`sweep gpus`): its "
+                               "searches are not seeded by a prediction\n", g.index.c_str(), g.name.c_str());
     }
   }
+  const bool seeded = std::any_of(predictors.begin(), predictors.end(), [](auto& p) { return p.second.has_value(); });
   std::optional<ResultsStore> predictions;
-  if (predictor) predictions.emplace(out, kPredictionsFile);
-  const std::size_t per_search = predictor ? 2 : kProbesPerSearch;
+  if (seeded) predictions.emplace(out, kPredictionsFile);
+  const std::size_t per_search = seeded ? 2 : kProbesPerSearch;
   Progress progress(search ? combos.size() * per_search : points.size(), opt.quiet, search);
-  exit_on_interrupt(store.path(), static_cast<int>(store.recorded()), search ? "probes" : "points");
+  // Rows, not points: a point re-run (--force) or skipped is a row of its own on disk.
+  exit_on_interrupt(store.path(), static_cast<int>(store.rows()), search ? "probes" : "points");
   if (!budget.note.empty() && !opt.quiet) std::fprintf(stderr, "%s\n", budget.note.c_str());
   if (opt.snapshot) {
     // An emulated card writes its allocator model's segments and trace, in the same format.
@@ -488,7 +514,9 @@ RunOutcome run_sweep(const RunOptions& opt) {
       if (search) {
         const std::string prefix = "search " + std::to_string(i + 1) + "/" +
                                    std::to_string(combos.size()) + ": ";
-        runner.settle(search_combination(runner, combos[i], cfg.search_max_batch, gpu, prefix, predictor),
+        const auto lane = predictors.find(gpu);
+        runner.settle(search_combination(runner, combos[i], cfg.search_max_batch, gpu, prefix,
+                                         lane == predictors.end() ? std::nullopt : lane->second),
                       per_search);
       } else {
         run_combination(runner, combos[i], cfg.prune_oom, gpu);

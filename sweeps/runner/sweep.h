@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstddef>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -70,6 +72,18 @@ inline constexpr const char* kPredictionsFile = "predictions.csv";
 // Runs the sweep (a Slurm array task: its share). Throws UserError for bad input (the
 // caller prints it, exit 2).
 RunOutcome run_sweep(const RunOptions& opt);
+
+// --gpus "0,1" on a run of `device`: the CUDA_VISIBLE_DEVICES entry of each index (`visible`
+// is this process's CUDA_VISIBLE_DEVICES, `count` the GPUs it sees). Throws UserError for
+// --gpus off CUDA, an index not on this host, or a GPU named twice ("0,0": two lanes sharing
+// one GPU would time each other's points).
+std::vector<std::string> resolve_gpus(const std::string& list, const std::string& config,
+                                      Device device, const char* visible, int count);
+// The card that seeds each lane's searches: the emulated card of the GPU the lane runs on
+// (predictor_for its probe), keyed by the lane's --gpus entry ("" for the one lane without
+// --gpus, the first probe). A lane on a GPU the table lacks maps to nullopt.
+std::map<std::string, std::optional<EmulatedCard>> lane_predictors(
+    const std::vector<std::string>& lanes, const std::vector<HostGpu>& probed);
 
 // Points grouped by their other axes (everything but batch), batches ascending, in the order
 // the grid first names each combination. One combination is one unit of work: OOM pruning and

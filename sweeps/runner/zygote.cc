@@ -235,6 +235,11 @@ std::vector<std::string> environment_with(const std::map<std::string, std::strin
   return out;
 }
 
+void set_alloc_conf(std::map<std::string, std::string>& env, const std::string& alloc_conf) {
+  env["PYTORCH_ALLOC_CONF"] = alloc_conf;
+  env["PYTORCH_CUDA_ALLOC_CONF"] = alloc_conf;
+}
+
 std::string environment_key() {
   std::string key;
   for (const auto& kv : environment_with({})) key += kv + '\n';
@@ -262,6 +267,14 @@ bool Zygote::start() {
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   const std::string program = exec_path(exe_);  // the runner's own binary, even if rebuilt since
+  // LibTorch loads in the zygote with the allocator settings unset (set_alloc_conf's reasons);
+  // each point sets its own.
+  std::map<std::string, std::string> unset;
+  set_alloc_conf(unset, "");
+  const std::vector<std::string> environment = environment_with(unset);
+  std::vector<char*> envp;
+  for (const auto& e : environment) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
@@ -281,7 +294,7 @@ bool Zygote::start() {
       dup2(null, 2);
       if (null > 2) close(null);
     }
-    execv(program.c_str(), argv.data());
+    execve(program.c_str(), argv.data(), envp.data());
     _exit(127);
   }
   close(sv[1]);

@@ -90,4 +90,17 @@ std::string environment_key();
 // strings sorted by name: what a child of the runner gets.
 std::vector<std::string> environment_with(const std::map<std::string, std::string>& changes);
 
+// Sets both of the allocator's settings variables in `env` to `alloc_conf` ("" unsets both).
+// In torch 2.11 the generic settings read PYTORCH_ALLOC_CONF first (c10/core/AllocatorConfig.h),
+// the CUDA ones PYTORCH_CUDA_ALLOC_CONF first (c10/cuda/CUDAAllocatorConfig.h), so a value
+// inherited in either would override the other. And LibTorch picks the allocator backend from
+// them when it loads (BackendStaticInitializer, CUDACachingAllocator.cpp), before main: a
+// zygote or a GPU probe that loaded with an inherited backend:cudaMallocAsync would measure,
+// and hand every point forked from it, CUDA's stream-ordered allocator, and a point whose
+// setting names another backend than the one loaded fails torch's "Allocator backend parsed at
+// runtime != allocator backend parsed at load time" assert. So zygotes and probes start with
+// both unset (the native caching allocator), and a point sets its own (never a backend: the
+// config refuses backend:cudaMallocAsync on CUDA and emulated devices, grid.cc).
+void set_alloc_conf(std::map<std::string, std::string>& env, const std::string& alloc_conf);
+
 }  // namespace sweep

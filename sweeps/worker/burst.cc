@@ -395,12 +395,19 @@ std::optional<int64_t> leak_per_step(const std::vector<int64_t>& a) {
 // CUDNN_STATUS_ALLOC_FAILED), and the CUDA runtime's own allocations, a lazily loaded kernel
 // module's near capacity among them (C10_CUDA_CHECK throws c10::AcceleratorError with
 // cudaErrorMemoryAllocation, "CUDA error: out of memory"; the driver API's checks say
-// "CUDA driver error: out of memory").
-std::string oom_outside_allocator(const c10::Error& e) {
+// "CUDA driver error: out of memory"). And cuDNN's plan search near the cap: it runs each
+// plan, catching c10::OutOfMemoryError when a plan's workspace does not fit, and when none
+// ran says "FIND was unable to find an engine to execute this computation" (or GET, for the
+// heuristics' plans: aten/src/ATen/native/cudnn/Conv_v8.cpp, try_plans and try_configs, v2.11.0).
+// That is out of memory when the allocator failed in this phase (gap_at_oom: the plans'
+// workspaces did not fit); without such a failure no engine supports the convolution, a crash.
+std::string oom_outside_allocator(const c10::Error& e, MemoryTracker& mem) {
   constexpr int32_t kCudaErrorMemoryAllocation = 2;  // driver_types.h
   const std::string msg = e.what_without_backtrace();
   auto has = [&](const char* s) { return msg.find(s) != std::string::npos; };
   if (has("CUBLAS_STATUS_ALLOC_FAILED")) return "cublas-alloc-failed";
+  if (has("unable to find an engine to execute this computation") && mem.gap_at_oom())
+    return "cudnn-no-engine-fits";
   if (has("CUDNN_STATUS_ALLOC_FAILED") || has("CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED") ||
       has("CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED"))
     return "cudnn-alloc-failed";
@@ -468,7 +475,7 @@ Measurement run_burst(const Point& p, MemoryTracker& mem, StepTimer& timer,
   } catch (const c10::OutOfMemoryError& e) {
     record_oom(m, meter, mem, e, "");
   } catch (const c10::Error& e) {
-    const std::string reason = oom_outside_allocator(e);
+    const std::string reason = oom_outside_allocator(e, mem);
     if (reason.empty()) throw;  // not memory: the worker records a crash
     record_oom(m, meter, mem, e, reason);
   }

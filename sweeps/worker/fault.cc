@@ -40,6 +40,8 @@ const std::map<std::string, Fault::Kind>& kinds() {
       {"cublas-alloc", Fault::Kind::kCublasAlloc},
       {"cudnn-alloc", Fault::Kind::kCudnnAlloc},
       {"cuda-oom", Fault::Kind::kCudaOom},
+      {"cudnn-no-engine", Fault::Kind::kCudnnNoEngine},
+      {"no-engine", Fault::Kind::kNoEngine},
       {"recovered-oom", Fault::Kind::kRecoveredOom},
       {"state", Fault::Kind::kState}};
   return k;
@@ -111,7 +113,8 @@ Fault Fault::parse(const std::string& spec, const Point& p) {
   if (it == kinds().end())
     throw std::invalid_argument("SWEEP_TEST_FAULT: no fault '" + s +
                                 "' (crash, hang, oom:PHASE, cublas-alloc:PHASE, cudnn-alloc:PHASE, "
-                                "cuda-oom:PHASE, recovered-oom:PHASE or state)");
+                                "cuda-oom:PHASE, cudnn-no-engine:PHASE, no-engine:PHASE, recovered-oom:PHASE or "
+                                "state)");
   f.kind = it->second;
   const bool phased = f.kind != Kind::kCrash && f.kind != Kind::kHang && f.kind != Kind::kState;
   if (phased == f.phase.empty())
@@ -142,6 +145,12 @@ BurstHooks fault_hooks(const Fault& fault) {
         case Fault::Kind::kCublasAlloc:
         case Fault::Kind::kCudnnAlloc:
         case Fault::Kind::kCudaOom: throw_library_oom(fault.kind);
+        case Fault::Kind::kCudnnNoEngine:
+          recovered_oom(fault.device, fault.budget, mem);  // each plan's workspace, caught
+          [[fallthrough]];
+        case Fault::Kind::kNoEngine:
+          throw c10::Error({__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+                           "FIND was unable to find an engine to execute this computation");
         default: break;
       }
     }

@@ -26,6 +26,10 @@ namespace sweep {
 //                          cuda-oom       c10::AcceleratorError with cudaErrorMemoryAllocation,
 //                                         "CUDA error: out of memory" (C10_CUDA_CHECK; what a
 //                                         lazily loaded module's launch reports near capacity)
+//                          cudnn-no-engine  every cuDNN plan's workspace out of memory (a
+//                                         recovered-oom, below), then "FIND was unable to find
+//                                         an engine to execute this computation" (Conv_v8.cpp)
+//                          no-engine      that error alone: no plan supports the convolution
 //   "recovered-oom:PHASE[@B]"  on entering PHASE, an allocation the device cannot hold, caught
 //                        and recovered from as cuDNN's plan search does (the point goes on)
 //   "state"              no burst: the record is the process's state at the worker's entry
@@ -34,7 +38,10 @@ namespace sweep {
 // once: an oom's cap is lifted again on the next phase entered, as after an OOM that a
 // retry survives (a fragmentation OOM, say).
 struct Fault {
-  enum class Kind { kNone, kCrash, kHang, kOom, kCublasAlloc, kCudnnAlloc, kCudaOom, kRecoveredOom, kState };
+  enum class Kind {
+    kNone, kCrash, kHang, kOom, kCublasAlloc, kCudnnAlloc, kCudaOom, kCudnnNoEngine, kNoEngine,
+    kRecoveredOom, kState
+  };
   Kind kind = Kind::kNone;
   std::string phase;   // for the phase faults
   int64_t nth = 0;     // PHASE#N: the entry that fires (0: every entry)

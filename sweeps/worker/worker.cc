@@ -65,7 +65,10 @@ nlohmann::json to_record(const Measurement& m) {
   for (double s : m.step_ms_samples) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%.6g", s);
-    samples += (samples.empty() ? "" : ";") + std::string(buf);
+    // Appended in two steps: GCC 12 warned (-Wstringop-overflow, a false bound) on the
+    // temporary that `(";" or "") + std::string(buf)` built.
+    if (!samples.empty()) samples += ';';
+    samples += buf;
   }
   if (!samples.empty()) j["step_ms_samples"] = samples;
   put(j, "tokens_per_s", m.tokens_per_s);
