@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstddef>
 #include <string>
+#include <string_view>
 
 #include "reports/results/vocab.h"
 #include "sweeps/worker/point.h"
@@ -20,8 +21,10 @@ class Progress {
   Progress(std::size_t total, bool quiet, bool estimated = false);
   // A point starts (the live line on a terminal).
   void start(const Point& p);
-  // A point that ran (or was skipped) now, counted by its status.
-  void finish(const Point& p, Status status, const std::string& detail, const std::string& prefix = "");
+  // A point that ran (or was skipped) now, counted by its status; `why` follows the status
+  // ("oom (forward, 1.23 GiB asked)", failure_brief).
+  void finish(const Point& p, Status status, const std::string& detail, const std::string& prefix = "",
+              const std::string& why = "");
   // A point an earlier run recorded ("done"): counted, not timed.
   void finish(const Point& p, const std::string& label, const std::string& detail,
               const std::string& prefix = "");
@@ -40,5 +43,12 @@ class Progress {
   bool quiet_, estimated_, tty_;
   clock::time_point first_start_;
 };
+
+// A failed point's outcome in a few words, so that its progress line stays one terminal line
+// (the full message stays in the row and the worker's log): the phase and, for an
+// out-of-memory error, the size of the allocation that failed ("forward, 1.23 GiB asked"),
+// else the reason ("cublas-alloc-failed", "SIGSEGV") or the message's start. "" when none is known.
+std::string failure_brief(Status status, std::string_view phase, std::string_view reason,
+                          std::string_view message);
 
 }  // namespace sweep
