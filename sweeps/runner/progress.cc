@@ -16,10 +16,25 @@ Progress::Progress(std::size_t total, bool quiet, bool estimated)
     : total_(total), quiet_(quiet), estimated_(estimated), tty_(isatty(STDERR_FILENO)) {}
 
 void Progress::start(const Point& p) {
+  live("ok " + std::to_string(ok_) + " oom " + std::to_string(oom_) + " skipped " +
+       std::to_string(skipped_) + " | " + p.label());
+}
+
+void Progress::start_work(const std::string& what) { live(what); }
+
+void Progress::live(const std::string& text) {
   if (first_start_ == clock::time_point{}) first_start_ = clock::now();
   if (quiet_ || !tty_) return;
-  std::fprintf(stderr, "\r\033[K[%s] ok %d oom %d skipped %d | %s%s", count().c_str(), ok_, oom_,
-               skipped_, p.label().c_str(), eta().c_str());
+  std::fprintf(stderr, "\r\033[K[%s] %s%s", count().c_str(), text.c_str(), eta().c_str());
+}
+
+void Progress::finish_work(const std::string& what, const std::string& detail) {
+  ++done_;
+  ++measured_;
+  if (quiet_) return;
+  if (tty_) std::fprintf(stderr, "\r\033[K");
+  std::fprintf(stderr, "[%s] %s%s%s%s\n", count().c_str(), what.c_str(), detail.empty() ? "" : "  ",
+               detail.c_str(), eta().c_str());
 }
 
 void Progress::finish(const Point& p, Status status, const std::string& detail,

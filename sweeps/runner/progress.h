@@ -1,5 +1,5 @@
-// A run's progress on stderr: live on a terminal, one plain line per point elsewhere, nothing
-// with --quiet. Each line has the count (k/N; k/~N for a search, whose number of probes is
+// A run's progress on stderr: live on a terminal, one plain line per point (or per unit of
+// other work) elsewhere, nothing with --quiet. Each line has the count (k/N; k/~N for a search, whose number of probes is
 // known only as it goes), the point's time and, from the first point measured on, the time
 // left at the pace measured so far ("| ETA 1 min 10 s").
 #pragma once
@@ -21,6 +21,10 @@ class Progress {
   Progress(std::size_t total, bool quiet, bool estimated = false);
   // A point starts (the live line on a terminal).
   void start(const Point& p);
+  // Work that is not one point (`sweep tables`' model and input: several fits), counted and
+  // timed as a point is: "[3/28] a10g, gpt2, seq 512  14 searches in 41.8 s | ETA 12 min".
+  void start_work(const std::string& what);
+  void finish_work(const std::string& what, const std::string& detail);
   // A point that ran (or was skipped) now, counted by its status; `why` follows the status
   // ("oom (forward, 1.23 GiB asked)", failure_brief).
   void finish(const Point& p, Status status, const std::string& detail, const std::string& prefix = "",
@@ -35,6 +39,7 @@ class Progress {
 
  private:
   using clock = std::chrono::steady_clock;
+  void live(const std::string& text);  // the line a terminal shows while work runs
   std::string count() const;
   std::string eta() const;
 
