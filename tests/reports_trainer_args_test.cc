@@ -143,6 +143,8 @@ TEST(TrainerArgs, SaysWhatIsNoTrainerFlag) {
             std::string::npos);  // DeepSpeed's optimizer, not Trainer's
   EXPECT_NE(notes(setup(P::kFp32, C::kNone, O::kAdamWFused, true)).find("Trainer's default is False"),
             std::string::npos);
+  EXPECT_NE(notes(setup(P::kBf16Amp, C::kBlock, O::kAdamWFused, false)).find("activation_checkpointing"),
+            std::string::npos);
   EXPECT_EQ(notes(setup(P::kBf16Amp, C::kNone, O::kAdamWFused, false)), "");
 }
 

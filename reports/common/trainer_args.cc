@@ -185,6 +185,9 @@ TrainerArgs trainer_args(const TrainingSetup& s) {
     // sweeps/worker/checkpoint.h. 5.23 calls the flag activation_checkpointing, keeping this
     // name as an alias until v6; 5.17 knows only this one.
     t["gradient_checkpointing"] = s.checkpointing == Checkpointing::kBlock;
+    if (s.checkpointing == Checkpointing::kBlock)
+      a.notes.push_back("transformers 5.23 renamed gradient_checkpointing to activation_checkpointing; "
+                        "the old name works, with a warning, until v6");
     if (s.offload == Offload::kNone) add_optimizer(s, a);
   }
   // trainer.py: model.config.use_cache = args.use_cache, whose default is False; the row's
