@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <regex>
 #include <sstream>
 
@@ -231,7 +232,13 @@ TEST(CliHabits, TheReadmeIsAFrontPageWhoseLinksExist) {
   const auto block = text.find("```sh\n");
   ASSERT_NE(block, std::string::npos);
   EXPECT_NE(text.find("scripts/setup.sh && build/sweeps/sweep run configs/quickstart.yaml", block), std::string::npos);
-  EXPECT_NE(text.find("scripts/setup.sh && ctest --test-dir build --output-on-failure", block), std::string::npos);
+  // Command 1 builds only what it runs; command 2 builds the tests and runs them, and CI runs
+  // exactly command 2 (issue 37, item 1).
+  const std::string test_command = "scripts/setup.sh --tests && ctest --test-dir build --output-on-failure";
+  EXPECT_NE(text.find(test_command, block), std::string::npos);
+  std::ifstream ci(root / ".ci" / "run");
+  const std::string ci_text{std::istreambuf_iterator<char>(ci), {}};
+  EXPECT_NE(ci_text.find("\n" + test_command + "\n"), std::string::npos) << ci_text;
   const std::regex link(R"(\]\(((docs|configs|scripts)/[^)#]+)[)#])");
   int links = 0;
   for (std::sregex_iterator m(text.begin(), text.end(), link), end; m != end; ++m, ++links)
