@@ -4,10 +4,22 @@
 # CMake configure + build. Prints nothing but progress; every step is skipped when
 # its result is already there, so re-running costs seconds.
 #
-#   scripts/setup.sh            set up and build (Release) into ./build
+#   scripts/setup.sh            set up and build the `sweep` binary (Release) into ./build
+#   scripts/setup.sh --tests    the same, and every test binary (what ctest runs)
 #   SWEEP_CACHE=DIR             where the torch venv and ccache live (default ~/.cache/sweep)
 #   SWEEP_BUILD_DIR=DIR         build folder (default ./build)
+#   SWEEP_WERROR=ON             a compiler warning in our code fails the build (on when CI is set)
+#
+# The compiler's output goes to BUILD/setup.log; the terminal gets a progress line every
+# 30 s, and on a failure the log's errors.
 set -euo pipefail
+
+targets=(--target sweep)
+case "${1:-}" in
+  --tests) targets=() ;;
+  "") ;;
+  *) echo "usage: scripts/setup.sh [--tests]" >&2; exit 2 ;;
+esac
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cache=${SWEEP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sweep}
@@ -55,15 +67,46 @@ if [ -z "$py" ]; then
   py="$venv/bin/python"
   has_torch "$py" || { say "torch $torch_version did not import from $venv"; exit 1; }
 fi
-torch_prefix=$("$py" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
+# -W ignore: importing torch without NumPy warns that it failed to initialise NumPy.
+torch_prefix=$("$py" -W ignore -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
 say "LibTorch: $torch_prefix"
 
 # --- Configure and build --------------------------------------------------------------
 export CCACHE_DIR=${CCACHE_DIR:-$cache/ccache}
 cuda_args=()
 [ -x /usr/local/cuda/bin/nvcc ] && cuda_args=(-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc -DCUDAToolkit_ROOT=/usr/local/cuda)
+mkdir -p "$build"
+log="$build/setup.log"
+: > "$log"
+# The last lines of the log that say what went wrong, then the log's name; exits 1.
+fail() {
+  say "$1 failed; from $log:"
+  grep -E -A3 'error|Error|CMake Error' "$log" | head -n 60 >&2 || tail -n 40 "$log" >&2
+  say "the whole output: $log"
+  exit 1
+}
+werror=${SWEEP_WERROR:-${CI:+ON}}
 if [ ! -f "$build/CMakeCache.txt" ]; then
+  say "configuring $build"
   cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=${SWEEP_BUILD_TYPE:-Release} \
-    -DCMAKE_PREFIX_PATH="$torch_prefix${SWEEP_EXTRA_PREFIX:+;$SWEEP_EXTRA_PREFIX}" "${cuda_args[@]}" >&2
+    -DCMAKE_PREFIX_PATH="$torch_prefix${SWEEP_EXTRA_PREFIX:+;$SWEEP_EXTRA_PREFIX}" "${cuda_args[@]}" \
+    -DSWEEP_WERROR="${werror:-OFF}" >>"$log" 2>&1 || fail "configuring"
+elif [ -n "$werror" ]; then
+  cmake "$build" -DSWEEP_WERROR="$werror" >>"$log" 2>&1 || fail "configuring"
 fi
-cmake --build "$build" -j "$(nproc)" >&2
+what=${targets[*]:+the sweep binary}
+what=${what:-everything (the tests too)}
+say "building $what with $(nproc) jobs (the compiler's output: $log)"
+start=$SECONDS
+cmake --build "$build" -j "$(nproc)" "${targets[@]}" >>"$log" 2>&1 &
+pid=$!
+while kill -0 "$pid" 2>/dev/null; do
+  for _ in $(seq 30); do kill -0 "$pid" 2>/dev/null && sleep 1; done
+  kill -0 "$pid" 2>/dev/null || break
+  done_pct=$(grep -oE '^\[ *[0-9]+%\]' "$log" | tail -n 1 | tr -d '[] ')
+  say "building: ${done_pct:-starting}, $(( (SECONDS - start) / 60 )) min $(( (SECONDS - start) % 60 )) s"
+done
+wait "$pid" || fail "the build"
+took="$(( (SECONDS - start) / 60 )) min $(( (SECONDS - start) % 60 )) s"
+warnings=$(grep -c 'warning:' "$log" || true)
+if [ "$warnings" -gt 0 ]; then say "built in $took; $warnings warning(s) in $log"; else say "built in $took"; fi

@@ -2,15 +2,20 @@
 // command; "did you mean" for models, cards and axis values from one helper; Hugging Face ids
 // accepted where `sweep models` prints them; a missing config lists configs/*.yaml; an
 // override's error names the override; a tab and an axis at the top level get their hints.
+// A misspelt flag gets the nearest flag of its subcommand and that subcommand's --help (issue
+// 37, item 6).
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <regex>
 #include <sstream>
 
 #include "reports/results/cards.h"
 #include "reports/results/spelling.h"
+#include "sweeps/cli/cli.h"
+#include "sweeps/cli/command_line.h"
 #include "sweeps/runner/config.h"
 #include "test_util.h"
 
@@ -86,6 +91,53 @@ TEST(CliHabits, DidYouMeanForModelsCardsAndAxisValues) {
             std::string::npos) << o.output;
   EXPECT_NE(o.output.find("hint: did you mean bf16 or bf16-amp? "), std::string::npos) << o.output;
   EXPECT_EQ(o.output.find("/tmp/"), std::string::npos) << o.output;
+}
+
+// The error `sweep ARGS` gets from the parser, with the commands the binary registers.
+UserError parse_refusal(std::vector<std::string> args) {
+  CLI::App app{"sweep"};
+  app.name("sweep");
+  app.require_subcommand(1);
+  int code = 0;
+  register_commands(app, code);
+  std::reverse(args.begin(), args.end());  // CLI11 takes them last first
+  try {
+    app.parse(args);
+  } catch (const CLI::ParseError& e) {
+    return command_line_error(app, e);
+  }
+  ADD_FAILURE() << "parsed";
+  return UserError("", 0, "", "", "");
+}
+
+TEST(CliHabits, MisspeltFlagsGetTheNearestFlagOfTheirSubcommand) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message, hint;
+  };
+  const std::vector<Case> cases = {
+      {{"fit", "gpt2", "--gpu", "rtx3060", "--seq-len", "512"}, "`sweep fit` has no flag --seq-len",
+       "did you mean --seq? run `sweep fit --help`"},
+      {{"fit", "gpt2", "--gpu=rtx3060", "--precison=bf16"}, "`sweep fit` has no flag --precison",
+       "did you mean --precision? run `sweep fit --help`"},
+      {{"tables", "--crad", "a10g"}, "`sweep tables` has no flag --crad", "did you mean --card? run `sweep tables --help`"},
+      {{"fit", "gpt2", "--banana"}, "`sweep fit` has no flag --banana", "run `sweep fit --help`"},
+      {{"fitt", "gpt2"}, "A subcommand is required", "did you mean fit? run `sweep --help`"},
+      {{"--verison"}, "`sweep` has no flag --verison", "did you mean --version? run `sweep --help`"},
+  };
+  for (const auto& c : cases) {
+    const UserError e = parse_refusal(c.args);
+    EXPECT_EQ(std::string(e.what()), c.message) << c.args.back();
+    EXPECT_EQ(e.hint(), c.hint) << c.args.back();
+  }
+}
+
+TEST(CliHabits, MisspeltFlagEndToEnd) {
+  const auto r = testing::run_sweep_cli("fit gpt2-test --gpu rtx3060 --seq-len 64");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("error: `sweep fit` has no flag --seq-len\nhint: did you mean --seq? run `sweep fit --help`"),
+            std::string::npos)
+      << r.output;
 }
 
 TEST(CliHabits, HuggingFaceIdsNameTheirModels) {
@@ -180,7 +232,13 @@ TEST(CliHabits, TheReadmeIsAFrontPageWhoseLinksExist) {
   const auto block = text.find("```sh\n");
   ASSERT_NE(block, std::string::npos);
   EXPECT_NE(text.find("scripts/setup.sh && build/sweeps/sweep run configs/quickstart.yaml", block), std::string::npos);
-  EXPECT_NE(text.find("scripts/setup.sh && ctest --test-dir build --output-on-failure", block), std::string::npos);
+  // Command 1 builds only what it runs; command 2 builds the tests and runs them, and CI runs
+  // exactly command 2 (issue 37, item 1).
+  const std::string test_command = "scripts/setup.sh --tests && ctest --test-dir build --output-on-failure";
+  EXPECT_NE(text.find(test_command, block), std::string::npos);
+  std::ifstream ci(root / ".ci" / "run");
+  const std::string ci_text{std::istreambuf_iterator<char>(ci), {}};
+  EXPECT_NE(ci_text.find("\n" + test_command + "\n"), std::string::npos) << ci_text;
   const std::regex link(R"(\]\(((docs|configs|scripts)/[^)#]+)[)#])");
   int links = 0;
   for (std::sregex_iterator m(text.begin(), text.end(), link), end; m != end; ++m, ++links)

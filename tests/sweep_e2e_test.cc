@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <regex>
 #include <thread>
 
 #include "reports/results/rows.h"
@@ -70,6 +71,17 @@ TEST(SweepEndToEnd, PointOverBudgetIsOomAndLargerOnesAreImplied) {
       EXPECT_NE(row.at(column("message")).find("budget"), std::string::npos);
     }
     if (status == "skipped") EXPECT_EQ(row.at(column("reason")), "implied-oom");
+  }
+  // The progress line says the failure in a few words; the row and the worker's log keep the
+  // whole message (issue 37, item 7).
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(\] oom \((forward|backward|optimizer|build), [0-9.]+ [KMG]iB asked\) +gpt2-test b=4 )")))
+      << r.output;
+  EXPECT_EQ(r.output.find("budget exceeded"), std::string::npos) << r.output;
+  for (const auto& row : read_results((dir / "out").string()).rows) {
+    if (row.at(column("status")) != "oom") continue;
+    std::ifstream log(dir / "out" / "logs" / (row.at(column("point_id")) + ".log"));
+    const std::string text{std::istreambuf_iterator<char>(log), {}};
+    EXPECT_NE(text.find(row.at(column("message"))), std::string::npos) << text;
   }
 }
 

@@ -2,8 +2,8 @@
 // One card's GPT-2 sections are regenerated from scratch and must equal docs/tables/rtx3060.md's, line
 // for line (the emulation is deterministic); a change to the emulator, the allocator model or
 // fit's search that moves a number fails here until the tables are regenerated
-// (`sweep tables --card rtx3060`, or scripts/tables.sh for every card). Also: a misspelt card is a
-// user error that names the flag and writes nothing.
+// (`sweep tables --card rtx3060`, or scripts/tables.sh for every card). The same run's progress
+// lines are checked. Also: a misspelt card is a user error that names the flag and writes nothing.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <sstream>
 
 #include "scratch_dir.h"
@@ -63,10 +64,17 @@ TEST(Tables, RegeneratedRtx3060Gpt2EqualsTheCommittedTable) {
   // keeps every other one. GPT-2 is named by its Hugging Face id, as `sweep models` prints it
   // (it once matched no model and wrote a table of 0 inputs over the committed one).
   fs::copy_file(kSource / "docs/tables/rtx3060.json", dir.path / "out/rtx3060.json");
-  const Outcome r = sweep_tables("--card rtx3060 --model openai-community/gpt2 -q --out " +
+  const Outcome r = sweep_tables("--card rtx3060 --model openai-community/gpt2 --out " +
                                      (dir.path / "out").string() + " --results " + (dir.path / "results").string(),
                                  dir.path);
   ASSERT_EQ(r.code, 0) << r.err;
+  // Progress (issue 37, item 5): [k/N] per card, model and input, its searches' time, an ETA
+  // from the first on; then the card's line.
+  EXPECT_TRUE(std::regex_search(
+      r.err, std::regex(R"((^|\n)\[1/2\] rtx3060, gpt2, seq 512  \d+ searches in \d+\.\d s \(\d+\.\d s a search\) \| ETA \d+ (s|min)[^\n]*\n)"
+                        R"(\[2/2\] rtx3060, gpt2, seq 1024  \d+ searches in \d+\.\d s \(\d+\.\d s a search\)\n)"
+                        R"(tables: rtx3060: 2 inputs in \d+\.\d s -> )")))
+      << r.err;
   const auto fresh = sections(read(dir.path / "out/rtx3060.md"));
   const auto old = sections(committed);
   ASSERT_GT(old.size(), 2u);

@@ -7,6 +7,7 @@
 
 #include "sweep_version.h"
 #include "sweeps/cli/cli.h"
+#include "sweeps/cli/command_line.h"
 #include "sweeps/cli/env_check.h"
 #include "reports/results/error.h"
 #include "sweeps/runner/isolate.h"
@@ -30,8 +31,7 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);
-    return sweep::print_user_error(
-        sweep::UserError("", 0, "", e.what(), "run `" + app.get_name() + " --help`"));
+    return sweep::print_user_error(sweep::command_line_error(app, e));
   }
   return exit_code;
 }

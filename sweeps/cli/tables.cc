@@ -21,6 +21,7 @@
 #include "sweep_version.h"
 #include "sweeps/cli/fit.h"
 #include "reports/results/files.h"
+#include "sweeps/runner/progress.h"
 
 namespace sweep {
 namespace {
@@ -73,12 +74,25 @@ std::string precision_note(const CardSpec& c) {
              "kept for their memory, and train at a fraction of fp16's speed here.");
 }
 
+// "27 searches in 41.8 s (1.5 s a search)": a unit's time, and what one search cost in it.
+std::string searches_text(std::size_t searches, std::chrono::steady_clock::duration took) {
+  const double s = std::chrono::duration<double>(took).count();
+  char text[96];
+  if (searches == 0) std::snprintf(text, sizeof text, "%.1f s", s);
+  else
+    std::snprintf(text, sizeof text, "%zu search%s in %.1f s (%.1f s a search)", searches,
+                  searches == 1 ? "" : "es", s, s / static_cast<double>(searches));
+  return text;
+}
+
 void write(const fs::path& path, const std::string& text, const std::string& what) {
   install_file(path, text, what, "--out", "give --out a directory you can write");
 }
 
 // The fit answers one card's table needs, collected into the card's data (reports/tables/tables.h).
-json collect(const CardSpec& card, const TablesOptions& o, const std::vector<const models::ModelSpec*>& zoo) {
+// `progress` counts one unit per model and input (its fits), as the search counts probes.
+json collect(const CardSpec& card, const TablesOptions& o, const std::vector<const models::ModelSpec*>& zoo,
+             Progress& progress) {
   const bool measured_card = card.key == "rtx3060";
   const fs::path measured_file = fs::path(o.out) / "rtx3060-results.csv";
   std::optional<reports::Results> measured;
@@ -111,6 +125,10 @@ json collect(const CardSpec& card, const TablesOptions& o, const std::vector<con
   d["entries"] = json::array();
   for (const auto* spec : zoo)
     for (const Input& in : inputs_of(*spec)) {
+      const std::string what = std::string(card.key) + ", " + spec->name + ", " + in.label;
+      const auto start = std::chrono::steady_clock::now();
+      std::size_t searches = 0;
+      progress.start_work(what);
       FitOptions f = base;
       f.model = spec->name;
       f.seq = in.seq;
@@ -125,6 +143,7 @@ json collect(const CardSpec& card, const TablesOptions& o, const std::vector<con
                               std::string(card.name) + " failed (exit " + std::to_string(rc) + ")",
                           "run it alone to see why: sweep fit " + spec->name + " --gpu " +
                               std::string(card.key) + " --device emulated --out " + x.out);
+        searches += answer["techniques"].size();  // one max-batch search per technique
         return answer;
       };
       json answer = fit(f);
@@ -173,8 +192,9 @@ json collect(const CardSpec& card, const TablesOptions& o, const std::vector<con
           capped.offloads = {"none"};
           capped.optimizers = {"adamw", "adafactor"};
           capped.out = f.out + "-cap";
-          json ignored;
-          if (run_fit(capped, &ignored) == 0) {
+          json capped_answer;
+          if (run_fit(capped, &capped_answer) == 0) {
+            searches += capped_answer["techniques"].size();
             const auto rows = reports::measured_beside_predicted(
                 *measured, reports::read_results((fs::path(capped.out) / "results.csv").string()));
             const std::string key = spec->name + "|" + in.label;
@@ -191,6 +211,7 @@ json collect(const CardSpec& card, const TablesOptions& o, const std::vector<con
         }
       }
       d["entries"].push_back(entry);
+      progress.finish_work(what, searches_text(searches, std::chrono::steady_clock::now() - start));
     }
   if (measured)
     d["measured_note"] = "Where a section also shows measured rows, those rank by throughput "
@@ -284,17 +305,21 @@ int run_tables(const TablesOptions& o) {
   for (const auto& c : cards())
     if (auto d = card_data_in(o.out, c)) data[std::string(c.key)] = std::move(*d);
   make_output_directory(o.out, "--out");
+  std::size_t units = 0;  // [k/N]: each card's models and inputs
+  for (const auto* spec : zoo) units += inputs_of(*spec).size();
+  Progress progress(units * chosen.size(), o.quiet);
   for (const CardSpec* card : chosen) {
     const auto start = std::chrono::steady_clock::now();
-    json d = collect(*card, o, zoo);
+    json d = collect(*card, o, zoo, progress);
+    const std::size_t inputs = d["entries"].size();
     const std::string key(card->key);
     if (!o.models.empty() && data.count(key)) d = merged(d, data.at(key), zoo);
     write(fs::path(o.out) / (key + ".json"), d.dump(1) + "\n", "the table's data");
     write(fs::path(o.out) / (key + ".md"), reports::card_markdown(d), "the table");
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (!o.quiet)
-      std::fprintf(stderr, "tables: %s: %zu inputs in %.1f s -> %s\n", key.c_str(), d["entries"].size(), s,
-                   (fs::path(o.out) / (key + ".md")).c_str());
+    char line[64];
+    std::snprintf(line, sizeof line, "%zu inputs in %.1f s", inputs, s);
+    progress.note("tables: " + key + ": " + line + " -> " + (fs::path(o.out) / (key + ".md")).string());
     data[key] = std::move(d);
   }
   // The page: every card whose data is in OUT, in the table's order.

@@ -150,8 +150,12 @@ class Runner {
       detail = "peak " + reports::format_bytes(row.value("peak_allocated_bytes", 0.0));
     if (r.status == Status::kOk && row.contains("tokens_per_s"))
       detail += ", " + std::to_string(static_cast<int64_t>(row["tokens_per_s"].get<double>())) + " tokens/s";
-    const std::string message = row.value("message", std::string());
-    if (r.status != Status::kOk && !message.empty()) detail += (detail.empty() ? "" : ", ") + message;
+    // The line stays one terminal line: a failure in a few words, its message in the row and
+    // the log (a CUDA out-of-memory message is 400 characters).
+    const std::string why =
+        r.status == Status::kOk ? "" : failure_brief(r.status, row.value("phase", std::string()),
+                                                     row.value("reason", std::string()),
+                                                     row.value("message", std::string()));
     char took[32];
     std::snprintf(took, sizeof took, "%s%.2f s", detail.empty() ? "" : ", ", r.wall_s);
     detail += took;
@@ -161,7 +165,7 @@ class Runner {
     forced_.insert(id);
     if (prediction) return *store.outcome(id);
     count_kept_row();
-    progress_.finish(p, r.status, detail, prefix);
+    progress_.finish(p, r.status, detail, prefix, why);
     return *store.outcome(id);
   }
 

@@ -4,6 +4,7 @@
 #include <torch/cuda.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
@@ -130,6 +131,9 @@ int worker_main(const std::string& point_json, int result_fd) {
         written = true;
       };
     const Measurement m = run_burst(p, *mem, *timer, hooks);
+    // The log keeps a failure's whole message; the progress line says it in a few words.
+    if (!m.message.empty())
+      std::fprintf(stderr, "%s in %s: %s\n", to_string(m.status).c_str(), m.phase.c_str(), m.message.c_str());
     if (recording && !written) mem->write_snapshot(std::string(snapshot) + ".pickle");
     // PREFIX.oom.pickle stays only for the allocator's failure that ended the burst, not for
     // one recovered from (cuDNN's plan search) in a point that went on.

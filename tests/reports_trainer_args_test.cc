@@ -1,0 +1,241 @@
+// The Trainer arguments of a configuration (reports/common/trainer_args.h), one table row per
+// precision / checkpointing / optimizer / adapter / weights / offload combination: the
+// TrainingArguments that run what the row measured, as transformers 5.23's Trainer reads them
+// (trainer_optimizer.py's optimizer names, trainer.py's use_cache and checkpointing), and what
+// is no Trainer flag.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "reports/common/trainer_args.h"
+
+namespace sweep::reports {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+struct Case {
+  const char* name;
+  TrainingSetup setup;
+  const char* training_arguments;  // the JSON expected, member order included
+  std::vector<std::string> model_code;  // each expected line starts with one of these, in order
+  const char* lora_config = "null";
+  const char* bnb_config = "null";
+};
+
+TrainingSetup setup(Precision p, Checkpointing c, OptimizerKind o, bool use_cache = true) {
+  TrainingSetup s;
+  s.family = "gpt2";
+  s.batch = 31;
+  s.accumulation = 2;
+  s.precision = p;
+  s.checkpointing = c;
+  s.optimizer = o;
+  s.use_cache = use_cache;
+  return s;
+}
+TrainingSetup lora(TrainingSetup s, Weights w = Weights::kFull) {
+  s.adapter = Adapter::kLora;
+  s.lora_r = 16;
+  s.lora_alpha = 32;
+  s.lora_dropout = 0.05;
+  s.lora_targets = {"c_attn"};
+  s.weights = w;
+  return s;
+}
+TrainingSetup offloaded(TrainingSetup s) {
+  s.offload = Offload::kOptimizer;
+  return s;
+}
+
+using P = Precision;
+using C = Checkpointing;
+using O = OptimizerKind;
+
+const std::vector<Case>& cases() {
+  static const std::vector<Case> kCases = {
+      {"fp32 adamw: the foreach AdamW, not Trainer's fused default",
+       setup(P::kFp32, C::kNone, O::kAdamW),
+       R"({"per_device_train_batch_size":31,"gradient_accumulation_steps":2,"bf16":false,"fp16":false,)"
+       R"("gradient_checkpointing":false,"optim":"adamw_torch","use_cache":true})",
+       {}},
+      {"bf16-amp is Trainer's bf16=True", setup(P::kBf16Amp, C::kBlock, O::kAdamWFused, false),
+       R"({"per_device_train_batch_size":31,"gradient_accumulation_steps":2,"bf16":true,"fp16":false,)"
+       R"("gradient_checkpointing":true,"optim":"adamw_torch_fused","use_cache":false})",
+       {}},
+      {"fp16-amp is Trainer's fp16=True", setup(P::kFp16Amp, C::kNone, O::kAdamW8bit),
+       R"({"per_device_train_batch_size":31,"gradient_accumulation_steps":2,"bf16":false,"fp16":true,)"
+       R"("gradient_checkpointing":false,"optim":"adamw_bnb_8bit","use_cache":true})",
+       {}},
+      {"bf16 weights are a cast, not a flag", setup(P::kBf16, C::kBlock, O::kAdafactor, false),
+       R"({"per_device_train_batch_size":31,"gradient_accumulation_steps":2,"bf16":false,"fp16":false,)"
+       R"("gradient_checkpointing":true,"optim":"adafactor","use_cache":false})",
+       {"model = model.to(torch.bfloat16)"}},
+      {"sgd with the row's momentum and weight decay", setup(P::kFp32, C::kNone, O::kSgd),
+       R"({"per_device_train_batch_size":31,"gradient_accumulation_steps":2,"bf16":false,"fp16":false,)"
+       R"("gradient_checkpointing":false,"optim":"sgd","optim_args":"momentum=0.9","weight_decay":0.01,)"
+       R"("use_cache":true})",
+       {}},
+      {"lora: get_peft_model after checkpointing is on", lora(setup(P::kBf16Amp, C::kBlock, O::kAdamW, false)),
+       R"({"per_device_train_batch_size":31,"gradient_accumulation_steps":2,"bf16":true,"fp16":false,)"
+       R"("gradient_checkpointing":true,"optim":"adamw_torch","use_cache":false})",
+       {"model.gradient_checkpointing_enable()",
+        "model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32.0, lora_dropout=0.05, "
+        "target_modules=[\"c_attn\"]))"},
+       R"({"r":16,"lora_alpha":32.0,"lora_dropout":0.05,"target_modules":["c_attn"]})"},
+      {"int8 + lora: loaded in 8 bit in the row's dtype",
+       lora(setup(P::kBf16, C::kNone, O::kAdamW), Weights::kInt8),
+       R"({"per_device_train_batch_size":31,"gradient_accumulation_steps":2,"bf16":false,"fp16":false,)"
+       R"("gradient_checkpointing":false,"optim":"adamw_torch","use_cache":true})",
+       {"model = AutoModelForCausalLM.from_pretrained(name, quantization_config=BitsAndBytesConfig("
+        "load_in_8bit=True), dtype=torch.bfloat16, device_map={\"\": 0})",
+        "model = get_peft_model(model, LoraConfig("},
+       R"({"r":16,"lora_alpha":32.0,"lora_dropout":0.05,"target_modules":["c_attn"]})",
+       R"({"load_in_8bit":true})"},
+      {"offload fp32: ZeRO-Offload, DeepSpeed's optimizer", offloaded(setup(P::kFp32, C::kNone, O::kAdamW)),
+       R"({"per_device_train_batch_size":31,"gradient_accumulation_steps":2,"bf16":false,"fp16":false,)"
+       R"("gradient_checkpointing":false,"use_cache":true,"deepspeed":{"zero_optimization":{"stage":2,)"
+       R"("offload_optimizer":{"device":"cpu","pin_memory":true}},"optimizer":{"type":"AdamW","params":)"
+       R"({"lr":"auto","betas":"auto","eps":"auto","weight_decay":"auto"}},"train_micro_batch_size_per_gpu":)"
+       R"("auto","gradient_accumulation_steps":"auto","fp16":{"enabled":false},"bf16":{"enabled":false}}})",
+       {}},
+      {"offload under autocast: fp32 weights on the card, DeepSpeed's torch_autocast",
+       offloaded(setup(P::kBf16Amp, C::kBlock, O::kAdamW, false)),
+       R"({"per_device_train_batch_size":31,"gradient_accumulation_steps":2,"bf16":false,"fp16":false,)"
+       R"("gradient_checkpointing":true,"use_cache":false,"deepspeed":{"zero_optimization":{"stage":2,)"
+       R"("offload_optimizer":{"device":"cpu","pin_memory":true}},"optimizer":{"type":"AdamW","params":)"
+       R"({"lr":"auto","betas":"auto","eps":"auto","weight_decay":"auto"}},"train_micro_batch_size_per_gpu":)"
+       R"("auto","gradient_accumulation_steps":"auto","fp16":{"enabled":false},"bf16":{"enabled":false},)"
+       R"("torch_autocast":{"enabled":true,"dtype":"bfloat16"}}})",
+       {}},
+  };
+  return kCases;
+}
+
+TEST(TrainerArgs, EachCombinationGetsWhatTrainerNeedsForTheSameRow) {
+  for (const auto& c : cases()) {
+    SCOPED_TRACE(c.name);
+    const TrainerArgs a = trainer_args(c.setup);
+    EXPECT_EQ(a.training_arguments, Json::parse(c.training_arguments)) << a.training_arguments.dump();
+    EXPECT_EQ(a.lora_config, Json::parse(c.lora_config)) << a.lora_config.dump();
+    EXPECT_EQ(a.bnb_config, Json::parse(c.bnb_config)) << a.bnb_config.dump();
+    ASSERT_EQ(a.model_code.size(), c.model_code.size()) << trainer_args_text(a);
+    for (std::size_t i = 0; i < c.model_code.size(); ++i)
+      EXPECT_EQ(a.model_code[i].rfind(c.model_code[i], 0), 0u) << a.model_code[i];
+  }
+}
+
+// What differs from Trainer's own behaviour is said, not left to be found out.
+TEST(TrainerArgs, SaysWhatIsNoTrainerFlag) {
+  auto notes = [](const TrainingSetup& s) {
+    std::string all;
+    for (const auto& n : trainer_args(s).notes) all += n + "\n";
+    return all;
+  };
+  EXPECT_NE(notes(setup(P::kBf16, C::kNone, O::kAdamWFused)).find("not Trainer's bf16=True"), std::string::npos);
+  EXPECT_NE(notes(setup(P::kFp32, C::kNone, O::kAdamW)).find("adamw_torch_fused"), std::string::npos);
+  EXPECT_NE(notes(setup(P::kFp32, C::kNone, O::kAdafactor)).find("torch.optim.Adafactor"), std::string::npos);
+  EXPECT_NE(notes(setup(P::kFp32, C::kNone, O::kAdamW8bit)).find("paged_adamw_8bit"), std::string::npos);
+  EXPECT_NE(notes(offloaded(setup(P::kFp32, C::kNone, O::kAdamW))).find("DeepSpeed ZeRO-Offload"),
+            std::string::npos);
+  EXPECT_EQ(notes(offloaded(setup(P::kFp32, C::kNone, O::kAdamW, false))).find("adamw_torch"),
+            std::string::npos);  // DeepSpeed's optimizer, not Trainer's
+  EXPECT_NE(notes(setup(P::kFp32, C::kNone, O::kAdamWFused, true)).find("Trainer's default is False"),
+            std::string::npos);
+  EXPECT_NE(notes(setup(P::kBf16Amp, C::kBlock, O::kAdamWFused, false)).find("activation_checkpointing"),
+            std::string::npos);
+  EXPECT_EQ(notes(setup(P::kBf16Amp, C::kNone, O::kAdamWFused, false)), "");
+}
+
+TEST(TrainerArgs, EvalRowsGetTheEvalBatchAndNoOptimizer) {
+  TrainingSetup s = setup(P::kBf16, C::kNone, O::kNone);
+  s.mode = Mode::kEval;
+  EXPECT_EQ(trainer_args(s).training_arguments,
+            Json::parse(R"({"per_device_eval_batch_size":31,"bf16":false,"fp16":false,"bf16_full_eval":true,)"
+                        R"("use_cache":true})"));
+}
+
+TEST(TrainerArgs, TextIsPythonToPaste) {
+  const TrainerArgs a = trainer_args(setup(P::kBf16, C::kBlock, O::kAdafactor, false));
+  const std::string text = trainer_args_text(a);
+  EXPECT_EQ(text.rfind("model = model.to(torch.bfloat16)  # bf16 weights: no Trainer flag\n"
+                       "args = TrainingArguments(\n"
+                       "    per_device_train_batch_size=31,\n"
+                       "    gradient_accumulation_steps=2,\n"
+                       "    bf16=False,\n"
+                       "    fp16=False,\n"
+                       "    gradient_checkpointing=True,\n"
+                       "    optim=\"adafactor\",\n"
+                       "    use_cache=False,\n"
+                       ")\n# ",
+                       0),
+            0u)
+      << text;
+  const std::string ds = trainer_args_text(trainer_args(offloaded(setup(P::kFp32, C::kNone, O::kAdamW))));
+  EXPECT_NE(ds.find("ds_config = {\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": "
+                    "{\"device\": \"cpu\", \"pin_memory\": True}}"),
+            std::string::npos)
+      << ds;
+  EXPECT_NE(ds.find("    deepspeed=ds_config,\n"), std::string::npos) << ds;
+}
+
+TEST(TrainerArgs, JsonCarriesTheSameAsTheText) {
+  const TrainerArgs a = trainer_args(lora(setup(P::kFp16Amp, C::kNone, O::kAdamW), Weights::kInt8));
+  const Json j = trainer_args_json(a);
+  EXPECT_EQ(j["training_arguments"], a.training_arguments);
+  EXPECT_EQ(j["lora_config"], a.lora_config);
+  EXPECT_EQ(j["bnb_config"], Json::parse(R"({"load_in_8bit":true})"));
+  EXPECT_EQ(j["from_pretrained"], Json::parse(R"({"dtype":"float32","device_map":{"":0}})"));
+  EXPECT_EQ(j["model_code"].size(), a.model_code.size());
+  EXPECT_FALSE(trainer_args_json(trainer_args(setup(P::kFp32, C::kNone, O::kAdamW))).contains("lora_config"));
+}
+
+TEST(TrainerArgs, PrecisionNamesExplainThemselves) {
+  EXPECT_EQ(precision_words(P::kBf16Amp), "bf16 autocast (Trainer bf16=True)");
+  EXPECT_EQ(precision_words(P::kBf16), "bf16 weights (model.to(bfloat16))");
+  EXPECT_EQ(precision_words(P::kFp16Amp), "fp16 autocast + loss scaling (Trainer fp16=True)");
+  EXPECT_EQ(precision_words(P::kFp32), "fp32");
+}
+
+TEST(TrainerArgs, PythonLiterals) {
+  EXPECT_EQ(python_literal(Json::parse(R"({"a":[true,false,null],"b":"x\"y","c":1.5})")),
+            R"({"a": [True, False, None], "b": "x\"y", "c": 1.5})");
+}
+
+// A results row's axis cells give the setup; an older file's empty cells their fallbacks.
+TEST(TrainerArgs, SetupOfARow) {
+  Row row;
+  auto set = [&](std::string_view column, const char* v) { row.cells[schema::find_column(column)] = v; };
+  set("family", "t5");
+  set("mode", "train");
+  set("batch", "12");
+  set("accumulation", "4");
+  set("precision", "bf16-amp");
+  set("checkpointing", "block");
+  set("optimizer", "adamw-fused");
+  set("use_cache", "0");
+  set("adapter", "lora");
+  set("lora_r", "8");
+  set("lora_alpha", "16");
+  set("lora_dropout", "0.1");
+  set("lora_targets", "q;v");
+  set("weights", "int8");
+  const TrainingSetup s = setup_of(row);
+  EXPECT_EQ(s.family, "t5");
+  EXPECT_EQ(s.batch, 12);
+  EXPECT_EQ(s.accumulation, 4);
+  EXPECT_EQ(s.precision, P::kBf16Amp);
+  EXPECT_EQ(s.checkpointing, C::kBlock);
+  EXPECT_EQ(s.optimizer, O::kAdamWFused);
+  EXPECT_FALSE(s.use_cache);
+  EXPECT_EQ(s.adapter, Adapter::kLora);
+  EXPECT_EQ(s.lora_alpha, 16);
+  EXPECT_EQ(s.lora_dropout, 0.1);
+  EXPECT_EQ(s.lora_targets, (std::vector<std::string>{"q", "v"}));
+  EXPECT_EQ(s.offload, Offload::kNone);  // empty in an older file: its fallback
+  EXPECT_EQ(s.weights, Weights::kInt8);
+}
+
+}  // namespace
+}  // namespace sweep::reports
