@@ -39,7 +39,7 @@ using schema::column;
 // Bumped when a key of the JSON changes meaning or goes away (new keys do not bump it).
 constexpr int kFitJsonVersion = 2;  // 2: card.usable_bytes became cap_bytes and ceiling_bytes (the one rule)
 
-bool has_cache(const models::ModelSpec& spec) { return spec.family == "gpt2" || spec.family == "t5"; }
+bool has_cache(const models::ModelSpec& spec) { return spec.family != "whisper"; }
 
 template <Vocabulary E>
 YAML::Node yaml_list(const std::vector<E>& v) {
@@ -230,8 +230,10 @@ int run_fit(const FitOptions& given, nlohmann::json* answer) {
                     (w == Weights::kFull || ad == Adapter::kLora))
                   wanted.push_back({p, c, opt, cache, ad, off, w});
 
-  const std::string out = o.out.empty() ? "results/fit-" + o.model + "-" + card.key : o.out;
-  const std::string name = "fit-" + o.model + "-" + card.key;
+  // A config.json's model is named by its path; its folder names the results directory.
+  const std::string slug = models::model_slug(*models::find_model(o.model));
+  const std::string out = o.out.empty() ? "results/fit-" + slug + "-" + card.key : o.out;
+  const std::string name = "fit-" + slug + "-" + card.key;
   // The emulated card: the table's, its context written out when given.
   YAML::Node gpu;
   if (emulated && !o.context_gib) {
