@@ -149,7 +149,11 @@ json table_view(const json& d) {
                             r.at("label").get<std::string>() + ", micro-batch " +
                             std::to_string(batch) + " x accumulation " + std::to_string(acc) +
                             ", peak reserved " + bytes_cell(r.at("peak_reserved_bytes")) +
-                            ", under the recommended ceiling of " + format_bytes(ceiling) + ".";
+                            (r.value("above_ceiling", false)
+                                 ? ", above the recommended ceiling of " + format_bytes(ceiling) +
+                                       " (nothing stayed under it: it fits the cap with less "
+                                       "than the margin kept free)."
+                                 : ", under the recommended ceiling of " + format_bytes(ceiling) + ".");
     }
     if (e.contains("measured")) {
       const json& m = e.at("measured");

@@ -2,9 +2,15 @@
 #include "sweeps/cli/fit_analysis.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <set>
 
-#include "reports/common/fit_rule.h"
+#include "reports/common/pick.h"
 #include "reports/results/schema.h"
+#include "sweeps/cli/fit_question.h"
+#include "sweeps/cli/fit_search.h"
+#include "sweeps/runner/estimate.h"
+#include "sweeps/runner/search.h"
 
 namespace sweep {
 namespace {
@@ -102,10 +108,33 @@ Analysis analyse(const reports::Results& results, const std::vector<Point>& sear
   return a;
 }
 
+FitRows analyse(const FitQuestion& q, const FitSearch& s, const std::vector<FitTechnique>& wanted) {
+  FitRows f;
+  f.results = std::make_shared<const reports::Results>(reports::read_results(s.results.string()));
+  f.analysis = analyse(*f.results, s.question, wanted);
+  // The emulated runs that seeded this question's searches: each a point of the question on
+  // the emulated device.
+  if (const auto path = s.results.parent_path() / kPredictionsFile; std::filesystem::exists(path)) {
+    std::set<std::string> keys;
+    for (const auto& p : s.question) keys.insert(combination_key(p));
+    const auto rows = reports::read_results(path.string());  // the rows below point into it
+    for (const auto* r : reports::latest_per_point(rows).rows) {
+      Point p = point_of(*r);
+      p.device = q.device;
+      p.card = {};
+      f.predictions += keys.count(combination_key(p)) > 0;
+    }
+  }
+  for (const auto& t : f.analysis.techniques) f.probes += t.probes;
+  f.probes_line =
+      probes_text(f.probes, static_cast<int>(f.analysis.techniques.size()), f.predictions);
+  return f;
+}
+
 namespace {
 
 // Every fitting probe whose batch reaches the effective batch, less those refused, as a pick
-// each (a confirmed one as measured at its accumulation), under the ceiling when any is.
+// each (a confirmed one as measured at its accumulation).
 std::vector<Pick> candidates(const Analysis& a, const PickQuestion& q) {
   std::vector<Pick> all;
   for (const auto& t : a.techniques) {
@@ -126,11 +155,6 @@ std::vector<Pick> candidates(const Analysis& a, const PickQuestion& q) {
       all.push_back(p);
     }
   }
-  std::vector<Pick> under;
-  for (const auto& p : all)
-    if (p.peak_reserved <= static_cast<double>(q.ceiling_bytes)) under.push_back(p);
-  if (!under.empty() || q.ceiling_bytes <= 0) return q.ceiling_bytes <= 0 ? all : under;
-  for (auto& p : all) p.above_ceiling = true;
   return all;
 }
 
@@ -138,38 +162,23 @@ std::vector<Pick> candidates(const Analysis& a, const PickQuestion& q) {
 
 std::optional<Pick> pick(const Analysis& a, const PickQuestion& q) {
   std::vector<Pick> c = candidates(a, q);
-  if (c.empty()) return std::nullopt;
-  // The first of equals wins (listed order): a stable sort by throughput.
-  std::stable_sort(c.begin(), c.end(),
-                   [](const Pick& x, const Pick& y) { return x.tokens_per_s > y.tokens_per_s; });
-  if (c.size() > 1 && reports::prefer_runner_up(c[0].tokens_per_s, c[0].step_ms_cv,
-                                                c[1].tokens_per_s, c[1].step_ms_cv)) {
-    auto label = [](const Pick& p) {
-      return p.technique->label() + ", batch " + std::to_string(p.batch) +
-             (p.accumulation > 1 ? " x " + std::to_string(p.accumulation) : "");
-    };
-    c[1].why = reports::runner_up_note(label(c[0]), c[0].tokens_per_s, c[0].step_ms_cv,
-                                       label(c[1]), c[1].tokens_per_s, c[1].step_ms_cv);
-    return c[1];
-  }
-  return c[0];
+  std::vector<reports::Candidate> seen;
+  for (const auto& p : c)
+    seen.push_back({p.technique->label(), technique_count(*p.technique), p.batch, p.accumulation,
+                    p.tokens_per_s, p.step_ms_cv, p.peak_reserved, q.predicted});
+  const auto picked = reports::pick(seen, {q.rule});
+  if (!picked) return std::nullopt;
+  Pick p = c[picked->index];
+  p.above_ceiling = picked->above_ceiling;
+  p.by_memory = picked->ranked == reports::Ranked::kByMemory;
+  p.why = picked->note;
+  return p;
 }
 
 int technique_count(const FitTechnique& t) {
   return (t.precision != Precision::kFp32) + (t.checkpointing != Checkpointing::kNone) +
          (t.optimizer != OptimizerKind::kAdamW) + !t.use_cache + (t.adapter != Adapter::kNone) +
          (t.offload != Offload::kNone) + (t.weights != Weights::kFull);
-}
-
-std::optional<Pick> pick_by_memory(const Analysis& a, const PickQuestion& q) {
-  std::vector<Pick> c = candidates(a, q);
-  if (c.empty()) return std::nullopt;
-  return *std::min_element(c.begin(), c.end(), [](const Pick& p, const Pick& best) {
-    const int n = technique_count(*p.technique), m = technique_count(*best.technique);
-    if (n != m) return n < m;
-    if (p.batch != best.batch) return p.batch > best.batch;
-    return p.peak_reserved < best.peak_reserved;
-  });
 }
 
 std::string pick_id(const Pick& p) {
