@@ -165,7 +165,7 @@ TEST(ConfigJsonCli, ALocalConfigJsonIsAModelForFitAndModelsListsTheCatalogue) {
   ScratchDir dir("sweep_hf_config_cli");
   fs::create_directories(dir.path / "my-model");
   const auto file = (dir.path / "my-model" / "config.json").string();
-  fs::copy_file(fs::path(SWEEP_SOURCE_DIR) / "models/catalogue/Qwen/Qwen2.5-0.5B/config.json", file);
+  fs::copy_file(fs::path(SWEEP_SOURCE_DIR) / "tests/fixtures/configs/qwen2.5-0.5b-2layers/config.json", file);
   const auto fit = testing::run_sweep_cli("fit " + file + " --gpu rtx3060 --seq 256 --out " +
                                           (dir.path / "out").string());
   EXPECT_EQ(fit.exit_code, 0) << fit.output;

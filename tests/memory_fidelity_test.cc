@@ -181,24 +181,29 @@ TEST_P(MemoryFidelity, EmulatedAsTheCpuWithinOnePercentOfTransformers) {
   check_family(GetParam(), *mem, *timer, cpu);
 }
 
+// A case's test name: the test model's family, or a decoder fixture's folder up to its first
+// '-' ("qwen2.5-0.5b-2layers" -> "qwen25").
+std::string family_test_name(const testing::TestParamInfo<std::string>& info) {
+  const std::string& m = info.param;
+  if (!models::names_config_file(m)) return m.substr(0, m.find('-'));
+  std::string folder = m.substr(0, m.rfind('/'));
+  folder = folder.substr(folder.rfind('/') + 1);
+  folder = folder.substr(0, folder.find('-'));
+  std::string name;
+  for (char ch : folder)
+    if (std::isalnum(static_cast<unsigned char>(ch))) name += ch;
+  return name;
+}
+
 // The test models by their family; the decoders from config.json (Llama, Qwen2, Qwen3, Phi-3
 // at published widths with fewer layers, tests/fixtures/configs/) by their folder.
-INSTANTIATE_TEST_SUITE_P(
-    Families, MemoryFidelity,
-    testing::Values("gpt2-test", "t5-test", "whisper-test",
-                    "tests/fixtures/configs/qwen2.5-0.5b-2layers/config.json",
-                    "tests/fixtures/configs/qwen3-0.6b-2layers/config.json",
-                    "tests/fixtures/configs/tinyllama-1.1b-1layer/config.json",
-                    "tests/fixtures/configs/phi3-mini-1layer/config.json"),
-    [](const auto& info) {
-      const std::string& m = info.param;
-      if (!models::names_config_file(m)) return m.substr(0, m.find('-'));
-      std::string folder = m.substr(0, m.rfind('/'));
-      folder = folder.substr(folder.rfind('/') + 1), folder = folder.substr(0, folder.find('-'));
-      std::string name;
-      for (char ch : folder) if (std::isalnum(static_cast<unsigned char>(ch))) name += ch;
-      return name;
-    });
+INSTANTIATE_TEST_SUITE_P(Families, MemoryFidelity,
+                         testing::Values("gpt2-test", "t5-test", "whisper-test",
+                                         "tests/fixtures/configs/qwen2.5-0.5b-2layers/config.json",
+                                         "tests/fixtures/configs/qwen3-0.6b-2layers/config.json",
+                                         "tests/fixtures/configs/tinyllama-1.1b-1layer/config.json",
+                                         "tests/fixtures/configs/phi3-mini-1layer/config.json"),
+                         family_test_name);
 
 }  // namespace
 }  // namespace sweep
