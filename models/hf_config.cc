@@ -98,6 +98,12 @@ LlamaConfig::Rope parse_rope(const Source& s, const json& j, const LlamaConfig& 
   return r;
 }
 
+// A sliding window field: an explicit null is None (no window), not the class default.
+int64_t window(const Source& s, const json& j, const std::string& key, int64_t fallback) {
+  if (j.contains(key) && j.at(key).is_null()) return 0;
+  return whole(s, j, key, fallback, 0);
+}
+
 // Each layer's sliding window as the architecture's config class and model decide it.
 std::vector<int64_t> layer_windows(const Source& s, const json& j, const std::string& arch,
                                    int64_t layers) {
@@ -106,13 +112,13 @@ std::vector<int64_t> layer_windows(const Source& s, const json& j, const std::st
     // sliding_window only with use_sliding_window, and only from max_window_layers on
     // (layer_types as the config class builds them).
     if (!flag(s, j, "use_sliding_window", false)) return w;
-    const int64_t window = whole(s, j, "sliding_window", 4096, 0);
+    const int64_t size = window(s, j, "sliding_window", 4096);
     const int64_t from = whole(s, j, "max_window_layers", 28, 0);
-    for (int64_t i = from; i < layers; ++i) w[i] = window;
+    for (int64_t i = from; i < layers; ++i) w[i] = size;
   } else if (arch == "MistralForCausalLM") {
-    std::fill(w.begin(), w.end(), whole(s, j, "sliding_window", 4096, 0));
+    std::fill(w.begin(), w.end(), window(s, j, "sliding_window", 4096));
   } else if (arch == "Phi3ForCausalLM") {
-    std::fill(w.begin(), w.end(), whole(s, j, "sliding_window", 0, 0));
+    std::fill(w.begin(), w.end(), window(s, j, "sliding_window", 0));
   }
   return w;
 }

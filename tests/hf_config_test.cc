@@ -137,8 +137,11 @@ TEST(ConfigJson, DecoderFieldsAsTransformersConfigClassesReadThem) {
   EXPECT_EQ(ll.head_dim, 8);
   EXPECT_TRUE(ll.attention_bias && ll.o_proj_bias);
   EXPECT_EQ(ll.rope.type, "llama3");
-  // Phi-3: fused projections.
-  EXPECT_TRUE(config_of(R"({"architectures": ["Phi3ForCausalLM"], )" + small + "}").fused_projections);
+  // Phi-3: fused projections; its default pad_token_id (32000) must lie in the vocabulary, as
+  // nn.Embedding's padding_idx must.
+  EXPECT_TRUE(config_of(R"({"architectures": ["Phi3ForCausalLM"], "pad_token_id": 0, )" + small + "}")
+                  .fused_projections);
+  EXPECT_EQ(error_of(R"({"architectures": ["Phi3ForCausalLM"], )" + small + "}").key(), "pad_token_id");
 }
 
 // _compute_llama3_parameters on Llama 3.2's rope (theta 500000, factor 32, head_dim 64): the
