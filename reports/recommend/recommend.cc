@@ -6,6 +6,7 @@
 // activation checkpointing, smaller micro-batch with more accumulation, lighter optimizer.
 #include "reports/recommend/recommend.h"
 
+#include "reports/common/fidelity.h"
 #include "reports/common/pick.h"
 #include "reports/recommend/recommend_rows.h"
 #include "reports/results/stats.h"
@@ -114,12 +115,14 @@ std::optional<Choice> largest_batch(const std::vector<Choice>& v) {
 // The recommendation among candidates that fit the cap, by the one pick (common/pick.h); why
 // it is not simply the fastest, and whether nothing was under the ceiling. Only timed
 // candidates are ranked by speed; where none is, predicted ones by memory; on the CPU every
-// one by memory.
-std::optional<Choice> recommended(const std::vector<Choice>& v, const FitRule& rule,
+// one by memory. On a card without bf16 tensor cores (bf16 false) no bf16 or bf16-amp.
+std::optional<Choice> recommended(const std::vector<Choice>& v, const FitRule& rule, bool bf16,
                                   std::string* why, bool* above_ceiling) {
   std::vector<Choice> kept;
   for (const auto& c : v)
-    if (!rule.cuda || c.tokens_per_s > 0 || c.predicted) kept.push_back(c);
+    if ((!rule.cuda || c.tokens_per_s > 0 || c.predicted) &&
+        (bf16 || (c.precision != Precision::kBf16 && c.precision != Precision::kBf16Amp)))
+      kept.push_back(c);
   std::vector<Candidate> candidates;
   for (const auto& c : kept) candidates.push_back(candidate_of(c));
   const auto p = pick(candidates, {rule});
@@ -138,6 +141,7 @@ std::optional<Choice> recommended(const std::vector<Choice>& v, const FitRule& r
 struct Budgeted {
   std::vector<Measured> rows;  // the group's rows, on_target set
   FitRule rule;
+  bool bf16 = true;  // false: the card has no bf16 tensor cores (T4, V100)
   bool fits(const Measured& m) const {
     return rule.fits(m.ok, static_cast<double>(m.choice.peak_reserved_bytes));
   }
@@ -154,14 +158,15 @@ struct Budgeted {
   // The recommendation: under the ceiling; else (above_ceiling set) what fits the cap.
   std::optional<Choice> fastest(bool* above_ceiling = nullptr, std::string* why = nullptr) const {
     auto train = [](const Measured& m) { return m.train(); };
-    return recommended(fitting(train), rule, why, above_ceiling);
+    return recommended(fitting(train), rule, bf16, why, above_ceiling);
   }
 };
 
 Budgeted budgeted(const std::vector<const Measured*>& rows, const FitRule& rule,
-                  const OnTarget& on) {
+                  const OnTarget& on, bool bf16 = true) {
   Budgeted b;
   b.rule = rule;
+  b.bf16 = bf16;
   for (const auto* m : rows) {
     b.rows.push_back(*m);
     b.rows.back().choice.on_target = on(*m);
@@ -247,7 +252,7 @@ void effective_batch(const Budgeted& b, int64_t n, GroupRecommendation& g) {
     inferred.inferred = true;
     cand.push_back(inferred);
   }
-  g.effective = recommended(cand, b.rule, nullptr, nullptr);
+  g.effective = recommended(cand, b.rule, b.bf16, nullptr, nullptr);
 }
 
 void eval_checks(const Budgeted& b, GroupRecommendation& g) {
@@ -403,6 +408,12 @@ std::vector<std::string> notes_for(const Recommendation& r, const std::vector<Me
         "no throughput is predicted, so configurations are ranked by memory (the fewest changes "
         "from plain training that fit, then the largest batch), not by speed. Measure on the "
         "card itself for its throughput.");
+  if (!r.predicted_cards.empty()) {
+    std::set<std::string> families;
+    for (const auto& m : rows)
+      if (m.choice.predicted) families.insert(m.row->at(column("family")));
+    for (const auto& f : families) notes.push_back(measured_error_line(f));
+  }
   if (std::none_of(rows.begin(), rows.end(), [](auto& m) { return m.ok && m.train(); }))
     notes.push_back(
         "No train row ran ok: nothing to recommend. Check the results' status and "
@@ -454,6 +465,15 @@ std::string Choice::label() const {
 
 std::string Choice::technique() const {
   return mode == Mode::kEval ? to_string(precision) + " (eval)" : label_head(*this) + label_tail(*this);
+}
+
+std::string GroupRecommendation::no_pick() const {
+  if (fastest) return "";
+  if (train_failed > 0)
+    return "no answer: " + std::to_string(train_failed) + " of " + std::to_string(train_rows) +
+           " train rows did not run (" + failure +
+           "), and a search stopped that way says nothing about what fits";
+  return "nothing fits the cap";
 }
 
 std::string GroupRecommendation::label() const {
@@ -536,8 +556,14 @@ Recommendation recommend(const std::vector<Results>& results, const RecommendOpt
     for (const auto* m : members) {
       g.train_rows += m->train();
       g.train_ok += m->train() && m->ok;
+      if (m->train() && !m->ok && !m->oom() && m->choice.status != Status::kOk) {
+        if (g.train_failed++ == 0)
+          g.failure = to_string(m->choice.status) + ": " + m->row->at(column("message")) + " (" +
+                      m->choice.where + ")";
+      }
     }
-    Budgeted b = budgeted(members, r.target, on_target);
+    Budgeted b = budgeted(members, r.target, on_target,
+                          !r.target.gpu || has_bf16_tensor_cores(*r.target.gpu));
     g.fastest = b.fastest(&g.above_ceiling, &g.headline_note);
     if (r.has_eval) eval_checks(b, g);
     max_batch_per_technique(b, g);

@@ -45,7 +45,7 @@ int run_fit(const FitOptions& given, nlohmann::json* answer) {
   } else {
     print_answer(question, planned, searched, rows, picked);
   }
-  return 0;
+  return picked.no_answer.empty() ? 0 : 1;  // searches stopped by crashes: no answer
 }
 
 }  // namespace sweep

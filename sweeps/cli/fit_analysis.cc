@@ -101,6 +101,7 @@ Analysis analyse(const reports::Results& results, const std::vector<Point>& sear
       if (!t.first_oom || batch < *t.first_oom) t.first_oom = batch;
     } else {
       t.stopped = to_string(r->status);
+      t.stopped_message = r->at(column("message"));
     }
   }
   for (const auto& t : wanted)
@@ -131,29 +132,73 @@ FitRows analyse(const FitQuestion& q, const FitSearch& s, const std::vector<FitT
   return f;
 }
 
+std::string stopped_searches(const Analysis& a) {
+  int stopped = 0;
+  const FitTechnique* first = nullptr;
+  for (const auto& t : a.techniques)
+    if (!t.largest && !t.stopped.empty() && stopped++ == 0) first = &t;
+  if (!first) return "";
+  return std::to_string(stopped) + " of " + std::to_string(a.techniques.size()) +
+         " searches stopped before finding a batch that fits (" + first->label() + ": " +
+         first->stopped + (first->stopped_message.empty() ? "" : ", " + first->stopped_message) + ")";
+}
+
 namespace {
 
 // Every fitting probe whose batch reaches the effective batch, less those refused, as a pick
 // each (a confirmed one as measured at its accumulation).
+Pick probe_pick(const FitTechnique& t, const reports::Row& r, int64_t batch, const PickQuestion& q) {
+  return {&t,
+          batch,
+          q.effective ? *q.effective / batch : 1,
+          r.number(column("tokens_per_s")).value_or(0),
+          r.number(column("step_ms_cv")).value_or(0),
+          r.number(column("peak_reserved_bytes")).value_or(0)};
+}
+
+// The largest micro-batch of technique `t` that divides the effective batch and fits (at most
+// its largest batch: memory grows with the batch), when the search never probed it (a seeded
+// search probes near the prediction only): a candidate to be measured, its peak and
+// throughput those of the smallest probe above it (an upper bound of its peak) until then.
+std::optional<Pick> unprobed_divisor(const FitTechnique& t, const std::vector<const reports::Row*>& ok,
+                                     const PickQuestion& q) {
+  if (!q.effective || !t.largest) return std::nullopt;
+  int64_t d = std::min(*t.largest, *q.effective);
+  while (*q.effective % d != 0) --d;
+  const reports::Row* above = nullptr;
+  int64_t above_batch = 0;
+  for (const auto* r : ok) {
+    const auto b = static_cast<int64_t>(r->number(column("batch")).value_or(0));
+    if (b == d) return std::nullopt;  // probed: a candidate as it is
+    if (b > d && (!above || b < above_batch)) above = r, above_batch = b;
+  }
+  if (!above) return std::nullopt;
+  Pick p = probe_pick(t, *above, d, q);
+  p.unprobed = true;
+  return p;
+}
+
+// Every fitting probe whose batch reaches the effective batch and the largest micro-batch that
+// divides it (unprobed_divisor), less those refused, as a pick each (a confirmed one as
+// measured at its accumulation).
 std::vector<Pick> candidates(const Analysis& a, const PickQuestion& q) {
   std::vector<Pick> all;
+  auto add = [&](Pick p) {
+    const std::string id = pick_id(p);
+    if (std::find(q.refused.begin(), q.refused.end(), id) != q.refused.end()) return;
+    if (const auto c = q.confirmed.find(id); c != q.confirmed.end()) p = c->second;
+    all.push_back(p);
+  };
   for (const auto& t : a.techniques) {
     const auto it = a.ok_rows.find(technique_key(t));
     if (it == a.ok_rows.end()) continue;
+    if (!q.bf16 && (t.precision == Precision::kBf16 || t.precision == Precision::kBf16Amp)) continue;
     for (const auto* r : it->second) {
       const auto b = static_cast<int64_t>(r->number(column("batch")).value_or(0));
       if (b <= 0 || (q.effective && (b > *q.effective || *q.effective % b != 0))) continue;
-      Pick p{&t,
-             b,
-             q.effective ? *q.effective / b : 1,
-             r->number(column("tokens_per_s")).value_or(0),
-             r->number(column("step_ms_cv")).value_or(0),
-             r->number(column("peak_reserved_bytes")).value_or(0)};
-      const std::string id = pick_id(p);
-      if (std::find(q.refused.begin(), q.refused.end(), id) != q.refused.end()) continue;
-      if (const auto c = q.confirmed.find(id); c != q.confirmed.end()) p = c->second;
-      all.push_back(p);
+      add(probe_pick(t, *r, b, q));
     }
+    if (const auto d = unprobed_divisor(t, it->second, q)) add(*d);
   }
   return all;
 }

@@ -58,6 +58,11 @@ struct FitRows {
 };
 FitRows analyse(const FitQuestion& q, const FitSearch& s, const std::vector<FitTechnique>& wanted);
 
+// Why there is no answer when searches stopped on a crash or a timeout before finding a batch
+// that fits: "3 of 22 searches stopped before finding a batch that fits (crash: ...)"; "" when
+// every search answered. Such a search says nothing about memory: never "nothing fits".
+std::string stopped_searches(const Analysis& a);
+
 // The recommended way to the effective batch: the one pick (reports/common/pick.h) among the
 // probes that fit (every ok probe: they ran under the cap) whose batch divides it, each at the
 // accumulation that reaches it, a confirmation run's measurement replacing the probe's.
@@ -68,6 +73,9 @@ struct Pick {
   double peak_reserved = 0;
   bool above_ceiling = false;  // nothing measured stayed under the recommended ceiling
   bool by_memory = false;      // ranked by memory (the CPU; nothing timed), not by speed
+  // A micro-batch the search never probed (the largest that divides the effective batch): its
+  // peak and throughput are those of the next probe above it until it is measured.
+  bool unprobed = false;
   std::string why;             // why not simply the first by that ranking ("" when it is)
 };
 
@@ -79,6 +87,7 @@ struct PickQuestion {
   reports::FitRule rule;
   std::optional<int64_t> effective;
   bool predicted = false;
+  bool bf16 = true;  // false: a card without bf16 tensor cores; bf16 and bf16-amp never picked
   std::vector<std::string> refused;
   std::map<std::string, Pick> confirmed;
 };

@@ -3,6 +3,8 @@
 
 #include <cstdio>
 
+#include "models/zoo.h"
+#include "reports/common/fidelity.h"
 #include "reports/results/rows.h"
 #include "reports/results/stats.h"
 
@@ -14,7 +16,15 @@ constexpr int kFitJsonVersion = 2;  // 2: card.usable_bytes became cap_bytes and
 
 nlohmann::json or_null(bool known, double v) { return known ? nlohmann::json(v) : nlohmann::json(nullptr); }
 
-nlohmann::json technique_answer(const FitTechnique& t, int64_t budget, bool emulated) {
+// A predicted largest batch whose peak sits within the emulator's measured error of the cap.
+bool borderline(const FitQuestion& q, const FitTechnique& t) {
+  if (!q.emulated() || !t.largest) return false;
+  const auto e = reports::measured_error(q.spec->family);
+  return !e || e->borderline(t.peak_reserved, static_cast<double>(q.cap()));
+}
+
+nlohmann::json technique_answer(const FitQuestion& q, const FitTechnique& t, int64_t budget) {
+  const bool emulated = q.emulated();
   nlohmann::json e = technique_json(t);
   e["probes"] = t.probes;
   e["limit_reached"] = t.first_oom.has_value();
@@ -28,6 +38,8 @@ nlohmann::json technique_answer(const FitTechnique& t, int64_t budget, bool emul
     e["step_ms_cv"] = or_null(!emulated, t.step_ms_cv);
   }
   if (!t.stopped.empty()) e["stopped"] = t.stopped;
+  if (!t.stopped_message.empty()) e["stopped_message"] = t.stopped_message;
+  if (emulated) e["borderline"] = borderline(q, t);
   return e;
 }
 
@@ -48,8 +60,10 @@ nlohmann::json recommendation_json(const FitQuestion& q, const FitPick& pick) {
   return j;
 }
 
-std::string technique_row(const FitTechnique& t, int64_t budget, bool emulated) {
+std::string technique_row(const FitQuestion& q, const FitTechnique& t, int64_t budget) {
+  const bool emulated = q.emulated();
   std::string largest = t.largest ? std::to_string(*t.largest) : "none";
+  if (borderline(q, t)) largest += " (borderline)";
   if (t.largest && !t.first_oom) largest += " (limit not reached)";
   if (!t.stopped.empty()) largest += " (" + t.stopped + ")";
   const std::string peak = t.largest ? reports::format_bytes(t.peak_reserved) : "";
@@ -64,6 +78,11 @@ std::string technique_row(const FitTechnique& t, int64_t budget, bool emulated) 
 }
 
 void print_recommendation(const FitQuestion& q, const FitPick& pick) {
+  if (!pick.choice && !pick.no_answer.empty()) {
+    std::printf("\nNo answer: %s. Fix what stopped them and run the same command again: every "
+                "probe already measured is reused.\n", pick.no_answer.c_str());
+    return;
+  }
   if (!pick.choice) {
     std::printf("\nNothing fits %s: not even batch 1 of any technique%s.\n", q.card.name.c_str(),
                 q.emulated() ? (" (" + q.predicted + ")").c_str() : "");
@@ -105,13 +124,20 @@ nlohmann::json answer_json(const FitQuestion& q, const FitSearch& s, const FitRo
   if (q.o.effective_batch) j["effective_batch"] = *q.o.effective_batch;
   j["results"] = s.results.string();
   j["techniques"] = nlohmann::json::array();
-  for (const auto& t : a.techniques) j["techniques"].push_back(technique_answer(t, a.budget_bytes, emulated));
+  for (const auto& t : a.techniques) j["techniques"].push_back(technique_answer(q, t, a.budget_bytes));
+  if (emulated) {
+    const auto e = reports::measured_error(q.spec->family);
+    j["measured_error"] = {{"family", q.spec->family},
+                           {"text", reports::measured_error_line(q.spec->family)}};
+    if (e) j["measured_error"].update({{"low", e->low}, {"high", e->high}, {"rows", e->rows}});
+  }
   j["probes"] = rows.probes;
   j["probes_per_technique"] =
       a.techniques.empty() ? 0.0 : static_cast<double>(rows.probes) / a.techniques.size();
   j["predictions"] = rows.predictions;  // emulated runs that seeded the searches, not probes
   j["probes_text"] = rows.probes_line;
   j["recommendation"] = recommendation_json(q, pick);
+  if (!pick.no_answer.empty()) j["no_answer"] = pick.no_answer;
   return j;
 }
 
@@ -131,7 +157,8 @@ void print_answer(const FitQuestion& q, const FitPlan& p, const FitSearch& s, co
   std::printf("| technique | largest batch | peak | headroom | tokens/s ±cv | probes |\n"
               "| --- | ---: | ---: | ---: | ---: | ---: |\n");
   for (const auto& t : a.techniques)
-    std::fputs(technique_row(t, a.budget_bytes, q.emulated()).c_str(), stdout);
+    std::fputs(technique_row(q, t, a.budget_bytes).c_str(), stdout);
+  if (q.emulated()) std::printf("\n%s\n", reports::measured_error_line(q.spec->family).c_str());
   std::printf("\nProbes: %s.\n", rows.probes_line.c_str());
   print_recommendation(q, pick);
   const std::string card_arg =

@@ -100,14 +100,15 @@ std::string reason_of(const FitQuestion& q, const FitPlan& p, const Pick& choice
 
 FitPick pick_confirmed(const FitQuestion& q, const FitPlan& p, const FitRows& rows) {
   FitPick f;
-  PickQuestion question{q.rule, q.o.effective_batch, q.emulated(), {}, {}};
+  PickQuestion question{q.rule, q.o.effective_batch, q.emulated(), q.bf16_tensor_cores(), {}, {}};
   bool confirmed = false;  // the pick ran ok at its accumulation (or needs none)
   for (int attempt = 0; attempt < 8 && !confirmed; ++attempt) {
     f.choice = pick(rows.analysis, question);
     if (!f.choice) break;
     // A pick measured at its accumulation is ranked again with that measurement: confirmed
     // when it still comes first.
-    if (f.choice->accumulation == 1 || question.confirmed.count(pick_id(*f.choice))) {
+    if ((f.choice->accumulation == 1 && !f.choice->unprobed) ||
+        question.confirmed.count(pick_id(*f.choice))) {
       confirmed = true;
       break;
     }
@@ -122,12 +123,15 @@ FitPick pick_confirmed(const FitQuestion& q, const FitPlan& p, const FitRows& ro
       question.refused.push_back(pick_id(*f.choice));
       continue;
     }
-    *f.choice = *measured;
-    question.confirmed[pick_id(*f.choice)] = *f.choice;
-    confirmed = f.choice->by_memory;  // else ranked again with what the confirmation measured
+    // Ranked again with what the confirmation measured, by speed or by memory: one that
+    // peaked over the ceiling at its accumulation gives way to one under it.
+    f.choice->unprobed = false;
+    question.confirmed[pick_id(*f.choice)] = *measured;
+    question.confirmed[pick_id(*f.choice)].unprobed = false;
   }
   if (!confirmed) f.choice.reset();
   if (f.choice) f.reason = reason_of(q, p, *f.choice);
+  if (!f.choice) f.no_answer = stopped_searches(rows.analysis);
   return f;
 }
 

@@ -18,6 +18,9 @@ struct FitPick {
   std::optional<Pick> choice;  // none: nothing fits
   std::string reason;          // why this one, as the answer prints it
   int exit_code = 0;           // a confirmation run's, when it failed
+  // No pick because searches stopped on crashes (fit_analysis.h stopped_searches): no answer,
+  // never "nothing fits".
+  std::string no_answer;
 };
 
 // Stage 5.

@@ -50,8 +50,13 @@ struct Axes {
 Axes axes_of(const FitQuestion& q) {
   const FitOptions& o = q.o;
   Axes x;
+  // A card without bf16 tensor cores (T4, V100) trains in fp16 autocast with a GradScaler,
+  // not bf16 autocast (the per-card tables do the same, sweeps/cli/tables.cc lacks_bf16).
   x.precisions = checked<Precision>(
-      o.precisions, {Precision::kFp32, Precision::kBf16Amp, Precision::kBf16}, "--precision");
+      o.precisions,
+      q.bf16_tensor_cores() ? std::vector{Precision::kFp32, Precision::kBf16Amp, Precision::kBf16}
+                            : std::vector{Precision::kFp32, Precision::kFp16Amp, Precision::kBf16},
+      "--precision");
   x.checkpointing = checked<Checkpointing>(
       o.checkpointing, {Checkpointing::kNone, Checkpointing::kBlock}, "--checkpointing");
   // 8-bit AdamW and optimizer offload by default where they cost what they cost a user (on

@@ -132,6 +132,12 @@ FitQuestion ask(const FitOptions& given) {
                  q.predicted.c_str(),
                  q.o.device == "auto" ? "no CUDA device here; --device cpu measures on the CPU instead"
                                       : "--device emulated");
+  if (!q.bf16_tensor_cores() && !q.o.quiet)
+    std::fprintf(stderr,
+                 "note: %s (sm_%d%d) has no bf16 tensor cores: fit tries fp16-amp (fp16 autocast "
+                 "with a GradScaler, Trainer fp16=True) in place of bf16-amp, and recommends "
+                 "neither bf16 nor bf16-amp there (they run, at a fraction of fp16's speed)\n",
+                 q.card.name.c_str(), q.card.spec->cc_major, q.card.spec->cc_minor);
   q.rule.memory_bytes = q.card.memory_bytes;
   q.rule.margin = q.o.margin;
   q.rule.cuda = !q.cpu();
