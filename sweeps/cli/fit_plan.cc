@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "models/zoo.h"
 #include "reports/results/error.h"
 #include "sweeps/cli/fit_config.h"
 
