@@ -39,9 +39,10 @@ void set_attention(AttentionFn fn) { g_attention = fn; }
 
 at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                 const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
-                std::optional<double> scale) {
-  if (auto fn = g_attention.load(); fn && q.is_meta()) return fn(q, k, v, mask, dropout_p, is_causal, scale);
-  return at::scaled_dot_product_attention(q, k, v, mask, dropout_p, is_causal, scale);
+                std::optional<double> scale, bool enable_gqa) {
+  if (auto fn = g_attention.load(); fn && q.is_meta())
+    return fn(q, k, v, mask, dropout_p, is_causal, scale, enable_gqa);
+  return at::scaled_dot_product_attention(q, k, v, mask, dropout_p, is_causal, scale, enable_gqa);
 }
 
 at::Tensor apply_dropout(const at::Tensor& input, double p, bool train) {

@@ -35,13 +35,14 @@ at::ScalarType autocast_dtype(c10::DeviceType device);
 
 // torch.nn.functional.scaled_dot_product_attention as the device runs it: ATen's own, or the
 // emulated device's (which picks the backend the emulated device would pick).
+// enable_gqa: key and value carry fewer heads than the query (grouped-query attention).
 using AttentionFn = at::Tensor (*)(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                    const std::optional<at::Tensor>& mask, double dropout_p,
-                                   bool is_causal, std::optional<double> scale);
+                                   bool is_causal, std::optional<double> scale, bool enable_gqa);
 void set_attention(AttentionFn fn);
 at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                 const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
-                std::optional<double> scale);
+                std::optional<double> scale, bool enable_gqa = false);
 
 // torch.nn.functional.dropout (at::dropout) as the device runs it: on CUDA the fused kernel
 // (native_dropout, which keeps a bool mask), elsewhere ATen's composite (which keeps the

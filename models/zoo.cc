@@ -1,7 +1,16 @@
 // The zoo's table: configurations as published by Hugging Face for each checkpoint.
 #include "models/zoo.h"
 
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+
 #include "models/gpt2.h"
+#include "models/hf_config.h"
+#include "reports/results/error.h"
 #include "models/t5.h"
 #include "models/whisper.h"
 
@@ -84,6 +93,13 @@ std::vector<ModelSpec> build_zoo() {
   z.push_back(whisper("whisper-small", "openai/whisper-small", 768, 12, 12));
   z.push_back(whisper("whisper-medium", "openai/whisper-medium", 1024, 24, 16));
   z.push_back(whisper("whisper-large-v3", "openai/whisper-large-v3", 1280, 32, 20, /*mels=*/128));
+  // The catalogue's published configs (models/catalogue/), by Hugging Face id.
+  for (const auto& f : catalogue_files()) {
+    ModelSpec spec = spec_from_config_json(catalogue_name(f.hf_id), f.hf_id, f.json,
+                                           "models/catalogue/" + f.hf_id + "/config.json");
+    spec.catalogue = true;
+    z.push_back(std::move(spec));
+  }
   // Test models: small enough for a 2-core CPU, same code paths. Their configurations are
   // the ones tests/fixtures/make_reference.py builds in transformers.
   z.push_back(gpt2("gpt2-test", "", 64, 2, 4, /*test_only=*/true, /*vocab=*/1024,
@@ -101,10 +117,41 @@ const std::vector<ModelSpec>& zoo() {
   return z;
 }
 
+namespace {
+
+// A user's config.json, read once per process (the worker finds it again by its path).
+const ModelSpec* model_from_file(const std::string& path) {
+  static std::mutex mu;
+  static std::map<std::string, std::unique_ptr<ModelSpec>> files;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = files.find(path); it != files.end()) return it->second.get();
+  std::ifstream in(path, std::ios::binary);
+  if (!in || std::filesystem::is_directory(path))
+    throw UserError(path, 0, "", "cannot read the file",
+                    "name a model's config.json (a path ending in .json), or a model `sweep "
+                    "models` lists");
+  std::stringstream text;
+  text << in.rdbuf();
+  auto spec = std::make_unique<ModelSpec>(spec_from_config_json(path, "", text.str(), path));
+  spec->config_file = path;
+  return (files[path] = std::move(spec)).get();
+}
+
+}  // namespace
+
 const ModelSpec* find_model(const std::string& name) {
   for (const auto& s : zoo())
     if (s.name == name || (!s.hf_id.empty() && s.hf_id == name)) return &s;
+  if (names_config_file(name)) return model_from_file(name);
   return nullptr;
+}
+
+std::string model_slug(const ModelSpec& spec) {
+  if (spec.config_file.empty()) return spec.name;
+  const std::filesystem::path p = std::filesystem::absolute(spec.config_file).lexically_normal();
+  std::string slug = p.parent_path().filename().string();
+  if (slug.empty() || p.filename() != "config.json") slug = p.stem().string();
+  return slug;
 }
 
 int64_t count_parameters(const torch::nn::Module& m) {

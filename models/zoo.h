@@ -12,7 +12,7 @@ namespace sweep::models {
 
 struct ModelSpec {
   std::string name;    // "gpt2-medium"
-  std::string family;  // "gpt2" | "t5" | "whisper"
+  std::string family;  // "gpt2" | "t5" | "whisper" | "llama" | "phi3"
   std::string hf_id;   // "openai-community/gpt2-medium"; empty for test models
   bool test_only = false;
   int64_t layers = 0, hidden = 0, heads = 0;
@@ -25,12 +25,22 @@ struct ModelSpec {
   // of 2 x max_source_positions frames in seconds. T5's relative positions have no limit.
   int64_t max_seq = 0;
   double max_audio_s = 0;
+  // Read from a config.json: one of the catalogue's (models/catalogue/), or a user's file
+  // (`config_file`, the path as given, which is also its name).
+  bool catalogue = false;
+  std::string config_file;
 };
 
-// All models, real ones first, then test models.
+// All models: the hand-written zoo's real ones, the catalogue's, then the test models.
 const std::vector<ModelSpec>& zoo();
-// The spec of `name`: a zoo name, or the Hugging Face id `sweep models` prints; nullptr if none.
+// The spec of `name`: a zoo name, the Hugging Face id `sweep models` prints, or the path of a
+// config.json (any name ending in ".json", read once per process); nullptr if none. A
+// config.json that cannot be read or describes no model we build throws UserError naming the
+// file, the line and the field.
 const ModelSpec* find_model(const std::string& name);
+// A name for files and directories derived from the model's name: the zoo name, or for a
+// config.json the folder holding it ("./my-model/config.json" -> "my-model").
+std::string model_slug(const ModelSpec& spec);
 // Trainable parameter count (tied weights counted once), as Hugging Face's num_parameters().
 int64_t count_parameters(const torch::nn::Module& m);
 

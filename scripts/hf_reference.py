@@ -61,11 +61,51 @@ ZOO = {
 # PEFT's default LoRA target modules per family (peft/utils/constants.py
 # TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING; Whisper has no entry there, so its users
 # name q_proj and v_proj as for BART, its architecture's ancestor).
-LORA_TARGETS = {"gpt2": ["c_attn"], "t5": ["q", "v"], "whisper": ["q_proj", "v_proj"]}
+LORA_TARGETS = {"gpt2": ["c_attn"], "t5": ["q", "v"], "whisper": ["q_proj", "v_proj"],
+                "llama": ["q_proj", "v_proj"], "phi3": ["qkv_proj"]}
+
+# The decoders sweep builds from a config.json (models/hf_config.cc), by architectures[0].
+DECODERS = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "llama", "Qwen3ForCausalLM": "llama",
+            "MistralForCausalLM": "llama", "Phi3ForCausalLM": "phi3"}
+CATALOGUE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models", "catalogue")
+
+
+def config_file(name):
+    """The config.json a model name means: a path ending in .json, or a catalogue Hub id."""
+    if name.endswith(".json"):
+        return name
+    for org in sorted(os.listdir(CATALOGUE)):  # the Hub id, or sweep's lower-case name
+        for model in sorted(os.listdir(os.path.join(CATALOGUE, org))):
+            if name in (f"{org}/{model}", model.lower()):
+                return os.path.join(CATALOGUE, org, model, "config.json")
+    return None
+
+
+def build_family(name):
+    """The family of a zoo name or a config.json's model, as sweep names it."""
+    if name in ZOO:
+        return ZOO[name][0]
+    with open(config_file(name)) as f:
+        arch = json.load(f)["architectures"][0]
+    return DECODERS.get(arch, "t5" if arch.startswith("T5") else arch)
+
+
+def build_from_config(path):
+    """The model transformers builds from a config.json (AutoConfig's class for its
+    architectures[0], no download), with SDPA attention."""
+    import transformers as tf
+    with open(path) as f:
+        cfg = json.load(f)
+    arch = cfg["architectures"][0]
+    cls = getattr(tf, arch)
+    config = cls.config_class(**dict(cfg, attn_implementation="sdpa"))
+    return DECODERS.get(arch, "t5" if arch.startswith("T5") else arch), cls(config)
 
 
 def build(name):
     import transformers as tf
+    if name not in ZOO:
+        return build_from_config(config_file(name))
     family, cfg = ZOO[name]
     if family == "gpt2":
         return family, tf.GPT2LMHeadModel(tf.GPT2Config(**cfg, attn_implementation="sdpa"))
@@ -79,7 +119,7 @@ def build(name):
 
 def batch(family, model, a, gen, device):
     import torch
-    if family == "gpt2":
+    if family in ("gpt2", "llama", "phi3"):
         ids = torch.randint(model.config.vocab_size, (a.batch, a.seq), generator=gen).to(device)
         return dict(input_ids=ids, labels=ids), a.batch * a.seq
     if family == "t5":
@@ -245,7 +285,7 @@ def point(a):
 def compare(results_dir, extra):
     path = os.path.join(results_dir, "results.csv") if os.path.isdir(results_dir) else results_dir
     rows = [r for r in csv.DictReader(open(path)) if r["status"] == "ok" and r["device"] == "cuda"
-            and r["model"] in ZOO]
+            and (r["model"] in ZOO or config_file(r["model"]))]
     print("| model | batch | input | technique | sweep peak GiB | transformers peak GiB | "
           "peak ratio | sweep tokens/s | transformers tokens/s | throughput ratio |")
     print("| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
@@ -292,7 +332,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("point", help="measure one point, JSON on stdout")
-    p.add_argument("--model", required=True, choices=sorted(ZOO))
+    p.add_argument("--model", required=True,
+                   help="a zoo name (" + ", ".join(sorted(ZOO)) + "), a catalogue Hub id or a config.json")
     p.add_argument("--batch", type=int, required=True)
     p.add_argument("--seq", type=int, default=128)
     p.add_argument("--target_seq", type=int, default=128)
@@ -323,7 +364,9 @@ def main():
     c.add_argument("results")
     a = ap.parse_args()
     if a.cmd == "point":
-        if a.audio_s and not math.isclose(a.audio_s, 30) and ZOO[a.model][0] == "whisper":
+        if a.model not in ZOO and not config_file(a.model):
+            raise SystemExit(f"unknown model {a.model}")
+        if a.audio_s and not math.isclose(a.audio_s, 30) and a.model in ZOO and ZOO[a.model][0] == "whisper":
             raise SystemExit("transformers' Whisper encoder takes only 30 s of audio")
         a.use_cache = a.use_cache == "true"
         a.lora_targets = [t for t in a.lora_targets.split(";") if t]

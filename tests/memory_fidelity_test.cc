@@ -6,12 +6,14 @@
 // and allocator replay, with the CPU's choices): it must land on the same peaks.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "models/hf_config.h"
 #include "models/zoo.h"
 #include "sweeps/measure/emulated_card.h"
 #include "sweeps/worker/burst.h"
@@ -50,9 +52,16 @@ E named(const nlohmann::json& c, const char* key, const char* fallback = "") {
   return e.value_or(E{});
 }
 
+// A case's model: a zoo name, or a config.json under tests/fixtures/configs/ named by its path
+// from the checkout, as a user names a file.
+std::string model_of(const nlohmann::json& c) {
+  const std::string model = c.at("model");
+  return models::names_config_file(model) ? SWEEP_SOURCE_DIR "/" + model : model;
+}
+
 Point point_of(const nlohmann::json& c) {
   Point p;
-  p.model = c.at("model");
+  p.model = model_of(c);
   p.family = models::find_model(p.model)->family;
   p.mode = named<Mode>(c, "mode");
   p.batch = c.at("batch");
@@ -189,11 +198,29 @@ TEST_P(MemoryFidelity, EmulatedAsTheCpuWithinOnePercentOfTransformers) {
   check_family(GetParam(), *mem, *timer, cpu);
 }
 
+// A case's test name: the test model's family, or a decoder fixture's folder up to its first
+// '-' ("qwen2.5-0.5b-2layers" -> "qwen25").
+std::string family_test_name(const testing::TestParamInfo<std::string>& info) {
+  const std::string& m = info.param;
+  if (!models::names_config_file(m)) return m.substr(0, m.find('-'));
+  std::string folder = m.substr(0, m.rfind('/'));
+  folder = folder.substr(folder.rfind('/') + 1);
+  folder = folder.substr(0, folder.find('-'));
+  std::string name;
+  for (char ch : folder)
+    if (std::isalnum(static_cast<unsigned char>(ch))) name += ch;
+  return name;
+}
+
+// The test models by their family; the decoders from config.json (Llama, Qwen2, Qwen3 at
+// published widths with fewer layers, tests/fixtures/configs/) by their folder. Phi-3-mini's
+// (phi3-mini-1layer) joins once make_memory_fixtures.py --missing has measured its cases.
 INSTANTIATE_TEST_SUITE_P(Families, MemoryFidelity,
-                         testing::Values("gpt2-test", "t5-test", "whisper-test"),
-                         [](const auto& info) {
-                           return info.param.substr(0, info.param.find('-'));
-                         });
+                         testing::Values("gpt2-test", "t5-test", "whisper-test",
+                                         "tests/fixtures/configs/qwen2.5-0.5b-2layers/config.json",
+                                         "tests/fixtures/configs/qwen3-0.6b-2layers/config.json",
+                                         "tests/fixtures/configs/tinyllama-1.1b-1layer/config.json"),
+                         family_test_name);
 
 }  // namespace
 }  // namespace sweep

@@ -3,6 +3,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -36,14 +37,16 @@ std::vector<std::string> device_choices() {
 }
 
 void print_models() {
-  std::printf("%-16s %-8s %15s %6s %6s %5s  %-22s %s\n", "model", "family", "parameters", "layers",
-              "hidden", "heads", "axes", "hugging face");
+  int width = 16;  // the longest name (the catalogue's run to 24 characters)
+  for (const auto& s : models::zoo()) width = std::max(width, static_cast<int>(s.name.size()));
+  std::printf("%-*s %-8s %15s %6s %6s %5s  %-22s %s\n", width, "model", "family", "parameters",
+              "layers", "hidden", "heads", "axes", "hugging face");
   for (const auto& s : models::zoo()) {
     std::string axes;
     for (const auto& a : s.axes) axes += (axes.empty() ? "" : ",") + a;
     std::string params = std::to_string(s.parameters);
     for (int i = static_cast<int>(params.size()) - 3; i > 0; i -= 3) params.insert(i, ",");
-    std::printf("%-16s %-8s %15s %6lld %6lld %5lld  %-22s %s\n", s.name.c_str(), s.family.c_str(),
+    std::printf("%-*s %-8s %15s %6lld %6lld %5lld  %-22s %s\n", width, s.name.c_str(), s.family.c_str(),
                 params.c_str(), static_cast<long long>(s.layers), static_cast<long long>(s.hidden),
                 static_cast<long long>(s.heads), axes.c_str(),
                 s.test_only ? "(test model)" : s.hf_id.c_str());

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "models/zoo.h"
 #include "reports/results/error.h"
 #include "sweeps/cli/fit_config.h"
 
@@ -160,8 +161,10 @@ FitPlan plan(const FitQuestion& q) {
   const Axes x = axes_of(q);
   FitPlan p;
   p.wanted = combine(x, q.has_cache());
-  p.out = q.o.out.empty() ? "results/fit-" + q.o.model + "-" + q.card.key : q.o.out;
-  p.name = "fit-" + q.o.model + "-" + q.card.key;
+  // A config.json's model is named by its path; its folder names the results directory.
+  const std::string slug = models::model_slug(*q.spec);
+  p.out = q.o.out.empty() ? "results/fit-" + slug + "-" + q.card.key : q.o.out;
+  p.name = "fit-" + slug + "-" + q.card.key;
   p.gpu = gpu_node(q);
   p.config = search_config(q, p, x);
   p.comment = "Written by `sweep fit " + q.o.model + "` for " + q.card.name + " (" +

@@ -15,7 +15,7 @@ namespace sweep {
 
 struct FitPlan {
   std::vector<FitTechnique> wanted;  // in the order the answer lists them
-  std::string out;                   // OUT: --out, or results/fit-<model>-<card>
+  std::string out;                   // OUT: --out, or results/fit-<model slug>-<card>
   std::string name;                  // fit-<model>-<card>
   YAML::Node gpu;                    // the emulated card as fit.yaml names it; null otherwise
   YAML::Node config;                 // fit.yaml

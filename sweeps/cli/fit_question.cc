@@ -121,7 +121,7 @@ void check_rule(const FitQuestion& q) {
 
 }  // namespace
 
-bool FitQuestion::has_cache() const { return spec->family == "gpt2" || spec->family == "t5"; }
+bool FitQuestion::has_cache() const { return spec->family != "whisper"; }
 
 FitQuestion ask(const FitOptions& given) {
   FitQuestion q;

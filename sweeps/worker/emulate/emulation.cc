@@ -49,10 +49,14 @@ at::Tensor empty_strided(c10::SymIntArrayRef size, c10::SymIntArrayRef stride,
 // The CPU's choice in scaled_dot_product_attention (attention.cpp; sdp_utils_cpp.cpp
 // select_sdp_backend_cpp: flash, then math; use_flash_attention_cpp's gates that can fail in
 // the zoo: check_for_dropout (dropout must be 0), check_attn_mask_shape, 4-D inputs with a
-// contiguous last dimension). Meta's own choice (_fused_sdp_choice_meta) is always math.
+// contiguous last dimension; check_batch_size_and_num_heads_dense takes grouped-query heads
+// under enable_gqa, as a probe of the 2.11 wheel showed: the flash kernel with key and value's
+// own heads). Meta's own choice (_fused_sdp_choice_meta) is always math. A boolean mask is made
+// additive first (convert_boolean_attn_mask), as attention.cpp does before either.
 at::Tensor cpu_sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                    const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
-                    std::optional<double> scale) {
+                    const std::optional<at::Tensor>& mask_, double dropout_p, bool is_causal,
+                    std::optional<double> scale, bool enable_gqa) {
+  const std::optional<at::Tensor> mask = convert_boolean_attn_mask(mask_, q.scalar_type());
   const bool flash = dropout_p == 0.0 && q.dim() == 4 && k.dim() == 4 && v.dim() == 4 &&
                      q.stride(-1) == 1 && k.stride(-1) == 1 && v.stride(-1) == 1 &&
                      (!mask || mask->dim() == 4 || mask->dim() == 2);
@@ -60,13 +64,13 @@ at::Tensor cpu_sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
     return std::get<0>(
         at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, dropout_p, is_causal, mask, scale));
   return std::get<0>(at::_scaled_dot_product_attention_math(q, k, v, mask, dropout_p, is_causal,
-                                                            std::nullopt, scale, false));
+                                                            std::nullopt, scale, enable_gqa));
 }
 
 at::Tensor card_sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                      const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
-                     std::optional<double> scale) {
-  return cuda_sdpa(g_card, q, k, v, mask, dropout_p, is_causal, scale);
+                     std::optional<double> scale, bool enable_gqa) {
+  return cuda_sdpa(g_card, q, k, v, mask, dropout_p, is_causal, scale, enable_gqa);
 }
 
 class Silent final : public c10::WarningHandler {

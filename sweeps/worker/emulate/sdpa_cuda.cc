@@ -158,12 +158,16 @@ bool prefer_cudnn(const EmulatedCard& card, const SdpSoftware& sw) {
   return sw.cudnn_version > 91500 && major_ok && minor_ok;
 }
 
-// attention.cpp convert_boolean_attn_mask: a bool mask becomes an additive one (-inf out).
+}  // namespace
+
+// See sdpa_cuda.h.
 optional<Tensor> convert_boolean_attn_mask(const optional<Tensor>& mask, at::ScalarType dtype) {
   if (!mask.has_value() || mask->scalar_type() != at::kBool) return mask;
   return at::where(mask->logical_not(), -std::numeric_limits<double>::infinity(),
                    at::scalar_tensor(0.0, mask->options().dtype(dtype)));
 }
+
+namespace {
 
 // attention.cpp preprocess_mask: pad the bias' last dim when a stride is not a multiple of 8
 // (pad_bias pads to a multiple of 8 and slices back), then expand to (B, H, L, S).

@@ -53,6 +53,10 @@ at::Tensor cuda_sdpa(const EmulatedCard& card, const at::Tensor& q, const at::Te
                      double dropout_p, bool is_causal, std::optional<double> scale,
                      bool enable_gqa = false);
 
+// attention.cpp convert_boolean_attn_mask: a bool mask becomes an additive one (-inf out).
+std::optional<at::Tensor> convert_boolean_attn_mask(const std::optional<at::Tensor>& mask,
+                                                    at::ScalarType dtype);
+
 // _scaled_dot_product_attention_math of attention.cpp, transcribed with one difference that is
 // CUDA's: at::dropout there takes the fused path (native_dropout, a bool mask), which Meta
 // tensors would not (is_fused_kernel_acceptable asks for is_cuda()), so it is called directly.
