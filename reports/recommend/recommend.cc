@@ -120,11 +120,13 @@ bool ranks_by_memory(const Choice& a, const Choice& b) {
   return a.where < b.where;
 }
 
-// The best timed candidate; where none is timed, the best predicted one by memory.
+// The best timed candidate; where none is timed, the best predicted one by memory. A
+// predicted row's tokens/s (cost_rules.h) does not rank it yet: ranking by predicted speed
+// within its measured error is issue 35's item 4.
 std::optional<Choice> best_timed_else_predicted(const std::vector<Choice>& v) {
   std::vector<Choice> timed, predicted;
   for (const auto& c : v) {
-    if (c.tokens_per_s > 0)
+    if (c.tokens_per_s > 0 && !c.predicted)
       timed.push_back(c);
     else if (c.predicted)
       predicted.push_back(c);
@@ -158,7 +160,7 @@ std::optional<Choice> recommended(const std::vector<Choice>& v, bool cpu, std::s
   }
   std::vector<Choice> timed;
   for (const auto& c : v)
-    if (c.tokens_per_s > 0) timed.push_back(c);
+    if (c.tokens_per_s > 0 && !c.predicted) timed.push_back(c);
   if (timed.size() < 2) return best_timed_else_predicted(v);
   std::sort(timed.begin(), timed.end(), ranks_before);
   const Choice &best = timed[0], &next = timed[1];
