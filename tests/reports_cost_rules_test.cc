@@ -18,7 +18,7 @@ Card h100() { return *card_for("h100-80gb"); }
 Calibration unit() {
   return {.gemm_tensor = 0.5, .gemm_simt = 0.5, .gemm_k_half = 0, .attention = 0.5,
           .bandwidth = 0.5, .launch_us = 2, .host_kernel_us = 10, .host_dispatch_us = 1,
-          .sync_us = 20, .host_gbs = 10};
+          .sync_us = 20, .host_gbs = 10, .python_host = 1, .python_checkpoint = 1};
 }
 
 TEST(CardSpeed, EveryCardHasItsSpeedFactsAndTheDatasheetsFigures) {
@@ -173,6 +173,23 @@ TEST(CostRules, SyncsAndPcieCopiesAreHostGaps) {
   EXPECT_NEAR(predict_step({cpu}, c, u).step_ms, (10 + 1e6 / 10e3) / 1e3, 1e-9);
 }
 
+// The loop: a Python (PyTorch + transformers) loop's host time is sweep's C++ burst's times
+// python_host, and times python_checkpoint more under torch.utils.checkpoint; device time is
+// the same.
+TEST(CostRules, APythonLoopsHostTimeScalesSweepsAndCheckpointingMore) {
+  const Card c = h100();
+  Calibration u = unit();
+  u.python_host = 1.5;
+  u.python_checkpoint = 2;
+  const std::vector<Kernel> tiny(100, Kernel{.kind = Kind::kMemory, .bytes = 1024});
+  EXPECT_NEAR(predict_step(tiny, c, u, {.python = false}).step_ms, 1.0, 1e-9);
+  EXPECT_NEAR(predict_step(tiny, c, u, {.python = true}).step_ms, 1.5, 1e-9);
+  EXPECT_NEAR(predict_step(tiny, c, u, {.python = true, .checkpointed = true}).step_ms, 3.0, 1e-9);
+  const std::vector<Kernel> big(10, Kernel{.kind = Kind::kMemory, .bytes = 1e9});
+  EXPECT_NEAR(predict_step(big, c, u, {.python = true, .checkpointed = true}).step_ms,
+              predict_step(big, c, u, {.python = false}).step_ms, 1e-9);
+}
+
 TEST(CostFit, ATraceReadsBackAndTheFitFindsTheCalibrationItWasMadeWith) {
   const Card c = h100();
   std::vector<Kernel> step = {
@@ -191,7 +208,7 @@ TEST(CostFit, ATraceReadsBackAndTheFitFindsTheCalibrationItWasMadeWith) {
     s[0].m *= scale;
     s[1].batch *= scale;
     for (int i = 0; i < 200 / scale; ++i) s.push_back({.kind = Kind::kMemory, .bytes = 1e5});
-    samples.push_back({"s", "g", s, predict_step(s, c, unit()).step_ms});
+    samples.push_back({"s", "g", s, predict_step(s, c, unit()).step_ms, {}});
   }
   EXPECT_GT(mean_abs_error(samples, c, calibration()), 0.0);
   const Calibration fitted = fit(samples, c, calibration());

@@ -43,7 +43,7 @@ double mean_abs_error(const std::vector<Sample>& samples, const Card& card, cons
   if (samples.empty()) return 0;
   double sum = 0;
   for (const Sample& s : samples)
-    sum += std::abs(predict_step(s.step, card, c).step_ms - s.measured_ms) / s.measured_ms;
+    sum += std::abs(predict_step(s.step, card, c, s.loop).step_ms - s.measured_ms) / s.measured_ms;
   return sum / static_cast<double>(samples.size());
 }
 
@@ -52,7 +52,8 @@ Calibration fit(const std::vector<Sample>& train, const Card& card, Calibration 
   double Calibration::*const kParams[] = {
       &Calibration::gemm_tensor, &Calibration::gemm_simt,      &Calibration::gemm_k_half,
       &Calibration::attention,   &Calibration::bandwidth,      &Calibration::launch_us,
-      &Calibration::host_kernel_us, &Calibration::host_dispatch_us, &Calibration::sync_us};
+      &Calibration::host_kernel_us, &Calibration::host_dispatch_us, &Calibration::sync_us,
+      &Calibration::python_host, &Calibration::python_checkpoint};
   auto is_fraction = [](double Calibration::*p) {
     return p == &Calibration::gemm_tensor || p == &Calibration::gemm_simt ||
            p == &Calibration::attention || p == &Calibration::bandwidth;

@@ -24,6 +24,7 @@ struct Sample {
   std::string group;  // family and precision, the error table's rows: "gpt2 fp16-amp"
   std::vector<Kernel> step;
   double measured_ms = 0;
+  Loop loop;  // the loop that measured it
 };
 
 // |predicted - measured| / measured, averaged.

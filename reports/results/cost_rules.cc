@@ -22,18 +22,20 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // The fit of scripts/fit_step_time.py on the training half of the measured H100 rows
 // (docs/fidelity.md, "Step time": the rows, the split and the held-out error).
 const Calibration kCalibration = {
-    .gemm_tensor = 0.60,
-    .gemm_simt = 0.75,
-    .gemm_k_half = 64,
-    .attention = 0.40,
-    .bandwidth = 0.80,
-    .launch_us = 2.5,
-    .host_kernel_us = 8.0,
-    .host_dispatch_us = 1.5,
-    .sync_us = 15.0,
+    .gemm_tensor = 0.439,
+    .gemm_simt = 0.943,
+    .gemm_k_half = 166,
+    .attention = 0.826,
+    .bandwidth = 0.699,
+    .launch_us = 2.33,
+    .host_kernel_us = 15.6,
+    .host_dispatch_us = 5.89,
+    .sync_us = 29.3,
     // Not fitted (no measured offload row): a CPU AdamW's stream at a tenth of a server's
     // DDR bandwidth, the for-loop optimizer's elementwise kernels on the host's threads.
     .host_gbs = 10.0,
+    .python_host = 1.18,
+    .python_checkpoint = 2.06,
 };
 
 }  // namespace
@@ -166,12 +168,15 @@ struct Clocks {
   int64_t kernels = 0;
 };
 
-void replay(const std::vector<Kernel>& step, const Card& card, const Calibration& c, Clocks& t) {
+void replay(const std::vector<Kernel>& step, const Card& card, const Calibration& c, Loop loop,
+            Clocks& t) {
+  const double host_factor =
+      loop.python ? c.python_host * (loop.checkpointed ? c.python_checkpoint : 1.0) : 1.0;
   for (const Kernel& k : step) {
     switch (k.kind) {
       case Kind::kDispatch:
-        t.host += c.host_dispatch_us;
-        t.host_busy += c.host_dispatch_us;
+        t.host += c.host_dispatch_us * host_factor;
+        t.host_busy += c.host_dispatch_us * host_factor;
         break;
       case Kind::kSync:
         t.host = std::max(t.host, t.device) + c.sync_us;
@@ -186,7 +191,7 @@ void replay(const std::vector<Kernel>& step, const Card& card, const Calibration
       }
       default: {
         const int64_t launches = k.kind == Kind::kForeach ? std::max<int64_t>(foreach_launches(k), 1) : 1;
-        const double host = c.host_kernel_us * static_cast<double>(launches);
+        const double host = c.host_kernel_us * host_factor * static_cast<double>(launches);
         t.host += host;
         t.host_busy += host;
         const double us = kernel_us(k, card, c);
@@ -200,15 +205,16 @@ void replay(const std::vector<Kernel>& step, const Card& card, const Calibration
 
 }  // namespace
 
-StepTime predict_step(const std::vector<Kernel>& step, const Card& card, const Calibration& c) {
+StepTime predict_step(const std::vector<Kernel>& step, const Card& card, const Calibration& c,
+                      Loop loop) {
   // Two passes: the second starts where the first left the host and the device, as the
   // timed steps follow each other without a synchronisation between them.
   Clocks t;
-  replay(step, card, c, t);
+  replay(step, card, c, loop, t);
   const double end1 = std::max(t.host, t.device);
   const double device1 = t.device_busy, host1 = t.host_busy;
   const int64_t kernels1 = t.kernels;
-  replay(step, card, c, t);
+  replay(step, card, c, loop, t);
   const double end2 = std::max(t.host, t.device);
   return {(end2 - end1) / 1e3, device1 / 1e3, host1 / 1e3, kernels1};
 }

@@ -69,6 +69,11 @@ struct Calibration {
   double host_dispatch_us = 0;  // host time of an op that launches none
   double sync_us = 0;           // a synchronisation's round trip
   double host_gbs = 0;          // host memory speed of the CPU optimizer (offload)
+  // A PyTorch + transformers loop's host time over sweep's (C++) for the same ops, and what
+  // torch.utils.checkpoint's Python hooks multiply it by (docs/fidelity.md: sweep's C++
+  // checkpointing is up to 1.8x faster on launch-bound points).
+  double python_host = 0;
+  double python_checkpoint = 0;
 };
 const Calibration& calibration();
 
@@ -114,7 +119,13 @@ struct StepTime {
   double host_ms = 0;    // the host's dispatch and host work alone
   int64_t kernels = 0;
 };
+// The loop that dispatches the step: a PyTorch + transformers script (what a user runs, and
+// what an emulated row predicts) or sweep's own burst (what `sweep run` measures on a GPU).
+struct Loop {
+  bool python = true;
+  bool checkpointed = false;  // block checkpointing (Python: torch.utils.checkpoint)
+};
 StepTime predict_step(const std::vector<Kernel>& step, const Card& card,
-                      const Calibration& c = calibration());
+                      const Calibration& c = calibration(), Loop loop = {});
 
 }  // namespace sweep::cost

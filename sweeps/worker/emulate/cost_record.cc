@@ -16,9 +16,17 @@ using cost::Kind;
 
 enum class OpClass { kComposite, kFree, kGemm, kConv, kAttention, kForeach, kMemory };
 
+// An op being recorded: its kernel, and what the ops it calls recorded.
+struct Frame {
+  std::string name;
+  cost::Kernel kernel;
+  std::vector<cost::Kernel> inner;
+  bool calls_itself = false;
+};
+
 struct State {
   std::vector<cost::Kernel> kernels;
-  int inside = 0;  // depth inside an op already recorded: its inner calls are not kernels
+  std::vector<Frame> open;  // the recorded ops running now, outermost first
 };
 thread_local State* t_state = nullptr;
 
@@ -141,29 +149,32 @@ cost::Kernel gemm(const std::string& op, const std::vector<at::Tensor>& in) {
   return k;
 }
 
+// N x output positions of a convolution's output (N, C, positions...).
+int64_t output_rows(const at::Tensor& output) {
+  int64_t rows = output.size(0);
+  for (int64_t d = 2; d < output.dim(); ++d) rows *= output.size(d);
+  return rows;
+}
+
 // convolution(input, weight, ...) and convolution_backward(grad_output, input, weight, ...):
 // the implicit GEMM M = N x output positions, N = out channels, K = in channels per group x
 // kernel positions; backward computes the input's and the weight's gradients, two such GEMMs.
-cost::Kernel conv(const std::string& op, const std::vector<at::Tensor>& in,
-                  const std::vector<at::Tensor>& out) {
+cost::Kernel conv(const std::string& op, const std::vector<at::Tensor>& in) {
   const bool backward = op == "convolution_backward";
-  if (in.size() < (backward ? 3u : 2u) || (!backward && out.empty())) return {.kind = Kind::kMemory};
+  if (in.size() < (backward ? 3u : 2u)) return {.kind = Kind::kMemory};
   const at::Tensor& input = in[backward ? 1 : 0];
   const at::Tensor& weight = in[backward ? 2 : 1];
-  const at::Tensor& output = backward ? in[0] : out[0];
   cost::Kernel k{.kind = Kind::kConv, .dtype = dtype_of(input)};
-  int64_t positions = 1, window = 1;
-  for (int64_t d = 2; d < output.dim(); ++d) positions *= output.size(d);
+  int64_t window = 1;
   for (int64_t d = 2; d < weight.dim(); ++d) window *= weight.size(d);
-  k.m = output.size(0) * positions;
   k.n = weight.size(0);
   k.k = weight.size(1) * window;
   k.batch = backward ? 2 : 1;
+  if (backward) k.m = output_rows(in[0]);  // grad_output has the output's shape
   return k;
 }
 
-cost::Kernel attention(const at::RecordFunction& fn, const std::string& op,
-                       const std::vector<at::Tensor>& in) {
+cost::Kernel attention(const at::RecordFunction& fn, const std::string& op) {
   const bool backward = op.find("backward") != std::string::npos;
   const int qi = arg_index(fn, "query");
   const int ci = arg_index(fn, "is_causal");
@@ -181,65 +192,40 @@ cost::Kernel attention(const at::RecordFunction& fn, const std::string& op,
   k.backend = op.find("efficient") != std::string::npos ? cost::Attention::kEfficient
               : op.find("cudnn") != std::string::npos   ? cost::Attention::kCudnn
                                                         : cost::Attention::kFlash;
-  (void)in;
   return k;
 }
 
 // A foreach op: its first tensor list's tensors and 64 Ki-element chunks, and the lists it
-// reads and writes.
+// reads (those it returns are counted when it ends).
 cost::Kernel foreach_op(const at::RecordFunction& fn) {
-  cost::Kernel k{.kind = Kind::kForeach};
-  bool first = true;
-  auto take = [&](const c10::IValue& v) {
-    if (!v.isTensorList()) return;
-    ++k.lists;
-    if (!first) return;
-    first = false;
+  cost::Kernel k{.kind = Kind::kForeach, .lists = 0};
+  for (const auto& v : fn.inputs()) {
+    if (!v.isTensorList()) continue;
+    if (k.lists++ > 0) continue;
     for (const at::Tensor& t : v.toTensorList().vec()) {
       ++k.tensors;
       k.chunks += (t.numel() + 65535) / 65536;
       k.dtype = dtype_of(t);
     }
-  };
-  k.lists = 0;
-  for (const auto& v : fn.inputs()) take(v);
-  for (const auto& v : fn.outputs()) take(v);
+  }
   return k;
 }
 
-struct Recorded final : at::ObserverContext {
-  OpClass cls;
-  bool host;
-};
-
-std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
-  State* s = t_state;
-  if (!s || s->inside > 0) return nullptr;
-  const OpClass cls = classify(fn);
-  if (cls == OpClass::kComposite) return nullptr;
-  ++s->inside;
-  auto ctx = std::make_unique<Recorded>();
-  ctx->cls = cls;
-  ctx->host = in_host_scope();
-  return ctx;
-}
-
-cost::Kernel kernel_of(const at::RecordFunction& fn, OpClass cls, bool host) {
-  const std::string op = std::string(fn.name()).substr(6);
+// The kernel of an op from its inputs, when it starts: RecordFunction's inputs are the
+// dispatcher's boxed arguments, destroyed before the op ends (Dispatcher.h,
+// callWithDispatchKeySlowPath); the outputs are added when it ends.
+cost::Kernel kernel_from_inputs(const at::RecordFunction& fn, OpClass cls, const std::string& op) {
   if (cls == OpClass::kFree) return {.kind = Kind::kDispatch};
   const auto in = tensors_in(fn.inputs());
-  const auto& outputs = fn.outputs();
-  const auto out = tensors_in(c10::ArrayRef<const c10::IValue>(outputs.data(), outputs.size()));
   cost::Kernel k;
   switch (cls) {
     case OpClass::kGemm: k = gemm(op, in); break;
-    case OpClass::kConv: k = conv(op, in, out); break;
-    case OpClass::kAttention: k = attention(fn, op, in); break;
+    case OpClass::kConv: k = conv(op, in); break;
+    case OpClass::kAttention: k = attention(fn, op); break;
     case OpClass::kForeach: k = foreach_op(fn); break;
     default: k.kind = Kind::kMemory;
   }
   for (const auto& v : fn.inputs()) k.bytes += value_bytes(v);
-  for (const auto& v : fn.outputs()) k.bytes += value_bytes(v);
   // The optimizer's step counters stay on the CPU (foreach's CPU tensors): host work there too,
   // and the foreach ops' CPU path is a loop of one op a tensor.
   bool cpu = !in.empty() && in[0].is_cpu();
@@ -249,16 +235,50 @@ cost::Kernel kernel_of(const at::RecordFunction& fn, OpClass cls, bool host) {
     cpu = cpu || (list.size() > 0 && list.get(0).is_cpu());
     break;
   }
-  if (host || cpu) k.kind = op == "copy_" && !cpu ? Kind::kPcie : Kind::kHostCompute;
+  if (in_host_scope() || cpu) k.kind = op == "copy_" && !cpu ? Kind::kPcie : Kind::kHostCompute;
   return k;
 }
 
+struct Recorded final : at::ObserverContext {};
+
+std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
+  State* s = t_state;
+  if (!s) return nullptr;
+  const OpClass cls = classify(fn);
+  if (cls == OpClass::kComposite) return nullptr;
+  const std::string name = fn.name();
+  s->open.push_back({name, kernel_from_inputs(fn, cls, name.substr(6)), {}, false});
+  return std::make_unique<Recorded>();
+}
+
+// An op's kernels once it ends: its own, unless it called itself, which an autocast wrapper
+// does (autocast_mode.h WrapFunction_, emulated in autocast.cc: the op is called again with
+// its inputs cast): then what it called, the casts and the op at its cast dtype.
 void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   State* s = t_state;
-  if (!s || !ctx) return;
-  --s->inside;
-  const auto* r = static_cast<const Recorded*>(ctx);
-  s->kernels.push_back(kernel_of(fn, r->cls, r->host));
+  if (!s || !ctx || s->open.empty()) return;
+  Frame f = std::move(s->open.back());
+  s->open.pop_back();
+  cost::Kernel& k = f.kernel;
+  if (k.kind != Kind::kDispatch) {
+    for (const auto& v : fn.outputs()) {
+      k.bytes += value_bytes(v);
+      if (v.isTensorList()) ++k.lists;  // an out-of-place foreach op's result
+      if (k.kind == Kind::kConv && k.m == 0 && v.isTensor()) k.m = output_rows(v.toTensor());
+    }
+  }
+  std::vector<cost::Kernel> done;
+  if (f.calls_itself) done = std::move(f.inner);
+  else done.push_back(k);
+  if (s->open.empty()) {
+    s->kernels.insert(s->kernels.end(), done.begin(), done.end());
+    return;
+  }
+  // Inside another recorded op: its own kernel stands for these unless it turns out to be an
+  // autocast wrapper of this one.
+  Frame& parent = s->open.back();
+  parent.calls_itself = parent.calls_itself || parent.name == f.name;
+  parent.inner.insert(parent.inner.end(), done.begin(), done.end());
 }
 
 }  // namespace
@@ -281,7 +301,7 @@ CostRecorder::~CostRecorder() {
 const std::vector<cost::Kernel>& CostRecorder::kernels() const { return t_state->kernels; }
 
 void note_kernel(const cost::Kernel& kernel) {
-  if (t_state && t_state->inside == 0) t_state->kernels.push_back(kernel);
+  if (t_state && t_state->open.empty()) t_state->kernels.push_back(kernel);
 }
 
 void note_sync() { note_kernel({.kind = Kind::kSync}); }

@@ -12,7 +12,8 @@
 //   kernel or a memory-bound one), and what it calls inside is not recorded again: on CUDA it
 //   is one kernel (cuBLAS's GEMM, the SDPA backend's kernel, multi_tensor_apply), while Meta
 //   may implement it by other ops (the foreach ops' per-tensor fallback, the emulated
-//   backends' inner calls);
+//   backends' inner calls); except an op that calls itself, as an autocast wrapper does
+//   (autocast.cc): its casts and the call at the cast dtype are its kernels;
 // - an op in a HostScope (offload's host side) is host work: its copies cross PCIe.
 // What dispatches nothing on Meta is noted by the code that stands in for it (note_kernel:
 // bitsandbytes' 8-bit update; note_sync: a host read of a device value).
