@@ -4,6 +4,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/record_function.h>
 
+#include <cstring>
 #include <string>
 #include <unordered_map>
 
@@ -18,7 +19,7 @@ enum class OpClass { kComposite, kFree, kGemm, kConv, kAttention, kForeach, kMem
 
 // An op being recorded: its kernel, and what the ops it calls recorded.
 struct Frame {
-  std::string name;
+  const char* name;
   cost::Kernel kernel;
   std::vector<cost::Kernel> inner;
   bool calls_itself = false;
@@ -76,14 +77,21 @@ OpClass by_schema(const at::RecordFunction& fn, OpClass named) {
   return view ? OpClass::kFree : OpClass::kMemory;
 }
 
+// By the name's address first (an op's RecordFunction name is its schema's, one string for the
+// process), then by its text.
 OpClass classify(const at::RecordFunction& fn) {
+  static thread_local std::unordered_map<const char*, OpClass> by_address;
   static thread_local std::unordered_map<std::string, OpClass> cache;
-  const std::string full = fn.name();
+  const char* name = fn.name();
+  if (auto it = by_address.find(name); it != by_address.end()) return it->second;
+  const std::string full = name;
   auto it = cache.find(full);
-  if (it != cache.end()) return it->second;
-  OpClass c = OpClass::kComposite;  // not an aten op: what it calls is recorded
-  if (starts_with(full, "aten::")) c = by_schema(fn, by_name(full.substr(6)));
-  return cache.emplace(full, c).first->second;
+  if (it == cache.end()) {
+    OpClass c = OpClass::kComposite;  // not an aten op: what it calls is recorded
+    if (starts_with(full, "aten::")) c = by_schema(fn, by_name(full.substr(6)));
+    it = cache.emplace(full, c).first;
+  }
+  return by_address.emplace(name, it->second).first->second;
 }
 
 cost::Dtype dtype_of(const at::Tensor& t) {
@@ -246,8 +254,9 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   if (!s) return nullptr;
   const OpClass cls = classify(fn);
   if (cls == OpClass::kComposite) return nullptr;
-  const std::string name = fn.name();
-  s->open.push_back({name, kernel_from_inputs(fn, cls, name.substr(6)), {}, false});
+  const char* name = fn.name();
+  const std::string op = cls == OpClass::kFree ? std::string() : std::string(name + 6);
+  s->open.push_back({name, kernel_from_inputs(fn, cls, op), {}, false});
   return std::make_unique<Recorded>();
 }
 
@@ -277,7 +286,7 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   // Inside another recorded op: its own kernel stands for these unless it turns out to be an
   // autocast wrapper of this one.
   Frame& parent = s->open.back();
-  parent.calls_itself = parent.calls_itself || parent.name == f.name;
+  parent.calls_itself = parent.calls_itself || std::strcmp(parent.name, f.name) == 0;
   parent.inner.insert(parent.inner.end(), done.begin(), done.end());
 }
 
