@@ -282,17 +282,19 @@ TEST(EmulatedFit, ThePickIsRankedByMemory) {
       {Precision::kFp32, Checkpointing::kNone, OptimizerKind::kAdamW},
       {Precision::kBf16Amp, Checkpointing::kBlock, OptimizerKind::kAdamW}};
   const Analysis a = analyse(results, {question, bf16}, wanted);
-  auto p = pick_by_memory(a, PickQuestion{});  // no ceiling: every fitting probe
+  // A ceiling above every probe: every fitting probe is under it.
+  const reports::FitRule rule{1LL << 40, 0, 0.1, true, ""};
+  auto p = pick(a, PickQuestion{.rule = rule, .predicted = true});
   ASSERT_TRUE(p);
   EXPECT_EQ(p->technique->precision, Precision::kFp32);  // fewer changes, though a smaller batch
   EXPECT_EQ(p->batch, 4);
   EXPECT_EQ(p->peak_reserved, 80e6);
-  p = pick_by_memory(a, PickQuestion{.effective = 16});
+  p = pick(a, PickQuestion{.rule = rule, .effective = 16, .predicted = true});
   ASSERT_TRUE(p);
   EXPECT_EQ(p->batch, 4);
   EXPECT_EQ(p->accumulation, 4);
   // Refused at its accumulation (out of memory once gradients accumulate): the next.
-  p = pick_by_memory(a, PickQuestion{.effective = 16, .refused = {pick_id(*p)}});
+  p = pick(a, PickQuestion{.rule = rule, .effective = 16, .predicted = true, .refused = {pick_id(*p)}});
   ASSERT_TRUE(p);
   EXPECT_EQ(p->technique->precision, Precision::kFp32);
   EXPECT_EQ(p->batch, 2);

@@ -323,3 +323,41 @@ TEST(FitOutput, AnOutWithAHashOrAColonReadsBackAsGiven) {
 
 }  // namespace
 }  // namespace sweep
+
+namespace sweep {
+namespace {
+
+// Issue 38 cause 1: an input the model cannot take is refused at load, naming the flag and the
+// model's minimum; nothing runs.
+TEST(FitOutput, AudioTooShortForOneFrameIsRefusedBeforeAnythingRuns) {
+  const auto out = testing::temp_dir("fit_audio_short") / "out";
+  const auto r = testing::run_sweep_cli_split("fit whisper-test --gpu rtx3060 --audio-s 0.001 --out " +
+                                              out.string());
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("--audio-s"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("at least 0.005"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(out / "results.csv"));
+}
+
+// Issue 38 cause 1: searches stopped by crashes are no answer, said once with what crashed, and
+// fit exits non-zero; never "Nothing fits".
+TEST(FitOutput, SearchesStoppedByCrashesAreNoAnswerNeverNothingFits) {
+  const auto out = testing::temp_dir("fit_crashed") / "out";
+  const std::string args =
+      "fit gpt2-test --memory-gib 0.05 --device cpu --seq 16 --precision fp32 --checkpointing "
+      "none --optimizer adamw,sgd --no-prediction --out " + out.string();
+  const auto r = testing::run_sweep_cli_split(args, "SWEEP_TEST_FAULT=crash@1");
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_EQ(r.out.find("Nothing fits"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("No answer: 2 of 2 searches stopped before finding a batch that fits"),
+            std::string::npos)
+      << r.out;
+  const auto j = testing::run_sweep_cli_split(args + " --json", "SWEEP_TEST_FAULT=crash@1");
+  EXPECT_EQ(j.exit_code, 1) << j.err;
+  const auto answer = nlohmann::json::parse(j.out);
+  EXPECT_TRUE(answer.at("recommendation").is_null());
+  EXPECT_NE(answer.at("no_answer").get<std::string>().find("crash"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sweep

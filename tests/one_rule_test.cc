@@ -12,7 +12,10 @@
 #include <map>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "reports/recommend/recommend.h"
+#include "reports/tables/tables.h"
 #include "reports/report/report.h"
 #include "reports/results/rows.h"
 #include "sweeps/cli/fit_analysis.h"
@@ -133,6 +136,116 @@ TEST(OneRule, TheRowsBudgetIsTheRtx3060sCapAndTheCeilingKeepsTheMargin) {
   for (const auto& g : r.groups)
     if (g.fastest && !g.above_ceiling)
       EXPECT_LE(g.fastest->peak_reserved_bytes, r.target.ceiling_bytes()) << g.label();
+}
+
+// One pick (issue 33): what fit, recommend, report's summary and the per-card tables recommend
+// comes from one function (reports/common/pick.h). "precision|checkpointing|optimizer|batch|acc".
+using Picks = std::map<std::string, std::string>;  // model -> the pick
+
+std::string pick_text(Precision p, Checkpointing c, std::optional<OptimizerKind> o, int64_t batch,
+                      int64_t accumulation) {
+  return to_string(p) + "|" + to_string(c) + "|" + (o ? to_string(*o) : "") + "|" +
+         std::to_string(batch) + "|" + std::to_string(accumulation);
+}
+
+reports::FitRule rtx3060_rule() {
+  return {12616466432, 12616466432 - kCap, reports::kDefaultMargin, true, "measured"};
+}
+
+// fit's pick over each model's question: the table config's points of that model.
+Picks picks_of_fit(const reports::Results& results) {
+  const Config cfg = load_config(std::string(SWEEP_SOURCE_DIR) + "/configs/rtx3060-table.yaml");
+  RunSettings run{.device = Device::kCuda, .budget_bytes = kCap, .budget_emulated = true};
+  std::map<std::string, std::vector<Point>> questions;
+  for (const Point& p : expand_grid(cfg, run)) questions[p.model].push_back(p);
+  Picks out;
+  for (const auto& [model, points] : questions) {
+    std::vector<FitTechnique> wanted;
+    for (const Point& p : points)
+      wanted.push_back({p.precision, p.checkpointing, p.optimizer, true, p.adapter, p.offload, p.weights});
+    const Analysis a = analyse(results, points, wanted);
+    const auto p = pick(a, PickQuestion{.rule = rtx3060_rule()});
+    if (p)
+      out[model] = pick_text(p->technique->precision, p->technique->checkpointing,
+                             p->technique->optimizer, p->batch, p->accumulation);
+  }
+  return out;
+}
+
+Picks picks_of(const reports::Recommendation& r) {
+  Picks out;
+  for (const auto& g : r.groups)
+    if (g.fastest)
+      out[g.model] = pick_text(g.fastest->precision, g.fastest->checkpointing, g.fastest->optimizer,
+                               g.fastest->batch, g.fastest->accumulation);
+  return out;
+}
+
+TEST(OnePick, FitRecommendAndReportPickTheSameOnTheMeasuredRtx3060Rows) {
+  const auto results = reports::read_results(kRows);
+  const Picks fit = picks_of_fit(results);
+  ASSERT_EQ(fit.size(), 3u) << "gpt2, gpt2-medium and t5-base";
+  reports::RecommendOptions o;
+  o.gpu = "rtx3060";
+  const auto r = reports::recommend({results}, o);
+  EXPECT_EQ(picks_of(r), fit) << "recommend disagrees with fit";
+  // report.md's summary prints recommend()'s pick: each group's line names it.
+  const fs::path dir = testing::temp_dir("one_pick_report");
+  reports::ReportOptions ro;
+  ro.card.gpu = "rtx3060";
+  ASSERT_EQ(reports::write_report(kRows, dir.string(), ro), 0);
+  std::ifstream in(dir / "report.md");
+  const std::string md((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (const auto& g : r.groups) {
+    ASSERT_TRUE(g.fastest) << g.label();
+    EXPECT_NE(md.find("- " + g.label() + ": " + g.fastest->label() + ", peak"), std::string::npos)
+        << g.label() << " in report.md";
+  }
+}
+
+// On an emulated card (nothing timed: ranked by memory), end to end: `sweep fit --json` with an
+// effective batch, then `recommend` on its rows, and the per-card table's line built from fit's
+// answer, all name one configuration.
+TEST(OnePick, FitRecommendAndTablesPickTheSameOnAnEmulatedCard) {
+  const auto out = testing::temp_dir("one_pick_emulated") / "out";
+  const auto run = testing::run_sweep_cli_split(
+      "fit gpt2-test --gpu rtx3060 --seq 32 --precision fp32,bf16-amp --checkpointing none,block "
+      "--optimizer adamw,adafactor --offload none --max-batch 64 --effective-batch 16 --json --out " +
+      out.string());
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const auto answer = nlohmann::json::parse(run.out);
+  const auto& rec = answer.at("recommendation");
+  ASSERT_TRUE(rec.is_object()) << run.out;
+  const std::string fit = pick_text(*parse_as<Precision>(rec.at("precision").get<std::string>()),
+                                    *parse_as<Checkpointing>(rec.at("checkpointing").get<std::string>()),
+                                    parse_as<OptimizerKind>(rec.at("optimizer").get<std::string>()),
+                                    rec.at("batch"), rec.at("accumulation"));
+  reports::RecommendOptions o;
+  o.gpu = "rtx3060";
+  o.effective_batch = 16;
+  const auto r = reports::recommend({reports::read_results(out.string())}, o);
+  ASSERT_EQ(r.groups.size(), 1u);
+  const auto& e = r.groups.front().effective;
+  ASSERT_TRUE(e) << "recommend finds no way to the effective batch";
+  EXPECT_EQ(pick_text(e->precision, e->checkpointing, e->optimizer, e->batch, e->accumulation), fit);
+  // The tables print fit's answer: the card's table names the same configuration.
+  nlohmann::json entry_fit = answer;
+  entry_fit["recommendation"]["label"] = e->technique();
+  for (auto& t : entry_fit["techniques"]) t["label"] = "a technique";
+  const nlohmann::json data = {
+      {"tables_json_version", reports::kTablesJsonVersion},
+      {"card", {{"key", "rtx3060"}, {"name", "RTX 3060"}, {"memory_bytes", 12616466432},
+                {"memory_reported", true}, {"context_bytes", 12616466432 - kCap},
+                {"context_measured", false}, {"compute_capability", "8.6"}, {"sms", 28},
+                {"margin", 0.1}, {"cap_bytes", kCap}, {"ceiling_bytes", rtx3060_rule().ceiling_bytes()}}},
+      {"command", "sweep tables --card rtx3060"}, {"fit_flags", ""}, {"commit", "abc"},
+      {"suite_version", "0"}, {"effective_batch", 16},
+      {"entries", {{{"model", "gpt2-test"}, {"input", "seq 32"}, {"fit", entry_fit}}}}};
+  const std::string line = reports::table_view(data).at("entries")[0].at("recommendation");
+  EXPECT_NE(line.find(e->technique() + ", micro-batch " + std::to_string(e->batch) +
+                      " x accumulation " + std::to_string(e->accumulation)),
+            std::string::npos)
+      << line;
 }
 
 }  // namespace

@@ -122,6 +122,54 @@ TEST(Predicted, TheReportSaysSoAndShowsNoThroughput) {
   EXPECT_EQ(read(dir.path / "report.html").find("NaN"), std::string::npos);
 }
 
+// Issue 38 cause 2: every output of a predicted row says predicted (a column in the CSV), and
+// "fastest" names only what was timed; a largest batch is the largest *predicted*.
+TEST(Predicted, EveryOutputSaysPredictedAndNothingUntimedIsCalledFastest) {
+  RecommendOptions o;
+  o.gpu = "rtx3060";
+  const Recommendation r = recommend_for("predicted_rtx3060.csv", o);
+  const std::string csv = recommendations_csv(r);
+  const std::string header = csv.substr(0, csv.find('\n'));
+  EXPECT_NE(header.find(",predicted,"), std::string::npos) << header;
+  EXPECT_EQ(csv.find(",fastest,"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",recommended,"), std::string::npos) << csv;
+  const std::string md = recommendations_markdown(r);
+  EXPECT_EQ(md.find("largest measured"), std::string::npos) << md;
+  EXPECT_EQ(md.find("larger batches not measured"), std::string::npos) << md;
+}
+
+// Issue 38 cause 1: a group whose train rows all crashed has no answer; it is never "nothing
+// fits", in the report's summary or in recommend's table.
+TEST(Predicted, CrashedRowsAreNoAnswerNeverNothingFits) {
+  TempDir dir("crashed");
+  std::string rows = read(data("predicted_rtx3060.csv"));
+  for (std::size_t at; (at = rows.find(",ok,,,")) != std::string::npos;)
+    rows.replace(at, 6, ",crash,,whisper needs audio_s > 0,");
+  const auto csv = dir.path / "results.csv";
+  std::ofstream(csv) << rows;
+  RecommendOptions o;
+  o.gpu = "rtx3060";
+  std::vector<Results> results;
+  results.push_back(read_results(csv.string()));
+  const Recommendation r = recommend(results, o);
+  ASSERT_EQ(r.groups.size(), 1u);
+  EXPECT_FALSE(r.groups.front().fastest);
+  EXPECT_EQ(r.groups.front().no_pick().rfind("no answer: 12 of 15 train rows did not run (crash: "
+                                             "whisper needs audio_s > 0",
+                                             0),
+            0u)
+      << r.groups.front().no_pick();
+  const std::string md = recommendations_markdown(r);
+  EXPECT_NE(md.find("no answer"), std::string::npos) << md;
+  EXPECT_EQ(md.find("nothing fits"), std::string::npos) << md;
+  ReportOptions ro;
+  ro.card.gpu = "rtx3060";
+  ASSERT_EQ(write_report(csv.string(), (dir.path / "report").string(), ro), 0);
+  const std::string report = read(dir.path / "report" / "report.md");
+  EXPECT_NE(report.find("no answer: 12 of 15 train rows did not run"), std::string::npos) << report;
+  EXPECT_EQ(report.find("nothing fits the cap"), std::string::npos);
+}
+
 TEST(Predicted, CompareRefusesToGateAMeasurementAgainstAPrediction) {
   const Results measured = read_results(data("measured_rtx3060.csv"));
   const Results predicted = read_results(data("predicted_rtx3060.csv"));

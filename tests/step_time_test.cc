@@ -220,7 +220,7 @@ TEST(StepTime, HeldOutH100RowsWithinTenPercentPerFamilyAndPrecision) {
   // Issue 35's bar is 10%; what the rules reach (docs/fidelity.md, "Step time"), pinned so
   // that it cannot get worse unseen: T5 under bf16 autocast and Adafactor's per-parameter
   // loop are predicted 20-75% slow (their memory-bound and host-bound steps).
-  EXPECT_LE(held_out, 0.16);
+  EXPECT_LE(held_out, cost::kStepTimeError + 0.005);  // the error the pick reads
   EXPECT_LE(fitted, 0.11);
 }
 

@@ -6,6 +6,8 @@
 // activation checkpointing, smaller micro-batch with more accumulation, lighter optimizer.
 #include "reports/recommend/recommend.h"
 
+#include "reports/common/fidelity.h"
+#include "reports/common/pick.h"
 #include "reports/recommend/recommend_rows.h"
 #include "reports/results/stats.h"
 
@@ -88,52 +90,18 @@ bool same_configuration(const Choice& x, const Choice& y) {
          x.use_cache == y.use_cache && x.offload == y.offload;
 }
 
-// Ranking: rows measured on the target first (their throughput is the target's), then
-// throughput, measured before inferred, lower peak, fewer techniques, then a stable order.
+// A choice as the one pick (common/pick.h) sees it. Accumulation is not counted as a change
+// there: the pick prefers the largest micro-batch (the fewest accumulation steps) itself.
+Candidate candidate_of(const Choice& c) {
+  return {c.technique(), c.techniques() - (c.accumulation > 1), c.batch, c.accumulation,
+          c.tokens_per_s, c.step_ms_cv, static_cast<double>(c.peak_reserved_bytes), c.predicted,
+          c.inferred, c.on_target, c.where};
+}
+
+// The pick's order by speed (on the target, throughput, measured before inferred, lower peak,
+// fewer techniques, a stable order), for the orders this file lists choices in.
 bool ranks_before(const Choice& a, const Choice& b) {
-  if (a.on_target != b.on_target) return a.on_target;
-  if (a.tokens_per_s != b.tokens_per_s) return a.tokens_per_s > b.tokens_per_s;
-  if (a.inferred != b.inferred) return !a.inferred;
-  if (a.peak_reserved_bytes != b.peak_reserved_bytes)
-    return a.peak_reserved_bytes < b.peak_reserved_bytes;
-  if (a.techniques() != b.techniques()) return a.techniques() < b.techniques();
-  if (a.label() != b.label()) return a.label() < b.label();
-  return a.where < b.where;
-}
-
-std::optional<Choice> best_of(const std::vector<Choice>& v) {
-  if (v.empty()) return std::nullopt;
-  return *std::min_element(v.begin(), v.end(), ranks_before);
-}
-
-// Predicted rows carry no throughput: ranked by memory. Rows on the target first, then the
-// fewest changes from the plain configuration (each costs throughput on a real card), the
-// largest micro-batch (the fewest accumulation steps), the lower peak, a stable order.
-bool ranks_by_memory(const Choice& a, const Choice& b) {
-  if (a.on_target != b.on_target) return a.on_target;
-  if (a.techniques() != b.techniques()) return a.techniques() < b.techniques();
-  if (a.batch != b.batch) return a.batch > b.batch;
-  if (a.inferred != b.inferred) return !a.inferred;
-  if (a.peak_reserved_bytes != b.peak_reserved_bytes)
-    return a.peak_reserved_bytes < b.peak_reserved_bytes;
-  if (a.label() != b.label()) return a.label() < b.label();
-  return a.where < b.where;
-}
-
-// The best timed candidate; where none is timed, the best predicted one by memory. A
-// predicted row's tokens/s (cost_rules.h) does not rank it yet: ranking by predicted speed
-// within its measured error is issue 35's item 4.
-std::optional<Choice> best_timed_else_predicted(const std::vector<Choice>& v) {
-  std::vector<Choice> timed, predicted;
-  for (const auto& c : v) {
-    if (c.tokens_per_s > 0 && !c.predicted)
-      timed.push_back(c);
-    else if (c.predicted)
-      predicted.push_back(c);
-  }
-  if (!timed.empty()) return best_of(timed);
-  if (predicted.empty()) return std::nullopt;
-  return *std::min_element(predicted.begin(), predicted.end(), ranks_by_memory);
+  return ranks_by_speed(candidate_of(a), candidate_of(b));
 }
 
 // The largest batch; among equal batches the one that ranks first.
@@ -144,40 +112,36 @@ std::optional<Choice> largest_batch(const std::vector<Choice>& v) {
   });
 }
 
-// The recommendation among candidates under the ceiling, and why when it is not simply the
-// fastest. On the CPU by memory: its step times say nothing about a GPU and swing with the
-// host's load (a batch-1 row measured 70 times faster than batch 2 of the same configuration).
-// Elsewhere the fastest, unless its step time varied by more than its lead over the runner-up
-// (fit_rule.h prefer_runner_up): then the steadier runner-up.
-std::optional<Choice> recommended(const std::vector<Choice>& v, bool cpu, std::string* why) {
-  if (cpu) {
-    if (v.empty()) return std::nullopt;
-    if (why)
-      *why = "ranked by memory, not throughput: on the CPU step times say nothing about a GPU "
-             "and vary with the host's load, so the configuration with the fewest changes from "
-             "plain training that fits, at its largest batch, is recommended";
-    return *std::min_element(v.begin(), v.end(), ranks_by_memory);
-  }
-  std::vector<Choice> timed;
+// The recommendation among candidates that fit the cap, by the one pick (common/pick.h); why
+// it is not simply the fastest, and whether nothing was under the ceiling. Only timed
+// candidates are ranked by speed; where none is, predicted ones by memory; on the CPU every
+// one by memory. On a card without bf16 tensor cores (bf16 false) no bf16 or bf16-amp.
+std::optional<Choice> recommended(const std::vector<Choice>& v, const FitRule& rule, bool bf16,
+                                  std::string* why, bool* above_ceiling) {
+  std::vector<Choice> kept;
   for (const auto& c : v)
-    if (c.tokens_per_s > 0 && !c.predicted) timed.push_back(c);
-  if (timed.size() < 2) return best_timed_else_predicted(v);
-  std::sort(timed.begin(), timed.end(), ranks_before);
-  const Choice &best = timed[0], &next = timed[1];
-  if (best.on_target == next.on_target &&
-      prefer_runner_up(best.tokens_per_s, best.step_ms_cv, next.tokens_per_s, next.step_ms_cv)) {
-    if (why)
-      *why = runner_up_note(best.label(), best.tokens_per_s, best.step_ms_cv, next.label(),
-                            next.tokens_per_s, next.step_ms_cv);
-    return next;
-  }
-  return best;
+    if ((!rule.cuda || c.tokens_per_s > 0 || c.predicted) &&
+        (bf16 || (c.precision != Precision::kBf16 && c.precision != Precision::kBf16Amp)))
+      kept.push_back(c);
+  std::vector<Candidate> candidates;
+  for (const auto& c : kept) candidates.push_back(candidate_of(c));
+  const auto p = pick(candidates, {rule});
+  if (!p) return std::nullopt;
+  if (above_ceiling) *above_ceiling = p->above_ceiling;
+  if (why && !rule.cuda)
+    *why = "ranked by memory, not throughput: on the CPU step times say nothing about a GPU "
+           "and vary with the host's load, so the configuration with the fewest changes from "
+           "plain training that fits, at its largest batch, is recommended";
+  else if (why)
+    *why = p->note;
+  return kept[p->index];
 }
 
 // What rows of one group look like under one card's rule.
 struct Budgeted {
   std::vector<Measured> rows;  // the group's rows, on_target set
   FitRule rule;
+  bool bf16 = true;  // false: the card has no bf16 tensor cores (T4, V100)
   bool fits(const Measured& m) const {
     return rule.fits(m.ok, static_cast<double>(m.choice.peak_reserved_bytes));
   }
@@ -194,17 +158,15 @@ struct Budgeted {
   // The recommendation: under the ceiling; else (above_ceiling set) what fits the cap.
   std::optional<Choice> fastest(bool* above_ceiling = nullptr, std::string* why = nullptr) const {
     auto train = [](const Measured& m) { return m.train(); };
-    if (auto c = recommended(fitting(train, true), !rule.cuda, why)) return c;
-    auto c = recommended(fitting(train), !rule.cuda, why);
-    if (c && above_ceiling) *above_ceiling = true;
-    return c;
+    return recommended(fitting(train), rule, bf16, why, above_ceiling);
   }
 };
 
 Budgeted budgeted(const std::vector<const Measured*>& rows, const FitRule& rule,
-                  const OnTarget& on) {
+                  const OnTarget& on, bool bf16 = true) {
   Budgeted b;
   b.rule = rule;
+  b.bf16 = bf16;
   for (const auto* m : rows) {
     b.rows.push_back(*m);
     b.rows.back().choice.on_target = on(*m);
@@ -290,7 +252,7 @@ void effective_batch(const Budgeted& b, int64_t n, GroupRecommendation& g) {
     inferred.inferred = true;
     cand.push_back(inferred);
   }
-  g.effective = recommended(cand, !b.rule.cuda, nullptr);
+  g.effective = recommended(cand, b.rule, b.bf16, nullptr, nullptr);
 }
 
 void eval_checks(const Budgeted& b, GroupRecommendation& g) {
@@ -446,6 +408,12 @@ std::vector<std::string> notes_for(const Recommendation& r, const std::vector<Me
         "no throughput is predicted, so configurations are ranked by memory (the fewest changes "
         "from plain training that fit, then the largest batch), not by speed. Measure on the "
         "card itself for its throughput.");
+  if (!r.predicted_cards.empty()) {
+    std::set<std::string> families;
+    for (const auto& m : rows)
+      if (m.choice.predicted) families.insert(m.row->at(column("family")));
+    for (const auto& f : families) notes.push_back(measured_error_line(f));
+  }
   if (std::none_of(rows.begin(), rows.end(), [](auto& m) { return m.ok && m.train(); }))
     notes.push_back(
         "No train row ran ok: nothing to recommend. Check the results' status and "
@@ -497,6 +465,15 @@ std::string Choice::label() const {
 
 std::string Choice::technique() const {
   return mode == Mode::kEval ? to_string(precision) + " (eval)" : label_head(*this) + label_tail(*this);
+}
+
+std::string GroupRecommendation::no_pick() const {
+  if (fastest) return "";
+  if (train_failed > 0)
+    return "no answer: " + std::to_string(train_failed) + " of " + std::to_string(train_rows) +
+           " train rows did not run (" + failure +
+           "), and a search stopped that way says nothing about what fits";
+  return "nothing fits the cap";
 }
 
 std::string GroupRecommendation::label() const {
@@ -579,8 +556,14 @@ Recommendation recommend(const std::vector<Results>& results, const RecommendOpt
     for (const auto* m : members) {
       g.train_rows += m->train();
       g.train_ok += m->train() && m->ok;
+      if (m->train() && !m->ok && !m->oom() && m->choice.status != Status::kOk) {
+        if (g.train_failed++ == 0)
+          g.failure = to_string(m->choice.status) + ": " + m->row->at(column("message")) + " (" +
+                      m->choice.where + ")";
+      }
     }
-    Budgeted b = budgeted(members, r.target, on_target);
+    Budgeted b = budgeted(members, r.target, on_target,
+                          !r.target.gpu || has_bf16_tensor_cores(*r.target.gpu));
     g.fastest = b.fastest(&g.above_ceiling, &g.headline_note);
     if (r.has_eval) eval_checks(b, g);
     max_batch_per_technique(b, g);

@@ -125,6 +125,13 @@ struct GroupRecommendation {
   std::vector<ClosestStep> steps;  // filled when nothing fits
   int closest_step = -1;           // index into steps of the first that came closest
   int train_rows = 0, train_ok = 0;
+  // Train rows that neither ran ok nor ran out of memory (crash, timeout, ...), and the first
+  // one's status and message: a group with no pick and such rows has no answer, never "nothing
+  // fits" (a search stopped by a crash says nothing of memory).
+  int train_failed = 0;
+  std::string failure;  // "crash: whisper needs audio_s > 0 (results.csv:3)"
+  // What the summary says instead of a pick: "" when there is one; else why there is none.
+  std::string no_pick() const;
   // Whether some train row was measured not to fit the target: without one, every measured
   // configuration fits and a larger batch, unmeasured, may fit and be faster.
   bool limit_reached = false;

@@ -93,6 +93,8 @@ json recommendations_json(const Recommendation& r) {
                            {"closest_step", g.closest_step},
                            {"train_rows", g.train_rows},
                            {"train_ok", g.train_ok},
+                           {"train_failed", g.train_failed},
+                           {"failure", g.failure},
                            {"limit_reached", g.limit_reached},
                            {"measure_command", g.measure_command}});
   }

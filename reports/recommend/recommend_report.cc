@@ -23,7 +23,8 @@ constexpr const char* kNotMeasured =
 
 // A Choice in a role, for one target budget.
 struct Line {
-  std::string kind;  // fastest | nothing-fits | closest-step | max-batch | effective-batch |
+  std::string kind;  // fastest (timed) | recommended (ranked by memory) | nothing-fits |
+                     // no-answer | closest-step | max-batch | effective-batch |
                      // eval-max-batch | eval-counterpart | cross-gpu
   std::string target;
   const FitRule* rule = nullptr;  // the card's cap and recommended ceiling
@@ -52,7 +53,8 @@ std::string size_text(int64_t bytes) { return format_bytes(static_cast<double>(b
 // What a line's headroom is measured to: the recommended ceiling for a recommendation, the cap
 // for a largest batch that fits (fit_rule.h).
 bool recommendation_kind(const Line& l) {
-  return l.kind == "fastest" || l.kind == "effective-batch" || l.kind == "cross-gpu";
+  return l.kind == "fastest" || l.kind == "recommended" || l.kind == "effective-batch" ||
+         l.kind == "cross-gpu";
 }
 int64_t limit_of(const Line& l) {
   return recommendation_kind(l) ? l.rule->ceiling_bytes() : l.rule->cap_bytes();
@@ -83,10 +85,11 @@ const std::vector<OutField> kFields = {
    [](const Line& l) { return with_choice(l, [](auto& c) { return c.status == Status::kOk ? size_text(c.peak_reserved_bytes) : std::string(); }); }},
   // Headroom is memory left, not batches: where no larger batch was measured not to fit, a note says so.
   {"headroom_gib", "headroom", [](const Line& l) { return with_choice(l, [&](auto& c) { return c.status == Status::kOk ? gib(static_cast<double>(limit_of(l) - c.peak_reserved_bytes)) : std::string(); }); },
-   [](const Line& l) { return with_choice(l, [&](auto& c) { return c.status == Status::kOk ? size_text(limit_of(l) - c.peak_reserved_bytes) + (c.bounded ? "" : " (larger batches not measured)") : std::string(); }); }},
+   [](const Line& l) { return with_choice(l, [&](auto& c) { return c.status == Status::kOk ? size_text(limit_of(l) - c.peak_reserved_bytes) + (c.bounded ? "" : c.predicted ? " (larger batches not predicted)" : " (larger batches not measured)") : std::string(); }); }},
   {"status", "status", [](const Line& l) { return with_choice(l, [](auto& c) { return to_string(c.status); }); }},
   {"step_ms_cv", "step CV", [](const Line& l) { return with_choice(l, [](auto& c) { return c.step_ms_cv > 0 ? fixed(c.step_ms_cv, 3) : std::string(); }); }},
   {"inferred", "inferred", [](const Line& l) { return with_choice(l, [](auto& c) { return std::string(c.inferred ? "1" : "0"); }); }},
+  {"predicted", "predicted", [](const Line& l) { return with_choice(l, [](auto& c) { return std::string(c.predicted ? "1" : "0"); }); }},
   {"predicted_batch", "predicted batch", [](const Line& l) { return with_choice(l, [](auto& c) { return c.predicted_batch ? std::to_string(*c.predicted_batch) : std::string(); }); }},
   {"measured_on", "measured on", [](const Line& l) { return with_choice(l, [](auto& c) { return c.measured_on; }); }},
   {"source", "source", [](const Line& l) { return with_choice(l, [](auto& c) { return c.where; }); }},
@@ -108,15 +111,17 @@ std::vector<Line> lines(const Recommendation& r) {
     auto add = [&](std::string kind, std::optional<Choice> c, std::string note = "") {
       out.push_back({std::move(kind), t.name, &t, &g, std::move(c), std::move(note)});
     };
-    // A largest batch no OOM bounded is only the largest measured.
+    // A largest batch no OOM bounded is only the largest measured (or predicted).
     auto largest = [&](const std::optional<Choice>& c) -> std::string {
       if (!c || c->bounded) return "";
-      return "largest measured, limit not reached" +
-             (c->predicted_batch ? "; predicted to fit up to batch " +
-                                       std::to_string(*c->predicted_batch) +
-                                       " (from the measured peaks)"
+      const std::string how = c->predicted ? "predicted" : "measured";
+      return "largest " + how + ", limit not reached" +
+             (c->predicted_batch ? (c->predicted ? "; extrapolated" : "; predicted") +
+                                       std::string(" to fit up to batch ") +
+                                       std::to_string(*c->predicted_batch) + " (from the " + how +
+                                       " peaks)"
                                  : std::string()) +
-             "; measure it: " + g.measure_command;
+             "; " + (c->predicted ? "predict" : "measure") + " it: " + g.measure_command;
     };
     if (g.fastest) {
       std::string note =
@@ -140,7 +145,9 @@ std::vector<Line> lines(const Recommendation& r) {
                 fixed(100 * g.fastest->step_ms_cv, 0) +
                 "% between repetitions, so its rank by throughput is not reliable (measure again "
                 "on an idle machine, or with more repetitions)";
-      add("fastest", g.fastest, note);
+      add(g.fastest->tokens_per_s > 0 ? "fastest" : "recommended", g.fastest, note);
+    } else if (g.train_failed > 0) {
+      add("no-answer", std::nullopt, g.no_pick());
     } else if (g.closest_step >= 0) {
       const auto& s = g.steps[static_cast<std::size_t>(g.closest_step)];
       add("nothing-fits", s.best, "nothing fits; closest measured (" + s.change + ")");
@@ -285,7 +292,7 @@ std::string recommendations_markdown(const Recommendation& r) {
             ? "## Recommended configuration (predicted rows: ranked by memory)\n\n"
         : !t.cuda ? "## Recommended configuration (CPU rows: ranked by memory)\n\n"
                   : "## Recommended configuration: the fastest under the recommended ceiling\n\n")
-    << md_table(all, {"fastest", "nothing-fits"}, cols({"note"}));
+    << md_table(all, {"fastest", "recommended", "nothing-fits", "no-answer"}, cols({"note"}));
   s << "## Largest batch that fits, per technique\n\n"
     << "Headroom here is what is left under the cap (" << size_text(t.cap_bytes()) << ").\n\n"
     << md_table(all, {"max-batch"}, cols({"note"}));

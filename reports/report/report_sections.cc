@@ -267,33 +267,24 @@ void technique_section(Document& doc, Plotter& plotter, const Group& g) {
         "Each batch size was measured with one technique combination only; nothing to compare.");
 }
 
-void breakdown_section(Document& doc, Plotter& plotter, const Group& g) {
-  doc.heading(3, "Where the memory goes");
-  std::vector<Point> pts;
-  for (const Point& p : g.points)
-    if (p.ok() && p.peak_allocated && *p.peak_allocated > 0 && (p.weights || p.activations))
-      pts.push_back(p);
-  if (pts.empty()) {
-    doc.paragraph("No successful point has a memory breakdown.");
-    return;
-  }
-  std::sort(pts.begin(), pts.end(), by_technique);
-  auto part = [&g](std::optional<double> v) { return v ? g.unit.of(std::max(0.0, *v)) : 0.0; };
-  auto other = [](const Point& p) {
-    double parts = p.weights.value_or(0) + p.grads.value_or(0) + p.optimizer_state.value_or(0) +
-                   p.activations.value_or(0);
-    return std::max(0.0, *p.peak_allocated - parts);
-  };
-  auto overhead = [](const Point& p) {
-    return p.peak_reserved ? std::max(0.0, *p.peak_reserved - *p.peak_allocated) : 0.0;
-  };
-  auto share = [](const Point& p) { return p.activations.value_or(0) / *p.peak_allocated; };
-  bool any_other = std::any_of(pts.begin(), pts.end(),
-                               [&](const Point& p) { return other(p) > 0.01 * *p.peak_allocated; });
+namespace {
 
-  // One bar per technique, at its largest batch that ran (a max-batch search measures a dozen
-  // batches of each: a bar for every one made 61 bars under repeated labels); the table below
-  // keeps every point.
+// A point's peak split into what the breakdown columns name.
+double other_allocated(const Point& p) {
+  double parts = p.weights.value_or(0) + p.grads.value_or(0) + p.optimizer_state.value_or(0) +
+                 p.activations.value_or(0);
+  return std::max(0.0, *p.peak_allocated - parts);
+}
+double allocator_overhead(const Point& p) {
+  return p.peak_reserved ? std::max(0.0, *p.peak_reserved - *p.peak_allocated) : 0.0;
+}
+double activation_share(const Point& p) { return p.activations.value_or(0) / *p.peak_allocated; }
+
+// One bar per technique, at its largest batch that ran (a max-batch search measures a dozen
+// batches of each: a bar for every one made 61 bars under repeated labels); the table below
+// keeps every point.
+void breakdown_chart(Document& doc, Plotter& plotter, const Group& g, const std::vector<Point>& pts,
+                     bool any_other) {
   std::vector<Point> bars;
   for (const Point& p : pts) {
     auto same = [&](const Point& b) { return b.technique() == p.technique(); };
@@ -303,6 +294,7 @@ void breakdown_section(Document& doc, Plotter& plotter, const Group& g) {
     else if (p.batch > it->batch)
       *it = p;
   }
+  auto part = [&g](std::optional<double> v) { return v ? g.unit.of(std::max(0.0, *v)) : 0.0; };
   BarChart chart{.stem = g.stem + "-breakdown",
                  .title = g.title() + ": where the memory goes (" + g.measured_by() + ")"};
   for (const Point& p : bars) chart.labels.push_back(technique_title(p) + ", batch " + std::to_string(p.batch));
@@ -315,68 +307,69 @@ void breakdown_section(Document& doc, Plotter& plotter, const Group& g) {
     gr.values.push_back(part(p.grads));
     o.values.push_back(part(p.optimizer_state));
     a.values.push_back(part(p.activations));
-    ot.values.push_back(g.unit.of(other(p)));
-    ov.values.push_back(g.unit.of(overhead(p)));
-    panel.notes.push_back("activations " + percent(share(p)));
+    ot.values.push_back(g.unit.of(other_allocated(p)));
+    ov.values.push_back(g.unit.of(allocator_overhead(p)));
+    panel.notes.push_back("activations " + percent(activation_share(p)));
   }
   panel.segments = {w, gr, o, a};
   if (any_other) panel.segments.push_back(ot);
   panel.segments.push_back(ov);
   chart.panels = {panel};
   add_plot(doc, plotter.draw(chart), chart.stem, chart.title);
+}
 
-  // Where activations are a small share, name what does shrink the peak.
+// Where activations are a small share, name what does shrink the peak: what shrinks the
+// persistent part, largest first, and nothing the points already use.
+void small_activation_advice(Document& doc, const std::vector<Point>& pts) {
   std::vector<const Point*> small;
   for (const Point& p : pts)
-    if (share(p) < kSmallActivationShare) small.push_back(&p);
-  if (!small.empty()) {
-    double wsum = 0, gsum = 0, osum = 0, peak = 0;
-    const Point* example = small.front();
-    for (const Point* p : small) {
-      wsum += p->weights.value_or(0);
-      gsum += p->grads.value_or(0);
-      osum += p->optimizer_state.value_or(0);
-      peak += *p->peak_allocated;
-      if (share(*p) < share(*example)) example = p;
-    }
-    // What shrinks the persistent part, largest first; nothing the points already use.
-    auto all = [&](auto pred) { return std::all_of(small.begin(), small.end(), pred); };
-    struct Remedy {
-      double bytes;
-      const char* advice;
-    };
-    std::vector<Remedy> remedies;
-    if (!all([](const Point* p) {
-          return p->optimizer == OptimizerKind::kSgd || p->optimizer == OptimizerKind::kAdafactor;
-        }))
-      remedies.push_back({osum, "a lighter optimizer state (adafactor or sgd)"});
-    if (!all([](const Point* p) { return p->precision == Precision::kBf16; }))
-      remedies.push_back({wsum, "lower-precision weights (pure bf16)"});
-    remedies.push_back({gsum, "fewer trainable parameters (freeze layers or train adapters)"});
-    std::stable_sort(remedies.begin(), remedies.end(),
-                     [](const Remedy& x, const Remedy& y) { return x.bytes > y.bytes; });
-    std::string advice;
-    for (std::size_t i = 0; i < remedies.size(); ++i)
-      advice += std::string(i == 0                     ? ""
-                            : i + 1 == remedies.size() ? " or "
-                                                       : ", ") +
-                remedies[i].advice;
-    double largest = std::max({osum, wsum, gsum});
-    const char* largest_name = largest == osum   ? "optimizer state"
-                               : largest == wsum ? "the weights"
-                                                 : "the gradients";
-    doc.paragraph("Activations are under 25% of peak memory at " + std::to_string(small.size()) +
-                  " of " + std::to_string(pts.size()) + " points (e.g. batch " +
-                  std::to_string(example->batch) + ", " + example->technique() + ": " +
-                  percent(share(*example)) + "), where " + largest_name + " is the largest part (" +
-                  percent(largest / peak) +
-                  "), so gradient checkpointing and smaller batches will not help much there; " +
-                  advice + " will.");
+    if (activation_share(p) < kSmallActivationShare) small.push_back(&p);
+  if (small.empty()) return;
+  double wsum = 0, gsum = 0, osum = 0, peak = 0;
+  const Point* example = small.front();
+  for (const Point* p : small) {
+    wsum += p->weights.value_or(0);
+    gsum += p->grads.value_or(0);
+    osum += p->optimizer_state.value_or(0);
+    peak += *p->peak_allocated;
+    if (activation_share(*p) < activation_share(*example)) example = p;
   }
-  doc.paragraph(
-      "Allocator overhead is peak reserved minus peak allocated: memory the caching "
-      "allocator holds that no tensor uses.");
+  auto all = [&](auto pred) { return std::all_of(small.begin(), small.end(), pred); };
+  struct Remedy {
+    double bytes;
+    const char* advice;
+  };
+  std::vector<Remedy> remedies;
+  if (!all([](const Point* p) {
+        return p->optimizer == OptimizerKind::kSgd || p->optimizer == OptimizerKind::kAdafactor;
+      }))
+    remedies.push_back({osum, "a lighter optimizer state (adafactor or sgd)"});
+  if (!all([](const Point* p) { return p->precision == Precision::kBf16; }))
+    remedies.push_back({wsum, "lower-precision weights (pure bf16)"});
+  remedies.push_back({gsum, "fewer trainable parameters (freeze layers or train adapters)"});
+  std::stable_sort(remedies.begin(), remedies.end(),
+                   [](const Remedy& x, const Remedy& y) { return x.bytes > y.bytes; });
+  std::string advice;
+  for (std::size_t i = 0; i < remedies.size(); ++i)
+    advice += std::string(i == 0                     ? ""
+                          : i + 1 == remedies.size() ? " or "
+                                                     : ", ") +
+              remedies[i].advice;
+  double largest = std::max({osum, wsum, gsum});
+  const char* largest_name = largest == osum   ? "optimizer state"
+                             : largest == wsum ? "the weights"
+                                               : "the gradients";
+  doc.paragraph("Activations are under 25% of peak memory at " + std::to_string(small.size()) +
+                " of " + std::to_string(pts.size()) + " points (e.g. batch " +
+                std::to_string(example->batch) + ", " + example->technique() + ": " +
+                percent(activation_share(*example)) + "), where " + largest_name +
+                " is the largest part (" + percent(largest / peak) +
+                "), so gradient checkpointing and smaller batches will not help much there; " +
+                advice + " will.");
+}
 
+// Every point's breakdown, one row each.
+void breakdown_table(Document& doc, const Group& g, const std::vector<Point>& pts, bool any_other) {
   auto fields = technique_fields();
   fields.pop_back();  // all ok
   const MemoryUnit& u = g.unit;
@@ -387,9 +380,9 @@ void breakdown_section(Document& doc, Plotter& plotter, const Group& g) {
   fields.push_back(right<Point>(
       u.header("activations"), [&u](const Point& p) { return u.text(p.activations); }, true));
   if (any_other)
-    fields.push_back(right<Point>(u.header("other"), [&](const Point& p) { return u.text(other(p)); }));
+    fields.push_back(right<Point>(u.header("other"), [&](const Point& p) { return u.text(other_allocated(p)); }));
   fields.push_back(
-      right<Point>(u.header("overhead"), [&](const Point& p) { return u.text(overhead(p)); }));
+      right<Point>(u.header("overhead"), [&](const Point& p) { return u.text(allocator_overhead(p)); }));
   fields.push_back(right<Point>(
       u.header("peak allocated"), [&u](const Point& p) { return u.text(p.peak_allocated); }, true));
   // Optimizer offload keeps AdamW's state in host memory, outside the device's peak.
@@ -397,8 +390,32 @@ void breakdown_section(Document& doc, Plotter& plotter, const Group& g) {
     fields.push_back(right<Point>(u.header("host memory (offload)"),
                                   [&u](const Point& p) { return u.text(p.host_peak_bytes); }));
   fields.push_back(right<Point>(
-      "activations share", [&](const Point& p) { return percent(share(p)); }, true));
+      "activations share", [&](const Point& p) { return percent(activation_share(p)); }, true));
   doc.table(make_table(fields, pts));
+}
+
+}  // namespace
+
+void breakdown_section(Document& doc, Plotter& plotter, const Group& g) {
+  doc.heading(3, "Where the memory goes");
+  std::vector<Point> pts;
+  for (const Point& p : g.points)
+    if (p.ok() && p.peak_allocated && *p.peak_allocated > 0 && (p.weights || p.activations))
+      pts.push_back(p);
+  if (pts.empty()) {
+    doc.paragraph("No successful point has a memory breakdown.");
+    return;
+  }
+  std::sort(pts.begin(), pts.end(), by_technique);
+  const bool any_other = std::any_of(pts.begin(), pts.end(), [](const Point& p) {
+    return other_allocated(p) > 0.01 * *p.peak_allocated;
+  });
+  breakdown_chart(doc, plotter, g, pts, any_other);
+  small_activation_advice(doc, pts);
+  doc.paragraph(
+      "Allocator overhead is peak reserved minus peak allocated: memory the caching "
+      "allocator holds that no tensor uses.");
+  breakdown_table(doc, g, pts, any_other);
 }
 
 void throughput_section(Document& doc, Plotter& plotter, const Group& g) {

@@ -40,6 +40,9 @@ void summary_section(Document& doc, const std::vector<Point>& pts, const Recomme
     const Target& t = r->target;
     facts.push_back("For " + t.name + (t.cuda ? "" : " (CPU memory)") + ". The rule, " +
                     t.derivation(t.name) + ".");
+    // How sure a prediction is (the emulator's measured error per family, common/fidelity.h).
+    for (const auto& n : r->notes)
+      if (n.rfind("How sure:", 0) == 0) facts.push_back(n);
   } else {
     facts.push_back("No recommendation: " + no_recommendation);
   }
@@ -51,7 +54,7 @@ void summary_section(Document& doc, const std::vector<Point>& pts, const Recomme
   std::vector<std::string> picks;
   for (const auto& g : r->groups) {
     if (!g.fastest) {
-      picks.push_back(g.label() + ": nothing fits the cap.");
+      picks.push_back(g.label() + ": " + g.no_pick() + ".");
       continue;
     }
     const Choice& c = *g.fastest;

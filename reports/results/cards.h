@@ -44,6 +44,10 @@ struct CardSpec {
   int64_t context_bytes = 0;
 };
 
+// Whether the card has bf16 tensor cores (compute capability 8.0 and up): below it (T4, V100)
+// bf16 runs without them, at a fraction of fp16's speed, and is never recommended there.
+inline bool has_bf16_tensor_cores(const CardSpec& c) { return c.cc_major >= 8; }
+
 // The table, in ascending memory.
 const std::vector<CardSpec>& cards();
 

@@ -77,6 +77,11 @@ struct Calibration {
 };
 const Calibration& calibration();
 
+// The rules' measured error: the mean absolute error of the predicted step time on the H100
+// steps held out from the fit (docs/fidelity.md, "Step time"; StepTime.* measures it again).
+// A predicted lead smaller than this is too close to call (reports/common/pick.h).
+inline constexpr double kStepTimeError = 0.155;
+
 // --- The rules, each pinned by a test in tests/reports_cost_rules_test.cc ---
 
 // GEMM and convolution FLOPs: 2 M N K per batch entry.

@@ -128,6 +128,7 @@ json table_view(const json& d) {
     const std::string source = "predicted (emulated " + name + ")";
     for (const json& t : techniques) {
       std::string largest = int_cell(t.at("largest_batch"), "none");
+      if (t.value("borderline", false)) largest += " (borderline)";
       if (t.at("largest_batch").is_number() && !t.at("first_oom").is_number())
         largest += " (limit not reached)";
       if (t.contains("stopped")) largest += " (" + t.at("stopped").get<std::string>() + ")";
@@ -139,6 +140,7 @@ json table_view(const json& d) {
                              {"batch", t.at("largest_batch")},
                              {"peak_bytes", t.at("peak_reserved_bytes")}});
     }
+    if (fit.contains("measured_error")) v["how_sure"] = fit.at("measured_error").at("text");
     const json& r = fit.at("recommendation");
     if (r.is_null()) {
       v["recommendation"] = "Nothing fits: not even batch 1 of any technique (predicted).";
@@ -149,7 +151,11 @@ json table_view(const json& d) {
                             r.at("label").get<std::string>() + ", micro-batch " +
                             std::to_string(batch) + " x accumulation " + std::to_string(acc) +
                             ", peak reserved " + bytes_cell(r.at("peak_reserved_bytes")) +
-                            ", under the recommended ceiling of " + format_bytes(ceiling) + ".";
+                            (r.value("above_ceiling", false)
+                                 ? ", above the recommended ceiling of " + format_bytes(ceiling) +
+                                       " (nothing stayed under it: it fits the cap with less "
+                                       "than the margin kept free)."
+                                 : ", under the recommended ceiling of " + format_bytes(ceiling) + ".");
     }
     if (e.contains("measured")) {
       const json& m = e.at("measured");
@@ -260,6 +266,7 @@ std::string card_markdown(const json& d) {
   for (const json& v : view.at("entries")) {
     doc.heading(2, v.at("model").get<std::string>() + ", " + v.at("input").get<std::string>());
     doc.paragraph(v.at("recommendation"));
+    if (v.contains("how_sure")) doc.paragraph(v.at("how_sure"));
     std::vector<std::vector<std::string>> rows(v.at("rows").begin(), v.at("rows").end());
     const std::vector<std::string> headers = v.at("headers");
     doc.table(make_table(headers,

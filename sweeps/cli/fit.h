@@ -50,6 +50,7 @@ struct FitTechnique {
   int probes = 0;
   double peak_reserved = 0, peak_allocated = 0, tokens_per_s = 0, step_ms_cv = 0;
   std::string stopped;  // a probe that crashed or timed out: its status
+  std::string stopped_message;  // and its message
   std::string label() const;  // "bf16-amp, block, adamw" (+ ", use_cache=False", ", lora")
 };
 

@@ -2,9 +2,15 @@
 #include "sweeps/cli/fit_analysis.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <set>
 
-#include "reports/common/fit_rule.h"
+#include "reports/common/pick.h"
 #include "reports/results/schema.h"
+#include "sweeps/cli/fit_question.h"
+#include "sweeps/cli/fit_search.h"
+#include "sweeps/runner/estimate.h"
+#include "sweeps/runner/search.h"
 
 namespace sweep {
 namespace {
@@ -95,6 +101,7 @@ Analysis analyse(const reports::Results& results, const std::vector<Point>& sear
       if (!t.first_oom || batch < *t.first_oom) t.first_oom = batch;
     } else {
       t.stopped = to_string(r->status);
+      t.stopped_message = r->at(column("message"));
     }
   }
   for (const auto& t : wanted)
@@ -102,35 +109,97 @@ Analysis analyse(const reports::Results& results, const std::vector<Point>& sear
   return a;
 }
 
+FitRows analyse(const FitQuestion& q, const FitSearch& s, const std::vector<FitTechnique>& wanted) {
+  FitRows f;
+  f.results = std::make_shared<const reports::Results>(reports::read_results(s.results.string()));
+  f.analysis = analyse(*f.results, s.question, wanted);
+  // The emulated runs that seeded this question's searches: each a point of the question on
+  // the emulated device.
+  if (const auto path = s.results.parent_path() / kPredictionsFile; std::filesystem::exists(path)) {
+    std::set<std::string> keys;
+    for (const auto& p : s.question) keys.insert(combination_key(p));
+    const auto rows = reports::read_results(path.string());  // the rows below point into it
+    for (const auto* r : reports::latest_per_point(rows).rows) {
+      Point p = point_of(*r);
+      p.device = q.device;
+      p.card = {};
+      f.predictions += keys.count(combination_key(p)) > 0;
+    }
+  }
+  for (const auto& t : f.analysis.techniques) f.probes += t.probes;
+  f.probes_line =
+      probes_text(f.probes, static_cast<int>(f.analysis.techniques.size()), f.predictions);
+  return f;
+}
+
+std::string stopped_searches(const Analysis& a) {
+  int stopped = 0;
+  const FitTechnique* first = nullptr;
+  for (const auto& t : a.techniques)
+    if (!t.largest && !t.stopped.empty() && stopped++ == 0) first = &t;
+  if (!first) return "";
+  return std::to_string(stopped) + " of " + std::to_string(a.techniques.size()) +
+         " searches stopped before finding a batch that fits (" + first->label() + ": " +
+         first->stopped + (first->stopped_message.empty() ? "" : ", " + first->stopped_message) + ")";
+}
+
 namespace {
 
 // Every fitting probe whose batch reaches the effective batch, less those refused, as a pick
-// each (a confirmed one as measured at its accumulation), under the ceiling when any is.
+// each (a confirmed one as measured at its accumulation).
+Pick probe_pick(const FitTechnique& t, const reports::Row& r, int64_t batch, const PickQuestion& q) {
+  return {&t,
+          batch,
+          q.effective ? *q.effective / batch : 1,
+          r.number(column("tokens_per_s")).value_or(0),
+          r.number(column("step_ms_cv")).value_or(0),
+          r.number(column("peak_reserved_bytes")).value_or(0)};
+}
+
+// The largest micro-batch of technique `t` that divides the effective batch and fits (at most
+// its largest batch: memory grows with the batch), when the search never probed it (a seeded
+// search probes near the prediction only): a candidate to be measured, its peak and
+// throughput those of the smallest probe above it (an upper bound of its peak) until then.
+std::optional<Pick> unprobed_divisor(const FitTechnique& t, const std::vector<const reports::Row*>& ok,
+                                     const PickQuestion& q) {
+  if (!q.effective || !t.largest) return std::nullopt;
+  int64_t d = std::min(*t.largest, *q.effective);
+  while (*q.effective % d != 0) --d;
+  const reports::Row* above = nullptr;
+  int64_t above_batch = 0;
+  for (const auto* r : ok) {
+    const auto b = static_cast<int64_t>(r->number(column("batch")).value_or(0));
+    if (b == d) return std::nullopt;  // probed: a candidate as it is
+    if (b > d && (!above || b < above_batch)) above = r, above_batch = b;
+  }
+  if (!above) return std::nullopt;
+  Pick p = probe_pick(t, *above, d, q);
+  p.unprobed = true;
+  return p;
+}
+
+// Every fitting probe whose batch reaches the effective batch and the largest micro-batch that
+// divides it (unprobed_divisor), less those refused, as a pick each (a confirmed one as
+// measured at its accumulation).
 std::vector<Pick> candidates(const Analysis& a, const PickQuestion& q) {
   std::vector<Pick> all;
+  auto add = [&](Pick p) {
+    const std::string id = pick_id(p);
+    if (std::find(q.refused.begin(), q.refused.end(), id) != q.refused.end()) return;
+    if (const auto c = q.confirmed.find(id); c != q.confirmed.end()) p = c->second;
+    all.push_back(p);
+  };
   for (const auto& t : a.techniques) {
     const auto it = a.ok_rows.find(technique_key(t));
     if (it == a.ok_rows.end()) continue;
+    if (!q.bf16 && (t.precision == Precision::kBf16 || t.precision == Precision::kBf16Amp)) continue;
     for (const auto* r : it->second) {
       const auto b = static_cast<int64_t>(r->number(column("batch")).value_or(0));
       if (b <= 0 || (q.effective && (b > *q.effective || *q.effective % b != 0))) continue;
-      Pick p{&t,
-             b,
-             q.effective ? *q.effective / b : 1,
-             r->number(column("tokens_per_s")).value_or(0),
-             r->number(column("step_ms_cv")).value_or(0),
-             r->number(column("peak_reserved_bytes")).value_or(0)};
-      const std::string id = pick_id(p);
-      if (std::find(q.refused.begin(), q.refused.end(), id) != q.refused.end()) continue;
-      if (const auto c = q.confirmed.find(id); c != q.confirmed.end()) p = c->second;
-      all.push_back(p);
+      add(probe_pick(t, *r, b, q));
     }
+    if (const auto d = unprobed_divisor(t, it->second, q)) add(*d);
   }
-  std::vector<Pick> under;
-  for (const auto& p : all)
-    if (p.peak_reserved <= static_cast<double>(q.ceiling_bytes)) under.push_back(p);
-  if (!under.empty() || q.ceiling_bytes <= 0) return q.ceiling_bytes <= 0 ? all : under;
-  for (auto& p : all) p.above_ceiling = true;
   return all;
 }
 
@@ -138,38 +207,23 @@ std::vector<Pick> candidates(const Analysis& a, const PickQuestion& q) {
 
 std::optional<Pick> pick(const Analysis& a, const PickQuestion& q) {
   std::vector<Pick> c = candidates(a, q);
-  if (c.empty()) return std::nullopt;
-  // The first of equals wins (listed order): a stable sort by throughput.
-  std::stable_sort(c.begin(), c.end(),
-                   [](const Pick& x, const Pick& y) { return x.tokens_per_s > y.tokens_per_s; });
-  if (c.size() > 1 && reports::prefer_runner_up(c[0].tokens_per_s, c[0].step_ms_cv,
-                                                c[1].tokens_per_s, c[1].step_ms_cv)) {
-    auto label = [](const Pick& p) {
-      return p.technique->label() + ", batch " + std::to_string(p.batch) +
-             (p.accumulation > 1 ? " x " + std::to_string(p.accumulation) : "");
-    };
-    c[1].why = reports::runner_up_note(label(c[0]), c[0].tokens_per_s, c[0].step_ms_cv,
-                                       label(c[1]), c[1].tokens_per_s, c[1].step_ms_cv);
-    return c[1];
-  }
-  return c[0];
+  std::vector<reports::Candidate> seen;
+  for (const auto& p : c)
+    seen.push_back({p.technique->label(), technique_count(*p.technique), p.batch, p.accumulation,
+                    p.tokens_per_s, p.step_ms_cv, p.peak_reserved, q.predicted});
+  const auto picked = reports::pick(seen, {q.rule});
+  if (!picked) return std::nullopt;
+  Pick p = c[picked->index];
+  p.above_ceiling = picked->above_ceiling;
+  p.by_memory = picked->ranked == reports::Ranked::kByMemory;
+  p.why = picked->note;
+  return p;
 }
 
 int technique_count(const FitTechnique& t) {
   return (t.precision != Precision::kFp32) + (t.checkpointing != Checkpointing::kNone) +
          (t.optimizer != OptimizerKind::kAdamW) + !t.use_cache + (t.adapter != Adapter::kNone) +
          (t.offload != Offload::kNone) + (t.weights != Weights::kFull);
-}
-
-std::optional<Pick> pick_by_memory(const Analysis& a, const PickQuestion& q) {
-  std::vector<Pick> c = candidates(a, q);
-  if (c.empty()) return std::nullopt;
-  return *std::min_element(c.begin(), c.end(), [](const Pick& p, const Pick& best) {
-    const int n = technique_count(*p.technique), m = technique_count(*best.technique);
-    if (n != m) return n < m;
-    if (p.batch != best.batch) return p.batch > best.batch;
-    return p.peak_reserved < best.peak_reserved;
-  });
 }
 
 std::string pick_id(const Pick& p) {

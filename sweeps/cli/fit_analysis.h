@@ -5,12 +5,14 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "reports/common/fit_rule.h"
 #include "reports/results/rows.h"
 #include "sweeps/cli/fit.h"
 #include "sweeps/worker/point.h"
@@ -43,37 +45,54 @@ const reports::Row* measured_elsewhere(const reports::Results& results,
 Analysis analyse(const reports::Results& results, const std::vector<Point>& searches,
                  const std::vector<FitTechnique>& wanted);
 
-// The recommended way to the effective batch, by the one rule (reports/common/fit_rule.h): among the
-// probes that fit (every ok probe: they ran under the cap) whose batch divides it, those under
-// the recommended ceiling (all of them, above_ceiling set, when none is); then the highest
-// measured tokens/s, a confirmation run's measurement replacing the probe's (re-ranked after
-// it), the steadier runner-up where the fastest's step time varied more than its lead
-// (reports::prefer_runner_up); ties go to the fewer techniques (listed order).
+struct FitQuestion;
+struct FitSearch;
+
+// fit's fourth stage: this question's rows, read back from OUT, per technique.
+struct FitRows {
+  std::shared_ptr<const reports::Results> results;  // what `analysis` points into
+  Analysis analysis;
+  int probes = 0;       // max-batch probes of the question, all techniques
+  int predictions = 0;  // emulated runs that seeded its searches (OUT/predictions.csv), not probes
+  std::string probes_line;  // "34 probes for 17 techniques (2.0 each) ..."
+};
+FitRows analyse(const FitQuestion& q, const FitSearch& s, const std::vector<FitTechnique>& wanted);
+
+// Why there is no answer when searches stopped on a crash or a timeout before finding a batch
+// that fits: "3 of 22 searches stopped before finding a batch that fits (crash: ...)"; "" when
+// every search answered. Such a search says nothing about memory: never "nothing fits".
+std::string stopped_searches(const Analysis& a);
+
+// The recommended way to the effective batch: the one pick (reports/common/pick.h) among the
+// probes that fit (every ok probe: they ran under the cap) whose batch divides it, each at the
+// accumulation that reaches it, a confirmation run's measurement replacing the probe's.
 struct Pick {
   const FitTechnique* technique = nullptr;
   int64_t batch = 0, accumulation = 1;
   double tokens_per_s = 0, step_ms_cv = 0;
   double peak_reserved = 0;
   bool above_ceiling = false;  // nothing measured stayed under the recommended ceiling
-  std::string why;             // why not simply the fastest ("" when it is)
+  bool by_memory = false;      // ranked by memory (the CPU; nothing timed), not by speed
+  // A micro-batch the search never probed (the largest that divides the effective batch): its
+  // peak and throughput are those of the next probe above it until it is measured.
+  bool unprobed = false;
+  std::string why;             // why not simply the first by that ranking ("" when it is)
 };
 
-// What the pick is chosen under: the effective batch, the recommended ceiling, those passed
-// over (pick_id: measured out of memory at their accumulation) and those measured again at
-// their accumulation (pick_id -> the pick as measured then).
+// What the pick is chosen under: the rule (its ceiling; the CPU's ranks by memory), the
+// effective batch, whether the rows are predicted, those passed over (pick_id: measured out of
+// memory at their accumulation) and those measured again at their accumulation (pick_id -> the
+// pick as measured then).
 struct PickQuestion {
+  reports::FitRule rule;
   std::optional<int64_t> effective;
-  int64_t ceiling_bytes = 0;
+  bool predicted = false;
+  bool bf16 = true;  // false: a card without bf16 tensor cores; bf16 and bf16-amp never picked
   std::vector<std::string> refused;
   std::map<std::string, Pick> confirmed;
 };
 // The pick; nullopt when nothing fits.
 std::optional<Pick> pick(const Analysis& a, const PickQuestion& q);
-// The same on device emulated, where nothing is timed, and on the CPU, whose times say nothing
-// about a GPU: ranked by memory. Among the same probes, the fewest changes from plain training
-// (technique_count), then the largest micro-batch (the fewest accumulation steps), then the
-// lowest peak reserved memory.
-std::optional<Pick> pick_by_memory(const Analysis& a, const PickQuestion& q);
 // Changes from plain training (fp32, no checkpointing, AdamW, the cache on, no adapter, no
 // offload, full weights): each costs throughput on a real card.
 int technique_count(const FitTechnique& t);

@@ -60,7 +60,7 @@ std::vector<Input> inputs_of(const models::ModelSpec& spec) {
 // people run on these cards is fp16 autocast with a GradScaler, on the fp16 tensor cores: the
 // tables try fp16-amp there in place of bf16-amp (the same activations in memory, plus the
 // scaler's few bytes), and keep pure bf16 with this note.
-bool lacks_bf16(const CardSpec& c) { return c.cc_major < 8; }
+bool lacks_bf16(const CardSpec& c) { return !has_bf16_tensor_cores(c); }
 std::string precision_note(const CardSpec& c) {
   return c.name.data() + std::string(
              " (sm_" + std::to_string(c.cc_major) + std::to_string(c.cc_minor) +

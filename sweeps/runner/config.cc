@@ -463,6 +463,11 @@ std::string canonical_axis_value(const std::string& axis, const std::string& val
     if (axis == "audio_s") {
       const double v = parse_number(value, range->second);
       if (v <= 0) throw std::invalid_argument("must be more than 0, got " + value);
+      // Whisper's feature extractor reads 10 ms frames (models/whisper.cc frames()): less
+      // than half a frame rounds to none, and the encoder has nothing to read.
+      if (std::llround(v * 100) < 1)
+        throw std::invalid_argument("must be at least 0.005 (Whisper reads audio in 10 ms "
+                                    "frames: " + value + " s rounds to none), got " + value);
       return number_text(v);
     }
     return std::to_string(parse_integer(value, range->second));

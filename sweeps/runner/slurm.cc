@@ -201,12 +201,11 @@ std::string merge_script(const ScriptSpec& s) {
   return t + "exec " + shell_quote(s.exe) + " merge " + shell_quote(s.out) + "\n";
 }
 
-RunOutcome submit_slurm(const RunOptions& opt) {
-  std::string out;
-  if (!opt.overrides.empty())
-    throw UserError(opt.config, 0, opt.overrides.front(), "key=value overrides do not combine with --slurm",
-                    "write them into the config: the array's tasks read the config file");
-  Config cfg = load_run_config(opt, out);
+namespace {
+
+// Every flag that does not combine with --slurm, and every value that reaches a script,
+// refused before anything is written.
+void check_slurm_options(const RunOptions& opt, const Config& cfg, const std::string& out) {
   const SlurmOptions& so = opt.slurm;
   if (opt.force)
     throw UserError(opt.config, 0, "--force", "--force does not combine with --slurm",
@@ -214,7 +213,6 @@ RunOutcome submit_slurm(const RunOptions& opt) {
   if (!opt.gpus.empty())
     throw UserError(opt.config, 0, "--gpus", "--gpus does not combine with --slurm",
                       "ask Slurm for GPUs with --gres gpu:1; each array task uses the GPU it is given");
-  // Every value that reaches a script, before anything is written.
   for (const auto& [flag, value] : {std::pair<std::string, std::string>{"--partition", so.partition},
                                     {"--account", so.account}, {"--gres", so.gres}, {"--time", so.time},
                                     {opt.out.empty() ? "out" : "--out", out}})
@@ -227,6 +225,76 @@ RunOutcome submit_slurm(const RunOptions& opt) {
     if (a.rfind("-", 0) != 0)
       throw UserError(opt.config, 0, "--sbatch-arg", "'" + a + "' is not an sbatch option",
                         "pass one option each, attached: --sbatch-arg=--qos=high");
+}
+
+// A previous submission into OUT that is still queued would run the same points again.
+void refuse_if_still_queued(const std::string& out, const SlurmPlan& previous) {
+  if (previous.array_job.empty()) return;
+  std::vector<std::string> jobs = {previous.array_job};
+  if (!previous.merge_job.empty()) jobs.push_back(previous.merge_job);
+  if (auto queued = queue_states(jobs); queued && !queued->empty())
+    throw UserError(SlurmPlan::path(out), 0, "--out",
+                      "array job " + previous.array_job + " of an earlier submission into " + out +
+                          " is still queued or running",
+                      "wait for it (sweep status " + out + "), or cancel it: scancel " +
+                          previous.array_job + " " + previous.merge_job);
+}
+
+ScriptSpec script_spec(const RunOptions& opt, const Config& cfg, const SlurmPlan& plan,
+                       const std::string& out, const std::vector<std::size_t>& todo) {
+  ScriptSpec spec;
+  spec.name = cfg.name.empty() ? fs::path(opt.config).stem().string() : cfg.name;
+  spec.exe = self_exe();
+  spec.config = plan.config;
+  spec.out = fs::absolute(out).lexically_normal().string();
+  spec.array = array_spec(todo, opt.slurm.max_parallel);
+  spec.slurm = opt.slurm;
+  if (opt.device_given) spec.task_args.insert(spec.task_args.end(), {"--device", opt.device});
+  if (!opt.search.empty()) spec.task_args.insert(spec.task_args.end(), {"--search", opt.search});
+  if (opt.snapshot) spec.task_args.push_back("--snapshot");
+  if (!opt.zygote) spec.task_args.push_back("--no-zygote");  // else one zygote per array task
+  return spec;
+}
+
+// The marks of the tasks submitted now start afresh; a task left out because its points are
+// all recorded gets a plan naming them, so status and merge count it done.
+void mark_tasks(const std::string& out, const std::vector<std::vector<Point>>& combos,
+                std::size_t tasks, const std::vector<std::size_t>& todo, bool same_plan,
+                bool search, bool ids_known) {
+  for (std::size_t t = 0, next = 0; t < tasks; ++t) {
+    const bool submitted = next < todo.size() && todo[next] == t;
+    if (submitted) ++next;
+    if (submitted || !same_plan) reset_task_marks(out, t);
+    if (!submitted && !search && ids_known) {
+      std::vector<std::vector<Point>> owned;
+      for (std::size_t j : task_combinations(t, tasks, combos.size())) owned.push_back(combos[j]);
+      write_task_plan(out, t, owned, search);
+    }
+  }
+}
+
+// The array job, then the merge job after it; nothing half-way: the array is cancelled when
+// the merge job cannot be submitted.
+void submit_jobs(const std::string& exe, SlurmPlan& plan, const std::string& array_path,
+                 const std::string& merge_path) {
+  plan.array_job = sbatch(exe, {}, array_path);
+  try {
+    plan.merge_job = sbatch(exe, {"--dependency=afterany:" + plan.array_job}, merge_path);
+  } catch (const UserError&) {
+    run_command({"scancel", plan.array_job});
+    throw;
+  }
+}
+
+}  // namespace
+
+RunOutcome submit_slurm(const RunOptions& opt) {
+  std::string out;
+  if (!opt.overrides.empty())
+    throw UserError(opt.config, 0, opt.overrides.front(), "key=value overrides do not combine with --slurm",
+                    "write them into the config: the array's tasks read the config file");
+  Config cfg = load_run_config(opt, out);
+  check_slurm_options(opt, cfg, out);
   // The points' identities depend on the budget; this host knows it unless the nodes
   // measure their GPUs' context allowance (a target card on CUDA without context_gib).
   const std::string device = opt.device_given ? opt.device : cfg.device;
@@ -247,33 +315,12 @@ RunOutcome submit_slurm(const RunOptions& opt) {
   for (std::size_t t = 0; t < tasks; ++t)
     plan.tasks.push_back(task_labels(combos, task_combinations(t, tasks, combos.size()), search));
 
-  // A previous submission into OUT that is still queued would run the same points again.
   SlurmPlan previous;
   const bool had_plan = fs::exists(SlurmPlan::path(out)) && SlurmPlan::read(out, previous);
-  if (had_plan && !previous.array_job.empty()) {
-    std::vector<std::string> jobs = {previous.array_job};
-    if (!previous.merge_job.empty()) jobs.push_back(previous.merge_job);
-    if (auto queued = queue_states(jobs); queued && !queued->empty())
-      throw UserError(SlurmPlan::path(out), 0, "--out",
-                        "array job " + previous.array_job + " of an earlier submission into " + out +
-                            " is still queued or running",
-                        "wait for it (sweep status " + out + "), or cancel it: scancel " +
-                            previous.array_job + " " + previous.merge_job);
-  }
+  if (had_plan) refuse_if_still_queued(out, previous);
   const bool same_plan = had_plan && previous.fingerprint == plan.fingerprint;
   const auto todo = tasks_to_run(out, plan, combos, ids_known, same_plan);
-
-  ScriptSpec spec;
-  spec.name = cfg.name.empty() ? fs::path(opt.config).stem().string() : cfg.name;
-  spec.exe = self_exe();
-  spec.config = plan.config;
-  spec.out = fs::absolute(out).lexically_normal().string();
-  spec.array = array_spec(todo, so.max_parallel);
-  spec.slurm = so;
-  if (opt.device_given) spec.task_args.insert(spec.task_args.end(), {"--device", opt.device});
-  if (!opt.search.empty()) spec.task_args.insert(spec.task_args.end(), {"--search", opt.search});
-  if (opt.snapshot) spec.task_args.push_back("--snapshot");
-  if (!opt.zygote) spec.task_args.push_back("--no-zygote");  // else one zygote per array task
+  const ScriptSpec spec = script_spec(opt, cfg, plan, out, todo);
   const std::string dir = (fs::path(spec.out) / "slurm").string();
   const std::string array_path = dir + "/sweep.sbatch", merge_path = dir + "/merge.sbatch";
 
@@ -302,25 +349,8 @@ RunOutcome submit_slurm(const RunOptions& opt) {
     throw UserError(array_path, 0, "--slurm", "sbatch is not on the PATH: nothing was submitted",
                       "run on a host with Slurm's client commands (a login node), or add their "
                       "directory to PATH; the scripts are written, to submit by hand: " + command);
-  // The marks of the tasks submitted now start afresh; a task left out because its points
-  // are all recorded gets a plan naming them, so status and merge count it done.
-  for (std::size_t t = 0, next = 0; t < tasks; ++t) {
-    const bool submitted = next < todo.size() && todo[next] == t;
-    if (submitted) ++next;
-    if (submitted || !same_plan) reset_task_marks(out, t);
-    if (!submitted && !search && ids_known) {
-      std::vector<std::vector<Point>> owned;
-      for (std::size_t j : task_combinations(t, tasks, combos.size())) owned.push_back(combos[j]);
-      write_task_plan(out, t, owned, search);
-    }
-  }
-  plan.array_job = sbatch(exe, {}, array_path);
-  try {
-    plan.merge_job = sbatch(exe, {"--dependency=afterany:" + plan.array_job}, merge_path);
-  } catch (const UserError&) {
-    run_command({"scancel", plan.array_job});  // nothing half-way: the array goes too
-    throw;
-  }
+  mark_tasks(out, combos, tasks, todo, same_plan, search, ids_known);
+  submit_jobs(exe, plan, array_path, merge_path);
   plan.write(out);
   std::printf("submitted array job %s (%zu tasks, --array=%s) and merge job %s\n", plan.array_job.c_str(),
               todo.size(), spec.array.c_str(), plan.merge_job.c_str());

@@ -1,0 +1,170 @@
+// fit's answer; see fit_answer.h.
+#include "sweeps/cli/fit_answer.h"
+
+#include <cstdio>
+
+#include "models/zoo.h"
+#include "reports/common/fidelity.h"
+#include "reports/results/rows.h"
+#include "reports/results/stats.h"
+
+namespace sweep {
+namespace {
+
+// Bumped when a key of the JSON changes meaning or goes away (new keys do not bump it).
+constexpr int kFitJsonVersion = 2;  // 2: card.usable_bytes became cap_bytes and ceiling_bytes (the one rule)
+
+nlohmann::json or_null(bool known, double v) { return known ? nlohmann::json(v) : nlohmann::json(nullptr); }
+
+// A predicted largest batch whose peak sits within the emulator's measured error of the cap.
+bool borderline(const FitQuestion& q, const FitTechnique& t) {
+  if (!q.emulated() || !t.largest) return false;
+  const auto e = reports::measured_error(q.spec->family);
+  return !e || e->borderline(t.peak_reserved, static_cast<double>(q.cap()));
+}
+
+nlohmann::json technique_answer(const FitQuestion& q, const FitTechnique& t, int64_t budget) {
+  const bool emulated = q.emulated();
+  nlohmann::json e = technique_json(t);
+  e["probes"] = t.probes;
+  e["limit_reached"] = t.first_oom.has_value();
+  e["largest_batch"] = t.largest ? nlohmann::json(*t.largest) : nlohmann::json(nullptr);
+  e["first_oom"] = t.first_oom ? nlohmann::json(*t.first_oom) : nlohmann::json(nullptr);
+  if (t.largest) {
+    e["peak_reserved_bytes"] = t.peak_reserved;
+    e["peak_allocated_bytes"] = t.peak_allocated;
+    e["headroom_bytes"] = static_cast<double>(budget) - t.peak_reserved;
+    e["tokens_per_s"] = or_null(!emulated, t.tokens_per_s);
+    e["step_ms_cv"] = or_null(!emulated, t.step_ms_cv);
+  }
+  if (!t.stopped.empty()) e["stopped"] = t.stopped;
+  if (!t.stopped_message.empty()) e["stopped_message"] = t.stopped_message;
+  if (emulated) e["borderline"] = borderline(q, t);
+  return e;
+}
+
+nlohmann::json recommendation_json(const FitQuestion& q, const FitPick& pick) {
+  if (!pick.choice) return nullptr;
+  const Pick& c = *pick.choice;
+  const bool emulated = q.emulated();
+  nlohmann::json j = technique_json(*c.technique);
+  j.update({{"batch", c.batch},
+            {"accumulation", c.accumulation},
+            {"peak_reserved_bytes", c.peak_reserved},
+            {"tokens_per_s", or_null(!emulated, c.tokens_per_s)},
+            {"step_ms_cv", or_null(!emulated, c.step_ms_cv)},
+            {"noisy", !emulated && c.step_ms_cv > reports::kNoisyStepCv},
+            {"predicted", emulated},
+            {"above_ceiling", c.above_ceiling},
+            {"reason", pick.reason}});
+  return j;
+}
+
+std::string technique_row(const FitQuestion& q, const FitTechnique& t, int64_t budget) {
+  const bool emulated = q.emulated();
+  std::string largest = t.largest ? std::to_string(*t.largest) : "none";
+  if (borderline(q, t)) largest += " (borderline)";
+  if (t.largest && !t.first_oom) largest += " (limit not reached)";
+  if (!t.stopped.empty()) largest += " (" + t.stopped + ")";
+  const std::string peak = t.largest ? reports::format_bytes(t.peak_reserved) : "";
+  const std::string headroom =
+      t.largest ? reports::format_bytes(static_cast<double>(budget) - t.peak_reserved) : "";
+  const std::string speed = !t.largest ? ""
+                            : emulated ? "not measured"
+                                       : std::to_string(static_cast<int64_t>(t.tokens_per_s)) +
+                                             " ±" + std::to_string(std::lround(t.step_ms_cv * 100)) + "%";
+  return "| " + t.label() + " | " + largest + " | " + peak + " | " + headroom + " | " + speed +
+         " | " + std::to_string(t.probes) + " |\n";
+}
+
+void print_recommendation(const FitQuestion& q, const FitPick& pick) {
+  if (!pick.choice && !pick.no_answer.empty()) {
+    std::printf("\nNo answer: %s. Fix what stopped them and run the same command again: every "
+                "probe already measured is reused.\n", pick.no_answer.c_str());
+    return;
+  }
+  if (!pick.choice) {
+    std::printf("\nNothing fits %s: not even batch 1 of any technique%s.\n", q.card.name.c_str(),
+                q.emulated() ? (" (" + q.predicted + ")").c_str() : "");
+    return;
+  }
+  const Pick& c = *pick.choice;
+  const std::string accumulation =
+      c.accumulation > 1 ? " x accumulation " + std::to_string(c.accumulation) : "";
+  if (q.emulated())
+    std::printf("\nRecommended (%s): %s, batch %lld%s: peak %s, recommended ceiling %s, %s.\n",
+                q.predicted.c_str(), c.technique->label().c_str(), static_cast<long long>(c.batch),
+                accumulation.c_str(), reports::format_bytes(c.peak_reserved).c_str(),
+                reports::format_bytes(static_cast<double>(q.rule.ceiling_bytes())).c_str(),
+                pick.reason.c_str());
+  else
+    std::printf("\nRecommended: %s, batch %lld%s: %lld tokens/s, %s.\n", c.technique->label().c_str(),
+                static_cast<long long>(c.batch), accumulation.c_str(),
+                static_cast<long long>(c.tokens_per_s), pick.reason.c_str());
+}
+
+}  // namespace
+
+nlohmann::json answer_json(const FitQuestion& q, const FitSearch& s, const FitRows& rows,
+                           const FitPick& pick) {
+  const Analysis& a = rows.analysis;
+  const bool emulated = q.emulated();
+  nlohmann::json j;
+  j["fit_json_version"] = kFitJsonVersion;
+  j["model"] = q.o.model;
+  j["device"] = to_string(q.device);
+  j["measured_on"] = a.device_name.empty() ? to_string(q.device) : a.device_name;
+  j["cpu_measured"] = q.cpu();
+  j["predicted"] = emulated;  // device emulated: memory predicted, nothing measured or timed
+  if (emulated) j["predicted_by"] = q.predicted;
+  j["card"] = {{"name", q.card.name}, {"memory_bytes", q.card.memory_bytes}, {"margin", q.o.margin},
+               {"context_bytes", q.rule.context_bytes}, {"context_source", q.rule.context_source},
+               {"cap_bytes", q.rule.cap_bytes()}, {"ceiling_bytes", q.rule.ceiling_bytes()},
+               {"budget_bytes", a.budget_bytes}};
+  if (q.o.effective_batch) j["effective_batch"] = *q.o.effective_batch;
+  j["results"] = s.results.string();
+  j["techniques"] = nlohmann::json::array();
+  for (const auto& t : a.techniques) j["techniques"].push_back(technique_answer(q, t, a.budget_bytes));
+  if (emulated) {
+    const auto e = reports::measured_error(q.spec->family);
+    j["measured_error"] = {{"family", q.spec->family},
+                           {"text", reports::measured_error_line(q.spec->family)}};
+    if (e) j["measured_error"].update({{"low", e->low}, {"high", e->high}, {"rows", e->rows}});
+  }
+  j["probes"] = rows.probes;
+  j["probes_per_technique"] =
+      a.techniques.empty() ? 0.0 : static_cast<double>(rows.probes) / a.techniques.size();
+  j["predictions"] = rows.predictions;  // emulated runs that seeded the searches, not probes
+  j["probes_text"] = rows.probes_line;
+  j["recommendation"] = recommendation_json(q, pick);
+  if (!pick.no_answer.empty()) j["no_answer"] = pick.no_answer;
+  return j;
+}
+
+void print_answer(const FitQuestion& q, const FitPlan& p, const FitSearch& s, const FitRows& rows,
+                  const FitPick& pick) {
+  const Analysis& a = rows.analysis;
+  std::printf(
+      "%s on %s. The rule, %s.%s\n\n", q.o.model.c_str(), q.card.name.c_str(),
+      q.rule.derivation(q.card.name).c_str(),
+      q.cpu() ? "\nMeasured on the CPU: memory as PyTorch would allocate it, enforced by the "
+                "tracking allocator; the throughput is the CPU's, not a GPU's."
+      : q.emulated() ? ("\nPredicted by emulation of " + q.card.name +
+                        ", not measured: memory as CUDA's caching "
+                        "allocator would hold it on that card; no throughput (nothing computes).")
+                           .c_str()
+                     : "");
+  std::printf("| technique | largest batch | peak | headroom | tokens/s ±cv | probes |\n"
+              "| --- | ---: | ---: | ---: | ---: | ---: |\n");
+  for (const auto& t : a.techniques)
+    std::fputs(technique_row(q, t, a.budget_bytes).c_str(), stdout);
+  if (q.emulated()) std::printf("\n%s\n", reports::measured_error_line(q.spec->family).c_str());
+  std::printf("\nProbes: %s.\n", rows.probes_line.c_str());
+  print_recommendation(q, pick);
+  const std::string card_arg =
+      q.o.gpu.empty() ? "--memory-gib " + number_text(*q.o.memory_gib) : "--gpu " + q.o.gpu;
+  std::printf("\nRows: %s (sweep report %s; sweep recommend %s %s)\n", s.results.c_str(),
+              p.out.c_str(), p.out.c_str(), card_arg.c_str());
+}
+
+}  // namespace sweep

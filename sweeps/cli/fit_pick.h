@@ -1,0 +1,29 @@
+// fit's fifth stage, the pick: the one recommendation (reports/common/pick.h) among this
+// question's probes, measured at its accumulation. A pick that needs accumulation runs once
+// more as a plain point (OUT/fit-pick.yaml); one that runs out of memory once gradients
+// accumulate is passed over and the next one tried, one measured again is ranked again with
+// that measurement.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "sweeps/cli/fit_analysis.h"
+#include "sweeps/cli/fit_plan.h"
+#include "sweeps/cli/fit_question.h"
+
+namespace sweep {
+
+struct FitPick {
+  std::optional<Pick> choice;  // none: nothing fits
+  std::string reason;          // why this one, as the answer prints it
+  int exit_code = 0;           // a confirmation run's, when it failed
+  // No pick because searches stopped on crashes (fit_analysis.h stopped_searches): no answer,
+  // never "nothing fits".
+  std::string no_answer;
+};
+
+// Stage 5.
+FitPick pick_confirmed(const FitQuestion& q, const FitPlan& p, const FitRows& rows);
+
+}  // namespace sweep
