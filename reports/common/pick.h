@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "reports/common/fit_rule.h"
+#include "reports/results/cost_rules.h"
 
 namespace sweep::reports {
 
@@ -50,7 +51,7 @@ struct PickRules {
   FitRule rule;  // the ceiling; rule.cuda false: the CPU, ranked by memory
   // The measured error of predicted tokens/s, as a fraction (docs/fidelity.md): a predicted
   // lead smaller than this is too close to call.
-  double predicted_speed_error = 0;
+  double predicted_speed_error = cost::kStepTimeError;
 };
 
 enum class Ranked { kBySpeed, kByMemory };

@@ -223,9 +223,9 @@ void header(Document& doc, const Results& res, const std::vector<Point>& pts) {
                         : std::to_string(predicted) + " points are ") +
         predicted_by(cards) +
         ": the memory CUDA's caching allocator would hold on that card, worked out on a machine "
-        "without it (device emulated). Nothing was timed: no throughput is predicted. Measure on "
-        "the "
-        "card itself to confirm.");
+        "without it (device emulated), and the step time predicted from the step's kernels and "
+        "the card's datasheet (docs/fidelity.md, \"Step time\"). Measure on the card itself to "
+        "confirm.");
   if (pts.empty()) doc.paragraph("The results file has no rows yet.");
 }
 

@@ -70,9 +70,11 @@ std::string clip_outliers(LineChart& chart) {
 }
 
 std::string tokens(std::optional<double> v) { return v ? fixed(*v, *v >= 100 ? 0 : 1) : ""; }
-// A point's tokens/s for a table: "not measured" for a prediction, which has none.
+// A point's tokens/s for a table; a prediction's says so ("not measured" where the card's
+// peaks are unknown, so none was predicted).
 std::string tokens_of(const Point& p) {
-  return p.predicted && !p.tokens_per_s ? "not measured" : tokens(p.tokens_per_s);
+  if (!p.predicted) return tokens(p.tokens_per_s);
+  return p.tokens_per_s ? tokens(p.tokens_per_s) + " (predicted)" : "not measured";
 }
 
 }  // namespace
@@ -419,14 +421,17 @@ void breakdown_section(Document& doc, Plotter& plotter, const Group& g) {
 void throughput_section(Document& doc, Plotter& plotter, const Group& g) {
   Selection sel = select_lines(g);
   doc.heading(3, "Throughput vs batch size");
-  // Predictions time nothing: no chart of nothing.
+  // A card whose peaks are unknown has no predicted throughput: no chart of nothing.
   if (std::none_of(g.points.begin(), g.points.end(),
                    [](const Point& p) { return p.tokens_per_s.has_value(); }) &&
       !g.predicted.empty()) {
     doc.paragraph("Throughput: not measured (" + g.predicted +
-                  "; an emulated card computes nothing).");
+                  "; no step time is predicted for a card whose peaks are not published).");
     return;
   }
+  if (!g.predicted.empty())
+    doc.paragraph("Throughput predicted from each step's kernels and the card's datasheet "
+                  "(docs/fidelity.md, \"Step time\": the error measured on H100 rows), " + g.predicted + ".");
   LineChart chart = batch_chart(g, sel, "-throughput", "throughput", "throughput (tokens/s)");
   Series frontier = red_crosses("first batch that runs out of memory");
   std::vector<std::string> frontier_text;

@@ -93,8 +93,10 @@ RunSummary summarize_run(const reports::Results& results, const std::string& out
     }
     if (r->status != Status::kOk || r->value<Mode>() != Mode::kTrain) continue;
     ++s.ok_train;
-    // A row without throughput (a prediction) is never the fastest.
-    if (tokens(r) > 0 && (!s.fastest || tokens(r) > tokens(s.fastest))) s.fastest = r;
+    // The fastest measured: a prediction's throughput (device emulated) is not a measurement.
+    if (r->value<Device>() != Device::kEmulated && tokens(r) > 0 &&
+        (!s.fastest || tokens(r) > tokens(s.fastest)))
+      s.fastest = r;
     if (cv(r) > reports::kNoisyStepCv) {
       s.noisy.push_back(r);
       if (!s.noisiest || cv(r) > cv(s.noisiest)) s.noisiest = r;

@@ -12,10 +12,15 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "models/zoo.h"
+#include "reports/results/cost_fit.h"
 #include "sweeps/worker/checkpoint.h"
+#include "sweeps/worker/emulate/cost_record.h"
 #include "sweeps/worker/emulate/emulation.h"
 #include "sweeps/worker/load_int8.h"
 #include "sweeps/worker/offload.h"
@@ -303,6 +308,21 @@ void time_steps(const Point& p, StepTimer& timer, const std::function<void()>& s
   }
 }
 
+// An emulated card's step time, predicted (reports/results/cost_rules.h) from the kernels the
+// step launches; none for the CPU stand-in or a card whose peaks are not published.
+void predict_step_time(const Point& p, const std::function<void()>& step, Measurement& m) {
+  const auto card = p.card.cpu ? std::nullopt : cost::card_for(p.card.name);
+  if (!card) return step();
+  emu::CostRecorder recorder;
+  step();
+  // As a PyTorch + transformers loop dispatches the step (cost_rules.h, Loop).
+  const cost::Loop loop{.python = true, .checkpointed = p.checkpointing == Checkpointing::kBlock};
+  m.step_ms = m.step_ms_mean = cost::predict_step(recorder.kernels(), *card, cost::calibration(), loop).step_ms;
+  // The calibration's input (reports/results/cost_fit.h): the step's kernels, one line a point.
+  if (const char* trace = std::getenv("SWEEP_STEP_TRACE"))
+    std::ofstream(trace, std::ios::app) << cost::trace_json(recorder.kernels()).dump() << '\n';
+}
+
 void throughput(const Point& p, const Workload& w, Measurement& m) {
   if (!m.step_ms || *m.step_ms <= 0) return;
   const double step_s = *m.step_ms / 1000.0;
@@ -454,8 +474,12 @@ Measurement run_burst(const Point& p, MemoryTracker& mem, StepTimer& timer,
     if (hooks.after_warmup) hooks.after_warmup();
     if (w.offload) w.offload->reset_transfer();
     if (w.emulated) {
-      // Nothing to time: the same steps, for the memory they allocate; no throughput.
-      for (int i = 0; i < p.steps * p.repetitions; ++i) step();
+      // Nothing to time: the same steps, for the memory they allocate; the first of them
+      // recorded, kernel by kernel, for the predicted step time.
+      for (int i = 0; i < p.steps * p.repetitions; ++i) {
+        if (i == 0) predict_step_time(p, step, m);
+        else step();
+      }
     } else {
       time_steps(p, timer, step, m);
     }

@@ -24,6 +24,7 @@
 
 #include "models/emulation.h"
 #include "sweeps/measure/trackers.h"
+#include "sweeps/worker/emulate/cost_record.h"
 
 namespace sweep {
 namespace {
@@ -86,6 +87,7 @@ OffloadOptimizer::OffloadOptimizer(std::vector<torch::Tensor> params, double lr,
 
 void OffloadOptimizer::wait_for_device() const {
   if (cuda_ && !emulated_) c10::cuda::getCurrentCUDAStream().synchronize();
+  if (emulated_) emu::note_sync();  // the emulated card's step waits there too
 }
 
 void OffloadOptimizer::step(const torch::Tensor&, const torch::Tensor&) {

@@ -26,6 +26,7 @@
 #include "models/emulation.h"
 #include "sweeps/worker/adamw8bit_cuda.h"
 #endif
+#include "sweeps/worker/emulate/cost_record.h"
 
 namespace sweep {
 namespace {
@@ -239,8 +240,14 @@ int64_t adamw8bit_param_state_bytes(int64_t numel) {
 void adamw8bit_update(const torch::Tensor& p, const torch::Tensor& g, AdamW8bitState& s,
                       const QMaps& maps, const AdamW8bitHyper& h, bool force_cpu_arithmetic) {
   if (models::acts_cuda(p) && !force_cpu_arithmetic) {
-    // An emulated card: bitsandbytes' kernel updates in place and allocates nothing.
-    if (p.is_meta()) return;
+    // An emulated card: bitsandbytes' kernel updates in place and allocates nothing. Its
+    // time: one pass reading the parameter, the gradient and both 8-bit states, writing the
+    // parameter and the states (kOptimizer8bitBlockwise, csrc/kernels.cu); absmax is 1/256 of that.
+    if (p.is_meta()) {
+      emu::note_kernel({.kind = cost::Kind::kMemory,
+                        .bytes = static_cast<double>(2 * p.nbytes() + g.nbytes() + 4 * p.numel())});
+      return;
+    }
 #ifdef SWEEP_CUDA_KERNELS
     update_cuda(p, g, s, maps, h);
     return;
@@ -260,6 +267,7 @@ void sync_device_of(const torch::Tensor& t) {
   // utils.py sync_gpu: torch.cuda.synchronize() (the current device) for a CUDA tensor, nothing
   // elsewhere; a Meta tensor standing for a card's has no device work to wait for.
   if (t.is_cuda()) c10::cuda::device_synchronize();
+  else if (t.is_meta()) emu::note_sync();  // the emulated card's step waits there too
 }
 
 std::unique_ptr<Optimizer> make_adamw8bit(double lr, double weight_decay,

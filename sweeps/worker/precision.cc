@@ -4,6 +4,7 @@
 #include <ATen/autocast_mode.h>
 
 #include "models/emulation.h"
+#include "sweeps/worker/emulate/cost_record.h"
 #include "sweeps/worker/emulate/emulation.h"
 #include "sweeps/worker/optim.h"
 
@@ -65,6 +66,7 @@ void GradScaler::step(Optimizer& opt) {
   auto inv_scale = scale_.to(torch::kDouble).reciprocal().to(torch::kFloat);
   at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf_, inv_scale);
   // A Meta tensor (emulated device) holds no inf: the step runs, as with finite gradients.
+  if (found_inf_.is_meta()) emu::note_sync();  // the read's wait, on the emulated card
   if (found_inf_.is_meta() || found_inf_.item<float>() == 0.0f) opt.step();
   else ++skipped_;
 }

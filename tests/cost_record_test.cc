@@ -1,0 +1,116 @@
+// What the step-time prediction sees of an emulated step (sweeps/worker/emulate/cost_record.h):
+// the RecordFunction callback on Meta tensors records every GEMM the CUDA step launches, with
+// its shape and dtype, each fused attention kernel with its backend, the optimizer's foreach
+// kernels; and an emulated row carries the predicted step time and throughput.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "reports/results/cards.h"
+#include "reports/results/cost_fit.h"
+#include "sweeps/worker/point.h"
+#include "test_util.h"
+
+namespace sweep {
+namespace {
+
+struct Recorded {
+  std::vector<cost::Kernel> kernels;
+  nlohmann::json row;
+};
+
+Recorded run_emulated(Point p, const std::string& card = "h100-80gb") {
+  p.device = Device::kEmulated;
+  p.card = facts_of(*find_card(card));
+  p.steps = 1;
+  p.warmup_steps = 1;
+  p.repetitions = 1;
+  const auto trace = std::filesystem::temp_directory_path() /
+                     ("sweep_cost_record_" + std::to_string(::getpid()));
+  std::filesystem::remove(trace);
+  const nlohmann::json j = p;
+  const auto run = testing::run_sweep_cli_split("worker --point '" + j.dump() + "' --result-fd 1",
+                                                "SWEEP_STEP_TRACE=" + trace.string());
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  Recorded r;
+  r.row = nlohmann::json::parse(run.out.substr(run.out.rfind('{')));
+  std::ifstream in(trace);
+  std::string line;
+  std::getline(in, line);
+  std::filesystem::remove(trace);
+  if (!line.empty()) r.kernels = cost::parse_trace(nlohmann::json::parse(line));
+  return r;
+}
+
+Point gpt2_test(Precision precision) {
+  Point p = tiny_point("gpt2-test", Device::kEmulated, precision, OptimizerKind::kAdamW);
+  p.batch = 2;
+  p.seq = 32;
+  return p;
+}
+
+// gpt2-test: 2 layers of n_embd 64, vocabulary 1024. Forward: per layer c_attn, attention's
+// c_proj, c_fc and the MLP's c_proj (transformers' Conv1D: addmm), then lm_head (linear on a
+// 3-D input: matmul's mm); backward: two GEMMs for each (the input's and the weight's
+// gradients). 27 GEMMs, the first c_attn's (B T) x C times C x 3C.
+TEST(CostRecord, EveryGemmOfTheStepWithItsShapeAndDtype) {
+  const auto r = run_emulated(gpt2_test(Precision::kFp32));
+  std::vector<cost::Kernel> gemms;
+  for (const auto& k : r.kernels)
+    if (k.kind == cost::Kind::kGemm) gemms.push_back(k);
+  ASSERT_EQ(gemms.size(), 27u);
+  EXPECT_EQ(gemms[0].m, 64);
+  EXPECT_EQ(gemms[0].k, 64);
+  EXPECT_EQ(gemms[0].n, 192);
+  EXPECT_EQ(gemms[0].dtype, cost::Dtype::kF32);
+  // Under bf16 autocast the same GEMMs run in bf16 (autocast's lower-precision list).
+  const auto amp = run_emulated(gpt2_test(Precision::kBf16Amp));
+  int bf16 = 0;
+  for (const auto& k : amp.kernels) bf16 += k.kind == cost::Kind::kGemm && k.dtype == cost::Dtype::kBf16;
+  EXPECT_EQ(bf16, 27);
+}
+
+// The attention kernels are those of the backend sdpa_cuda.cc chose: fp32 on sm_90 cannot take
+// flash (fp16/bf16 only), so the memory-efficient kernel runs; under bf16 autocast, flash. One
+// forward and one backward per layer. AdamW is torch's foreach implementation on CUDA.
+TEST(CostRecord, AttentionByTheChosenBackendAndTheForeachOptimizer) {
+  auto count = [](const std::vector<cost::Kernel>& ks, cost::Attention backend, bool backward) {
+    int n = 0;
+    for (const auto& k : ks)
+      n += k.kind == cost::Kind::kAttention && k.backend == backend && k.backward == backward;
+    return n;
+  };
+  const auto fp32 = run_emulated(gpt2_test(Precision::kFp32));
+  EXPECT_EQ(count(fp32.kernels, cost::Attention::kEfficient, false), 2);
+  EXPECT_EQ(count(fp32.kernels, cost::Attention::kEfficient, true), 2);
+  const auto amp = run_emulated(gpt2_test(Precision::kBf16Amp));
+  EXPECT_EQ(count(amp.kernels, cost::Attention::kFlash, false), 2);
+  EXPECT_EQ(count(amp.kernels, cost::Attention::kFlash, true), 2);
+  int foreach = 0;
+  for (const auto& k : fp32.kernels) foreach += k.kind == cost::Kind::kForeach;
+  EXPECT_GE(foreach, 4);  // AdamW: lerp_, mul_, addcmul_ ... (adam.py _multi_tensor_adam)
+}
+
+// The row: step_ms, tokens_per_s, samples_per_s and tflops filled, as a measured row's are;
+// none for a card whose peaks are not published (the A10G), whose memory is still predicted.
+TEST(CostRecord, AnEmulatedRowCarriesItsPredictedStepTimeAndThroughput) {
+  const auto r = run_emulated(gpt2_test(Precision::kBf16Amp));
+  ASSERT_EQ(r.row.at("status"), "ok") << r.row.dump();
+  const double step_ms = r.row.at("step_ms").get<double>();
+  EXPECT_GT(step_ms, 0);
+  EXPECT_NEAR(r.row.at("tokens_per_s").get<double>(), 2 * 32 / (step_ms / 1e3), 1e-6);
+  EXPECT_NEAR(r.row.at("samples_per_s").get<double>(), 2 / (step_ms / 1e3), 1e-6);
+  EXPECT_GT(r.row.at("tflops").get<double>(), 0);
+  EXPECT_NEAR(step_ms, cost::predict_step(r.kernels, *cost::card_for("h100-80gb")).step_ms, 1e-9);
+  const auto a10g = run_emulated(gpt2_test(Precision::kBf16Amp), "a10g");
+  EXPECT_FALSE(a10g.row.contains("step_ms") && !a10g.row.at("step_ms").is_null()) << a10g.row.dump();
+  EXPECT_GT(a10g.row.at("peak_allocated_bytes").get<double>(), 0);
+  // The same step is slower on an RTX 3060 than on an H100.
+  const auto rtx3060 = run_emulated(gpt2_test(Precision::kBf16Amp), "rtx3060");
+  EXPECT_GT(rtx3060.row.at("step_ms").get<double>(), step_ms);
+}
+
+}  // namespace
+}  // namespace sweep
