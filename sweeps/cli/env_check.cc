@@ -26,14 +26,14 @@ std::optional<std::string> environment_error(char** envp) {
       const auto* error = std::get_if<std::string>(&parsed);
       if (!error) break;
       // print_user_error's format ("error: ...", "hint: ..."); its iostream is not usable yet.
-      const UserError e(std::string(name), 0, "",
+      const UserError err(std::string(name), 0, "",
                         "inherited from the environment, and PyTorch 2.11 rejects it: " + *error +
                             ". LibTorch reads it as it loads, before any command runs, and would abort",
                         "unset it (unset " + std::string(name) + ") or write it as torch takes it: "
                         "key:value, comma-separated, e.g. " + std::string(name) +
                             "=expandable_segments:True,max_split_size_mb:512; keys: " +
                             emu::alloc_conf_keys());
-      return "error: " + e.located() + "\nhint: " + e.hint() + "\n";
+      return "error: " + err.located() + "\nhint: " + err.hint() + "\n";
     }
   }
   return std::nullopt;
