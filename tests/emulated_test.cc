@@ -337,7 +337,7 @@ TEST(EmulatedFit, FitWithoutAGpuPredictsTheCardEndToEnd) {
       "--max-batch 2 --out " +
       out.string());
   // Before anything runs (the first line of stderr).
-  EXPECT_EQ(r.err.rfind("fit gpt2-test on RTX 3060: " + predicted_by("RTX 3060"), 0), 0u) << r.err;
+  EXPECT_EQ(r.err.rfind("fit gpt2-test (seq 128) on RTX 3060: " + predicted_by("RTX 3060"), 0), 0u) << r.err;
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto rows = reports::read_results(out.string()).rows;
   ASSERT_FALSE(rows.empty());

@@ -180,6 +180,44 @@ TEST(Fit, LoraIsATechniqueOfItsOwnWithALowerPeak) {
   EXPECT_EQ(j["techniques"].size(), 6u);  // {none, lora, lora on int8} x use_cache
 }
 
+// Issue 37 items 2 and 3: the headline names the model, the input length and the card, and
+// GPT-2's default length is 512 tokens (what people train it at, the tables' first length),
+// not the grid's 128; the pick comes with the Hugging Face TrainingArguments that run it, in
+// the text to paste and in --json's trainer_args (reports/common/trainer_args.h).
+TEST(Fit, TheAnswerNamesItsLengthAndThePicksTrainerArguments) {
+  const auto dir = testing::temp_dir("fit_words");
+  const std::string args =
+      "gpt2 --gpu rtx3060 --device emulated --precision bf16-amp --checkpointing block --optimizer adamw";
+  const auto text = testing::run_sweep_cli("fit " + args + " --out " + (dir / "out").string() + " 2>/dev/null");
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_EQ(text.output.rfind("gpt2, seq 512, on RTX 3060. The rule, ", 0), 0u) << text.output;
+  EXPECT_NE(text.output.find("Precision: bf16 autocast (Trainer bf16=True).\n"), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find("In your training script (Hugging Face transformers):\n"
+                             "    args = TrainingArguments(\n"
+                             "        per_device_train_batch_size="),
+            std::string::npos)
+      << text.output;
+  EXPECT_NE(text.output.find("        bf16=True,\n"), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find("        gradient_checkpointing=True,\n"), std::string::npos) << text.output;
+
+  const auto j = fit_json(args, dir / "out");  // every probe reused
+  EXPECT_EQ(j["length"], "seq 512");
+  EXPECT_EQ(j["seq"], 512);
+  const auto& pick = j["recommendation"];
+  ASSERT_FALSE(pick.is_null());
+  const auto& ta = pick["trainer_args"]["training_arguments"];
+  EXPECT_EQ(ta["per_device_train_batch_size"], pick["batch"]) << pick.dump(1);
+  EXPECT_EQ(ta["gradient_accumulation_steps"], pick["accumulation"]) << pick.dump(1);
+  EXPECT_EQ(ta["bf16"], true) << pick.dump(1);
+  EXPECT_EQ(ta["gradient_checkpointing"], true) << pick.dump(1);
+  EXPECT_EQ(ta["optim"], "adamw_torch") << pick.dump(1);
+  EXPECT_NE(pick["trainer_args"]["text"].get<std::string>().find("args = TrainingArguments(\n"), std::string::npos);
+
+  // A length given is the one named.
+  const auto short_seq = fit_json(args + " --seq 256", dir / "out256");
+  EXPECT_EQ(short_seq["length"], "seq 256");
+}
+
 TEST(Fit, BadInputExitsTwoWithAHint) {
   const auto dir = testing::temp_dir("fit_bad");
   for (const std::string args :

@@ -163,6 +163,9 @@ void Document::heading(int level, std::string text) {
 void Document::paragraph(std::string text) {
   blocks_.push_back({.kind = Kind::kParagraph, .text = {std::move(text)}});
 }
+void Document::code(std::string language, std::string text) {
+  blocks_.push_back({.kind = Kind::kCode, .text = {std::move(language), std::move(text)}});
+}
 void Document::list(std::vector<std::string> items) {
   blocks_.push_back({.kind = Kind::kList, .text = std::move(items)});
 }
@@ -205,6 +208,9 @@ std::string Document::markdown() const {
         break;
       case Kind::kImage:
         out += "![" + md_escape(b.image.alt) + "](" + b.image.stem + ".svg)";
+        break;
+      case Kind::kCode:
+        out += "```" + b.text[0] + "\n" + b.text[1] + (b.text[1].ends_with('\n') ? "" : "\n") + "```";
         break;
       case Kind::kDetails:
         out += "<details><summary>" + html_escape(b.text[0]) + "</summary>";
@@ -252,6 +258,9 @@ std::string Document::html(const std::string& title, const std::string& image_di
                base64(read_file(png.string())) + "\"></p>\n";
         break;
       }
+      case Kind::kCode:
+        out += "<pre><code>" + html_escape(b.text[1]) + "</code></pre>\n";
+        break;
       case Kind::kDetails:
         out += "<details><summary>" + html_escape(b.text[0]) + "</summary>\n";
         break;

@@ -68,6 +68,8 @@ class Document {
   void list(std::vector<std::string> items);
   void table(Table table);
   void image(Image image);
+  // Code shown as written (```language fenced in Markdown, <pre><code> in HTML): Python to paste.
+  void code(std::string language, std::string text);
   // A block that opens folded (<details>, `summary` its one line; Markdown keeps the same tags,
   // which GitHub renders folded), or a named <section id="..."> (HTML only), closed by end().
   void begin_details(std::string summary);
@@ -80,11 +82,11 @@ class Document {
   std::string html(const std::string& title, const std::string& image_dir) const;
 
  private:
-  enum class Kind { kHeading, kParagraph, kList, kTable, kImage, kDetails, kSection, kEnd };
+  enum class Kind { kHeading, kParagraph, kList, kTable, kImage, kCode, kDetails, kSection, kEnd };
   struct Block {
     Kind kind;
     int level = 0;
-    std::vector<std::string> text;  // heading/paragraph: one; list: the items
+    std::vector<std::string> text;  // heading/paragraph: one; list: the items; code: language, text
     Table table;
     Image image;
   };

@@ -239,6 +239,7 @@ nlohmann::ordered_json trainer_args_json(const TrainerArgs& a) {
   if (!a.lora_config.is_null()) j["lora_config"] = a.lora_config;
   j["model_code"] = a.model_code;
   j["notes"] = a.notes;
+  j["text"] = trainer_args_text(a);  // the same, as Python to paste
   return j;
 }
 

@@ -74,7 +74,7 @@ TrainerArgs trainer_args(const TrainingSetup& setup);
 // `args = TrainingArguments(...)`.
 std::string trainer_args_text(const TrainerArgs& args);
 // {"training_arguments": {...}, "from_pretrained": {...}, "bnb_config": {...}, "lora_config":
-// {...}, "model_code": [...], "notes": [...]}: what `fit --json` carries as `trainer_args`
+// {...}, "model_code": [...], "notes": [...], "text": trainer_args_text()}: what `fit --json` carries as `trainer_args`
 // (the members not used left out).
 nlohmann::ordered_json trainer_args_json(const TrainerArgs& args);
 

@@ -58,6 +58,7 @@ Measured measure(const Row& r) {
   c.status = r.status;
   c.measured_on = r.at(column("device_name"));
   c.where = r.source + ":" + std::to_string(r.line);
+  c.setup = setup_of(r);
   auto peak = r.number(column("peak_reserved_bytes"));
   c.peak_reserved_bytes = peak ? std::llround(*peak) : 0;
   m.ok = c.status == Status::kOk && peak.has_value();
@@ -427,6 +428,13 @@ std::string Recommendation::predicted_line() const {
   std::string cards;
   for (const auto& c : predicted_cards) cards += (cards.empty() ? "" : ", ") + c;
   return cards.empty() ? "" : predicted_by(cards);
+}
+
+TrainerArgs Choice::trainer_args() const {
+  TrainingSetup s = setup;
+  s.batch = batch;
+  s.accumulation = accumulation;
+  return reports::trainer_args(s);
 }
 
 int Choice::techniques() const {

@@ -16,6 +16,7 @@
 
 #include "reports/common/fit_rule.h"
 #include "reports/common/gpus.h"
+#include "reports/common/trainer_args.h"
 #include "reports/results/rows.h"
 
 namespace CLI {
@@ -86,6 +87,13 @@ struct Choice {
   // For a largest batch: the smallest larger batch of the configuration measured not to fit
   // (its first OOM, or a peak over the cap); empty when unbounded.
   std::optional<int64_t> first_over;
+
+  // What the row ran, in the fields Trainer arguments are made of (the family, LoRA's rank,
+  // alpha, dropout and targets); batch and accumulation are this choice's own.
+  TrainingSetup setup;
+  // The choice as the user's training script sets it: TrainingArguments (and LoraConfig,
+  // BitsAndBytesConfig, the DeepSpeed config of an offload), at this batch and accumulation.
+  TrainerArgs trainer_args() const;
 
   // Changes from the plain configuration (fp32, no checkpointing, accumulation 1, AdamW,
   // default allocator): ties go to the simpler one.

@@ -47,7 +47,10 @@ void to_json(json& j, const Choice& c) {
        {"on_target", c.on_target},
        {"bounded", c.bounded},
        {"first_over", c.first_over ? json(*c.first_over) : json(nullptr)},
-       {"predicted_batch", c.predicted_batch ? json(*c.predicted_batch) : json(nullptr)}};
+       {"predicted_batch", c.predicted_batch ? json(*c.predicted_batch) : json(nullptr)},
+       {"precision_words", precision_words(c.precision)},
+       // The same configuration in the words of a Hugging Face training script.
+       {"trainer_args", trainer_args_json(c.trainer_args())}};
 }
 
 json recommendations_json(const Recommendation& r) {

@@ -266,6 +266,21 @@ std::string recommendations_csv(const Recommendation& r) {
   return s;
 }
 
+// Each pick as the user's training script sets it: Python to paste, under the model and length
+// it answers for (what is no Trainer flag said in the code's comments).
+std::string trainer_args_section(const Recommendation& r) {
+  std::string s;
+  for (const auto& g : r.groups) {
+    if (!g.fastest || g.fastest->mode != Mode::kTrain) continue;
+    s += "**" + g.label() + "**: " + g.fastest->label() + " (" + precision_words(g.fastest->precision) +
+         ")\n\n```python\n" + trainer_args_text(g.fastest->trainer_args()) + "```\n\n";
+  }
+  return s.empty() ? s
+                   : "## In your training script\n\nThe recommended configurations as Hugging Face "
+                     "`TrainingArguments` (transformers 5.x), with what is no Trainer flag said in "
+                     "comments.\n\n" + s;
+}
+
 std::string recommendations_markdown(const Recommendation& r) {
   const Target& t = r.target;
   const auto all = lines(r);
@@ -290,7 +305,8 @@ std::string recommendations_markdown(const Recommendation& r) {
             ? "## Recommended configuration (predicted rows: ranked by memory)\n\n"
         : !t.cuda ? "## Recommended configuration (CPU rows: ranked by memory)\n\n"
                   : "## Recommended configuration: the fastest under the recommended ceiling\n\n")
-    << md_table(all, {"fastest", "recommended", "nothing-fits", "no-answer"}, cols({"note"}));
+    << md_table(all, {"fastest", "recommended", "nothing-fits", "no-answer"}, cols({"note"}))
+    << trainer_args_section(r);
   s << "## Largest batch that fits, per technique\n\n"
     << "Headroom here is what is left under the cap (" << size_text(t.cap_bytes()) << ").\n\n"
     << md_table(all, {"max-batch"}, cols({"note"}));

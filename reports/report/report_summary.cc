@@ -69,6 +69,12 @@ void summary_section(Document& doc, const std::vector<Point>& pts, const Recomme
                                : "Recommended (CPU rows: ranked by memory, not by the CPU's "
                                  "throughput):");
   doc.list(picks);
+  // Each pick in the words of the user's training script.
+  for (const auto& g : r->groups) {
+    if (!g.fastest || g.fastest->mode != Mode::kTrain) continue;
+    doc.paragraph("In your training script, " + g.label() + " (" + precision_words(g.fastest->precision) + "):");
+    doc.code("python", trainer_args_text(g.fastest->trainer_args()));
+  }
   std::vector<std::vector<std::string>> rows;
   for (const auto& g : r->groups)
     for (const Choice& c : g.max_batch)

@@ -146,6 +146,7 @@ json table_view(const json& d) {
       v["recommendation"] = "Nothing fits: not even batch 1 of any technique (predicted).";
     } else {
       const int64_t batch = r.at("batch"), acc = r.at("accumulation");
+      if (r.contains("trainer_args")) v["trainer_args"] = r.at("trainer_args").at("text");
       v["recommendation"] = "Recommended for an effective batch of " + std::to_string(effective) +
                             " (predicted by emulation of " + name + ", ranked by memory): " +
                             r.at("label").get<std::string>() + ", micro-batch " +
@@ -264,6 +265,10 @@ std::string card_markdown(const json& d) {
   for (const json& v : view.at("entries")) {
     doc.heading(2, v.at("model").get<std::string>() + ", " + v.at("input").get<std::string>());
     doc.paragraph(v.at("recommendation"));
+    if (v.contains("trainer_args")) {
+      doc.paragraph("In your training script (Hugging Face transformers):");
+      doc.code("python", v.at("trainer_args"));
+    }
     if (v.contains("how_sure")) doc.paragraph(v.at("how_sure"));
     std::vector<std::vector<std::string>> rows(v.at("rows").begin(), v.at("rows").end());
     const std::vector<std::string> headers = v.at("headers");

@@ -142,11 +142,11 @@ void register_commands(CLI::App& app, int& exit_code) {
   fit->add_option("--memory-gib", fo->memory_gib, "The card's memory in GiB, as CUDA reports it")
       ->check(reports::kMemoryGib);
   // Whole numbers read exactly, and bounds printed as numbers (the config's axis ranges).
-  fit->add_option("--seq", fo->seq, "Tokens per sample (GPT-2, T5 encoder)")
+  fit->add_option("--seq", fo->seq, "Tokens per sample (default: what people train the model at: GPT-2 and T5 512, a config.json decoder 1024)")
       ->check(reports::whole_number(1, 1 << 20, "a number of tokens"));
-  fit->add_option("--target-seq", fo->target_seq, "T5 decoder tokens")
+  fit->add_option("--target-seq", fo->target_seq, "T5 decoder tokens (default 128)")
       ->check(reports::whole_number(1, 1 << 20, "a number of tokens"));
-  fit->add_option("--audio-s", fo->audio_s, "Seconds of audio (Whisper)")
+  fit->add_option("--audio-s", fo->audio_s, "Seconds of audio (Whisper; default 30, its window)")
       ->check(reports::positive_number(30, "a number of seconds"));
   fit->add_option("--effective-batch", fo->effective_batch,
                   "Micro-batch x accumulation to reach; the pick is measured at its accumulation")

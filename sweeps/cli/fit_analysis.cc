@@ -220,6 +220,15 @@ std::optional<Pick> pick(const Analysis& a, const PickQuestion& q) {
   return p;
 }
 
+std::optional<reports::TrainingSetup> training_setup(const Analysis& a, const Pick& p) {
+  const auto it = a.ok_rows.find(technique_key(*p.technique));
+  if (it == a.ok_rows.end() || it->second.empty()) return std::nullopt;
+  reports::TrainingSetup s = reports::setup_of(*it->second.front());
+  s.batch = p.batch;
+  s.accumulation = p.accumulation;
+  return s;
+}
+
 int technique_count(const FitTechnique& t) {
   return (t.precision != Precision::kFp32) + (t.checkpointing != Checkpointing::kNone) +
          (t.optimizer != OptimizerKind::kAdamW) + !t.use_cache + (t.adapter != Adapter::kNone) +

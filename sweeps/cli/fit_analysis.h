@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "reports/common/fit_rule.h"
+#include "reports/common/trainer_args.h"
 #include "reports/results/rows.h"
 #include "sweeps/cli/fit.h"
 #include "sweeps/worker/point.h"
@@ -78,6 +79,11 @@ struct Pick {
   bool unprobed = false;
   std::string why;             // why not simply the first by that ranking ("" when it is)
 };
+
+// The pick as the user's training script sets it (reports/common/trainer_args.h): the setup a
+// row of its technique measured (the model's family, LoRA's rank, alpha and targets), at the
+// pick's micro-batch and accumulation; nullopt when the analysis holds no row of it.
+std::optional<reports::TrainingSetup> training_setup(const Analysis& a, const Pick& p);
 
 // What the pick is chosen under: the rule (its ceiling; the CPU's ranks by memory), the
 // effective batch, whether the rows are predicted, those passed over (pick_id: measured out of

@@ -2,9 +2,13 @@
 #include "sweeps/cli/fit_answer.h"
 
 #include <cstdio>
+#include <optional>
+#include <sstream>
+#include <string>
 
 #include "models/zoo.h"
 #include "reports/common/fidelity.h"
+#include "reports/common/trainer_args.h"
 #include "reports/results/rows.h"
 #include "reports/results/stats.h"
 
@@ -43,7 +47,14 @@ nlohmann::json technique_answer(const FitQuestion& q, const FitTechnique& t, int
   return e;
 }
 
-nlohmann::json recommendation_json(const FitQuestion& q, const FitPick& pick) {
+// The pick in the words of the user's training script; nullopt when no row of it was read.
+std::optional<reports::TrainerArgs> pick_trainer_args(const FitRows& rows, const Pick& c) {
+  const auto setup = training_setup(rows.analysis, c);
+  if (!setup) return std::nullopt;
+  return reports::trainer_args(*setup);
+}
+
+nlohmann::json recommendation_json(const FitQuestion& q, const FitRows& rows, const FitPick& pick) {
   if (!pick.choice) return nullptr;
   const Pick& c = *pick.choice;
   const bool emulated = q.emulated();
@@ -56,7 +67,11 @@ nlohmann::json recommendation_json(const FitQuestion& q, const FitPick& pick) {
             {"noisy", !emulated && c.step_ms_cv > reports::kNoisyStepCv},
             {"predicted", emulated},
             {"above_ceiling", c.above_ceiling},
-            {"reason", pick.reason}});
+            {"reason", pick.reason},
+            {"precision_words", reports::precision_words(c.technique->precision)}});
+  // The same configuration as Hugging Face TrainingArguments (and LoraConfig, BitsAndBytesConfig,
+  // the DeepSpeed config of an offload), what is no Trainer flag said in model_code and notes.
+  if (const auto args = pick_trainer_args(rows, c)) j["trainer_args"] = reports::trainer_args_json(*args);
   return j;
 }
 
@@ -77,7 +92,16 @@ std::string technique_row(const FitQuestion& q, const FitTechnique& t, int64_t b
          " | " + std::to_string(t.probes) + " |\n";
 }
 
-void print_recommendation(const FitQuestion& q, const FitPick& pick) {
+// The pick's TrainingArguments, indented under the recommendation, to paste into a script.
+void print_trainer_args(const FitRows& rows, const Pick& c) {
+  const auto args = pick_trainer_args(rows, c);
+  if (!args) return;
+  std::printf("\nIn your training script (Hugging Face transformers):\n");
+  std::stringstream text(reports::trainer_args_text(*args));
+  for (std::string line; std::getline(text, line);) std::printf("    %s\n", line.c_str());
+}
+
+void print_recommendation(const FitQuestion& q, const FitRows& rows, const FitPick& pick) {
   if (!pick.choice && !pick.no_answer.empty()) {
     std::printf("\nNo answer: %s. Fix what stopped them and run the same command again: every "
                 "probe already measured is reused.\n", pick.no_answer.c_str());
@@ -101,6 +125,8 @@ void print_recommendation(const FitQuestion& q, const FitPick& pick) {
     std::printf("\nRecommended: %s, batch %lld%s: %lld tokens/s, %s.\n", c.technique->label().c_str(),
                 static_cast<long long>(c.batch), accumulation.c_str(),
                 static_cast<long long>(c.tokens_per_s), pick.reason.c_str());
+  std::printf("Precision: %s.\n", reports::precision_words(c.technique->precision).c_str());
+  print_trainer_args(rows, c);
 }
 
 }  // namespace
@@ -112,6 +138,10 @@ nlohmann::json answer_json(const FitQuestion& q, const FitSearch& s, const FitRo
   nlohmann::json j;
   j["fit_json_version"] = kFitJsonVersion;
   j["model"] = q.o.model;
+  j["length"] = length_words(*q.spec, q.o);  // what the headline names
+  if (q.o.seq) j["seq"] = *q.o.seq;
+  if (q.o.target_seq) j["target_seq"] = *q.o.target_seq;
+  if (q.o.audio_s) j["audio_s"] = *q.o.audio_s;
   j["device"] = to_string(q.device);
   j["measured_on"] = a.device_name.empty() ? to_string(q.device) : a.device_name;
   j["cpu_measured"] = q.cpu();
@@ -136,7 +166,7 @@ nlohmann::json answer_json(const FitQuestion& q, const FitSearch& s, const FitRo
       a.techniques.empty() ? 0.0 : static_cast<double>(rows.probes) / a.techniques.size();
   j["predictions"] = rows.predictions;  // emulated runs that seeded the searches, not probes
   j["probes_text"] = rows.probes_line;
-  j["recommendation"] = recommendation_json(q, pick);
+  j["recommendation"] = recommendation_json(q, rows, pick);
   if (!pick.no_answer.empty()) j["no_answer"] = pick.no_answer;
   return j;
 }
@@ -145,7 +175,8 @@ void print_answer(const FitQuestion& q, const FitPlan& p, const FitSearch& s, co
                   const FitPick& pick) {
   const Analysis& a = rows.analysis;
   std::printf(
-      "%s on %s. The rule, %s.%s\n\n", q.o.model.c_str(), q.card.name.c_str(),
+      "%s, %s, on %s. The rule, %s.%s\n\n", q.o.model.c_str(), length_words(*q.spec, q.o).c_str(),
+      q.card.name.c_str(),
       q.rule.derivation(q.card.name).c_str(),
       q.cpu() ? "\nMeasured on the CPU: memory as PyTorch would allocate it, enforced by the "
                 "tracking allocator; the throughput is the CPU's, not a GPU's."
@@ -160,7 +191,7 @@ void print_answer(const FitQuestion& q, const FitPlan& p, const FitSearch& s, co
     std::fputs(technique_row(q, t, a.budget_bytes).c_str(), stdout);
   if (q.emulated()) std::printf("\n%s\n", reports::measured_error_line(q.spec->family).c_str());
   std::printf("\nProbes: %s.\n", rows.probes_line.c_str());
-  print_recommendation(q, pick);
+  print_recommendation(q, rows, pick);
   const std::string card_arg =
       q.o.gpu.empty() ? "--memory-gib " + number_text(*q.o.memory_gib) : "--gpu " + q.o.gpu;
   std::printf("\nRows: %s (sweep report %s; sweep recommend %s %s)\n", s.results.c_str(),

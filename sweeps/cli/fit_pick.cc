@@ -63,16 +63,17 @@ std::string reason_of(const FitQuestion& q, const FitPlan& p, const Pick& choice
   std::ostringstream why;
   if (choice.by_memory)
     why << "ranked by memory, not throughput ("
-        << (q.emulated() ? "an emulated card computes nothing, so no speed is predicted"
-                         : "on the CPU step times say nothing about a GPU and vary with the host's "
-                           "load")
+        << (!q.emulated() ? "on the CPU step times say nothing about a GPU and vary with the host's "
+                            "load"
+            : !choice.why.empty() ? "their predicted speeds are too close to call"
+                                  : "no step time was predicted for them")
         << "): the configuration with the fewest changes from plain training (fp32, no "
            "checkpointing, AdamW) that fits"
         << (effective ? " and reaches an effective batch of " + std::to_string(*effective) : "")
         << ", at its largest such micro-batch, then the lowest peak";
   else
-    why << "the highest measured throughput among the configurations under the recommended "
-           "ceiling";
+    why << "the highest " << (q.emulated() ? "predicted" : "measured")
+        << " throughput among the configurations under the recommended ceiling";
   if (choice.above_ceiling)
     why << " (none stayed under the recommended ceiling of "
         << reports::format_bytes(static_cast<double>(q.rule.ceiling_bytes()))

@@ -1,6 +1,7 @@
 // fit's question; see fit_question.h.
 #include "sweeps/cli/fit_question.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -123,6 +124,34 @@ void check_rule(const FitQuestion& q) {
 
 bool FitQuestion::has_cache() const { return spec->family != "whisper"; }
 
+void default_lengths(const models::ModelSpec& spec, FitOptions& o) {
+  auto takes = [&](const char* axis) {
+    return std::find(spec.axes.begin(), spec.axes.end(), axis) != spec.axes.end();
+  };
+  if (spec.test_only) return;
+  int64_t seq = 0, target = 0;
+  if (spec.family == "gpt2") seq = 512;
+  else if (spec.family == "t5") seq = 512, target = 128;
+  else if (takes("seq")) seq = 1024;
+  if (spec.max_seq > 0) seq = std::min(seq, spec.max_seq);
+  if (takes("seq") && !o.seq && seq > 0) o.seq = seq;
+  if (takes("target_seq") && !o.target_seq && target > 0) o.target_seq = target;
+  if (takes("audio_s") && !o.audio_s) o.audio_s = spec.max_audio_s > 0 ? std::min(30.0, spec.max_audio_s) : 30.0;
+}
+
+std::string length_words(const models::ModelSpec& spec, const FitOptions& o) {
+  auto takes = [&](const char* axis) {
+    return std::find(spec.axes.begin(), spec.axes.end(), axis) != spec.axes.end();
+  };
+  // The grid's defaults where a flag is absent (sweeps/runner/grid.cc).
+  const int64_t seq = o.seq.value_or(128), target = o.target_seq.value_or(128);
+  std::string words;
+  if (takes("seq")) words = "seq " + std::to_string(seq);
+  if (takes("target_seq")) words += " -> " + std::to_string(target);
+  if (takes("audio_s")) words += (words.empty() ? "" : ", ") + shown(o.audio_s.value_or(30.0)) + " s audio";
+  return words;
+}
+
 FitQuestion ask(const FitOptions& given) {
   FitQuestion q;
   q.spec = models::find_model(given.model);
@@ -133,6 +162,7 @@ FitQuestion ask(const FitOptions& given) {
   q.card = resolve_card(q.o);
   q.card_flag = q.o.gpu.empty() ? "--memory-gib" : "--gpu";
   check_flags(q.o, *q.spec);
+  default_lengths(*q.spec, q.o);
   q.device = resolve_device(q.o, q.card);
   q.predicted = q.emulated() ? predicted_by(q.card.name) : "";
   if (q.emulated() && !q.o.quiet) {  // before anything runs: the answer will not be a measurement
@@ -141,7 +171,8 @@ FitQuestion ask(const FitOptions& given) {
     const std::string why = q.o.device != "auto" ? std::string("--device emulated")
                             : (unusable.empty() ? std::string("no CUDA device here") : unusable) +
                                   "; --device cpu measures on the CPU instead";
-    std::fprintf(stderr, "fit %s on %s: %s (%s)\n", q.o.model.c_str(), q.card.name.c_str(),
+    std::fprintf(stderr, "fit %s (%s) on %s: %s (%s)\n", q.o.model.c_str(),
+                 length_words(*q.spec, q.o).c_str(), q.card.name.c_str(),
                  q.predicted.c_str(), why.c_str());
   }
   if (!q.bf16_tensor_cores() && !q.o.quiet)

@@ -45,6 +45,17 @@ struct FitQuestion {
   bool bf16_tensor_cores() const { return !card.spec || has_bf16_tensor_cores(*card.spec); }
 };
 
+// fit's default input lengths, where the flags leave them out: what people train each model at,
+// the tables' first length. GPT-2 512 tokens; T5 512 -> 128 (encoder -> decoder tokens);
+// Whisper 30 s of audio (its window); a decoder read from a config.json 1024 tokens (TRL's
+// SFTConfig max_length default), never past the model's longest input. The test models keep
+// the grid's defaults (128 tokens, 30 s): they stand in for nobody's training.
+void default_lengths(const models::ModelSpec& spec, FitOptions& o);
+
+// The question's input lengths as every answer's headline names them: "seq 512", "seq 512 ->
+// 128" (T5), "30 s audio" (Whisper); only the axes the model takes.
+std::string length_words(const models::ModelSpec& spec, const FitOptions& o);
+
 // Stage 1. UserError for bad input: an unknown model or card, a device not here, a card that
 // leaves nothing usable.
 FitQuestion ask(const FitOptions& given);
