@@ -2,10 +2,13 @@
 // page with the same cells; the measured RTX 3060 rows beside a prediction, a disagreement said
 // in docs/fidelity.md's words; and the committed docs/tables/index.html opened in headless
 // Chromium (which scripts/setup.sh installs: its absence fails, it does not skip), driven by
-// the URL's hash, its numbers read back from the DOM and compared with the committed Markdown.
+// the URL's hash, its numbers read back from the DOM and compared with the committed Markdown;
+// and a page of three cards opened in the comparison view (#compare), its rows, sort, pick cells
+// and chart read back and compared with the cards' data.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
@@ -13,7 +16,6 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <regex>
 
 #include "reports/results/cards.h"
 #include <sstream>
@@ -203,31 +205,100 @@ std::string output_of(const std::string& command) {
   return out;
 }
 
-// The rows of the page's technique table, as the DOM holds them after its script ran.
-std::vector<std::vector<std::string>> dom_rows(const std::string& dom, const std::string& id) {
-  std::vector<std::vector<std::string>> rows;
-  const auto start = dom.find("<table id=\"" + id + "\">");
+// One cell of a table as the DOM holds it after the page's script ran: its text (tags such as a
+// link's taken out, entities read back) and its class.
+struct DomCell {
+  std::string text, cls;
+  bool operator==(const DomCell&) const = default;
+};
+struct DomRow {
+  std::string cls;
+  bool header = false;  // <th> cells
+  std::vector<DomCell> cells;
+};
+
+// Where the tag opening at `at` ends: past its ">", quoted attribute values skipped (a title
+// may hold a "<" or a ">").
+std::size_t tag_end(const std::string& s, std::size_t at) {
+  char quote = 0;
+  for (std::size_t i = at; i < s.size(); ++i) {
+    if (quote) {
+      if (s[i] == quote) quote = 0;
+    } else if (s[i] == '"' || s[i] == '\'') {
+      quote = s[i];
+    } else if (s[i] == '>') {
+      return i + 1;
+    }
+  }
+  return s.size();
+}
+
+// The class attribute of the open tag s[at, end), "" when it has none.
+std::string class_of(const std::string& s, std::size_t at, std::size_t end) {
+  const std::string tag = s.substr(at, end - at);
+  const auto c = tag.find(" class=\"");
+  return c == std::string::npos ? "" : tag.substr(c + 8, tag.find('"', c + 8) - c - 8);
+}
+
+std::string text_of(const std::string& html) {
+  std::string text;
+  for (std::size_t i = 0; i < html.size();) {
+    if (html[i] == '<') {
+      i = tag_end(html, i);
+      continue;
+    }
+    text += html[i++];
+  }
+  for (const auto& [from, to] : {std::pair{"&lt;", "<"}, {"&gt;", ">"}, {"&quot;", "\""}, {"&amp;", "&"}})
+    for (std::size_t at = 0; (at = text.find(from, at)) != std::string::npos; at += std::strlen(to))
+      text.replace(at, std::strlen(from), to);
+  return text;
+}
+
+// The rows of the page's table `id`. Searched, not matched with std::regex, whose recursion
+// overflows the stack on a comparison row of some 40 cells.
+std::vector<DomRow> dom_table(const std::string& dom, const std::string& id) {
+  std::vector<DomRow> rows;
+  const auto start = dom.find("<table id=\"" + id + "\"");
   if (start == std::string::npos) return rows;
   const std::string table = dom.substr(start, dom.find("</table>", start) - start);
-  const std::regex tr("<tr[^>]*>(.*?)</tr>"), td("<td[^>]*>(.*?)</td>");
-  for (auto r = std::sregex_iterator(table.begin(), table.end(), tr); r != std::sregex_iterator(); ++r) {
-    const std::string inner = (*r)[1];
-    std::vector<std::string> cells;
-    for (auto c = std::sregex_iterator(inner.begin(), inner.end(), td); c != std::sregex_iterator(); ++c) {
-      std::string cell = (*c)[1];
-      for (const auto& [from, to] : {std::pair{"&lt;", "<"}, {"&gt;", ">"}, {"&amp;", "&"}})
-        for (std::size_t at; (at = cell.find(from)) != std::string::npos;) cell.replace(at, std::strlen(from), to);
-      cells.push_back(cell);
+  for (std::size_t tr = table.find("<tr"); tr != std::string::npos; tr = table.find("<tr", tr + 1)) {
+    DomRow row;
+    const auto open = tag_end(table, tr);
+    row.cls = class_of(table, tr, open);
+    const std::string inner = table.substr(open, table.find("</tr>", open) - open);
+    for (std::size_t td = 0; (td = inner.find("<t", td)) != std::string::npos;) {
+      const bool th = inner.compare(td, 3, "<th") == 0;
+      const auto body = tag_end(inner, td);
+      const auto close = inner.find(th ? "</th>" : "</td>", body);
+      row.header = row.header || th;
+      row.cells.push_back({text_of(inner.substr(body, close - body)), class_of(inner, td, body)});
+      td = close;
     }
-    if (!cells.empty()) rows.push_back(cells);  // the header row has <th> only
+    rows.push_back(row);
   }
   return rows;
 }
 
-std::string chromium_dom(const std::string& hash) {
-  const fs::path page = kSource / "docs/tables/index.html";
+// The cells' text of the table's body rows (the header left out).
+std::vector<std::vector<std::string>> dom_rows(const std::string& dom, const std::string& id) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& r : dom_table(dom, id)) {
+    if (r.header || r.cells.empty()) continue;
+    std::vector<std::string> cells;
+    for (const auto& c : r.cells) cells.push_back(c.text);
+    rows.push_back(cells);
+  }
+  return rows;
+}
+
+std::string chromium_dom_of(const fs::path& page, const std::string& hash) {
   return output_of("timeout 120 chromium --headless --no-sandbox --disable-gpu --dump-dom 'file://" +
                    page.string() + "#" + hash + "' 2>/dev/null");
+}
+
+std::string chromium_dom(const std::string& hash) {
+  return chromium_dom_of(kSource / "docs/tables/index.html", hash);
 }
 
 TEST(Tables, ThePageRendersInChromiumAndItsNumbersAreTheMarkdowns) {
@@ -261,21 +332,170 @@ TEST(Tables, HostileNamesInTheDataRenderAsTextInChromium) {
   d["entries"][0]["fit"]["techniques"][0]["label"] = "fp32 <!--<script";
   d["entries"][0]["measured"] = {{"where", "Measured on an H100 <!--<script"}, {"rows", json::array()}};
   const std::string page = tables_page({d});
-  for (const char* raw : {"<!--", "<script>", "& <", "\xe2\x80\xa8"})
-    EXPECT_EQ(page.find(raw), std::string::npos) << raw;
+  // The data element's text, where the names are (the page's own markup has a <script>).
   const auto start = page.find("type=\"application/json\">") + 24;
-  EXPECT_EQ(json::parse(page.substr(start, page.find("</script>", start) - start)),
-            json::array({table_view(d)}));
+  const std::string data = page.substr(start, page.find("</script>", start) - start);
+  for (const char* raw : {"<!--", "<script>", "& <", "\xe2\x80\xa8"})
+    EXPECT_EQ(data.find(raw), std::string::npos) << raw;
+  EXPECT_EQ(json::parse(data), json::array({table_view(d)}));
 
   ScratchDir dir("sweep_tables_hostile");
   std::ofstream(dir.path / "index.html", std::ios::binary) << page;
-  const std::string dom = output_of("timeout 120 chromium --headless --no-sandbox --disable-gpu --dump-dom 'file://" +
-                                    (dir.path / "index.html").string() + "#card=t4' 2>/dev/null");
+  const std::string dom = chromium_dom_of(dir.path / "index.html", "card=t4");
   const auto rows = dom_rows(dom, "techniques");
   ASSERT_FALSE(rows.empty()) << "the page drew no table:\n" << dom.substr(0, 3000);
-  EXPECT_EQ(rows[0][0], "fp32 <!--<script");
+  // The table ranks by largest batch: fp32's 4 is the third row.
+  EXPECT_TRUE(std::ranges::any_of(rows, [](const auto& r) { return r[0] == "fp32 <!--<script"; }));
   EXPECT_NE(dom.find("Measured on an H100 &lt;!--&lt;script"), std::string::npos);
   EXPECT_NE(dom.find("T4 &lt;!--&lt;script&gt; &amp; &lt;/script&gt;"), std::string::npos);  // the card's option
+}
+
+// card_data() as another card: its key, name and memory (the cap 0.5 GiB under it), each
+// technique's largest batch (a number: its first OOM one above; null: nothing fits) and the
+// recommendation (null: nothing fits); no precision note.
+json another_card(const std::string& key, const std::string& name, double memory_gib,
+                  const std::vector<json>& largest, const json& recommendation) {
+  json d = card_data();
+  d["card"]["key"] = key;
+  d["card"]["name"] = name;
+  d["card"]["memory_bytes"] = memory_gib * kGiB;
+  d["card"]["cap_bytes"] = (memory_gib - 0.5) * kGiB;
+  d.erase("precision_note");
+  json& fit = d["entries"][0]["fit"];
+  fit["card"]["cap_bytes"] = fit["card"]["budget_bytes"] = d["card"]["cap_bytes"];
+  for (std::size_t i = 0; i < largest.size(); ++i) {
+    json& t = fit["techniques"][i];
+    t["largest_batch"] = largest[i];
+    t["first_oom"] = largest[i].is_number() ? json(largest[i].get<int>() + 1) : json(1);
+    t["peak_reserved_bytes"] = 3.0 * kGiB;
+    t["headroom_bytes"] = (memory_gib - 3.5) * kGiB;
+    if (largest[i].is_null()) t.erase("peak_reserved_bytes"), t.erase("headroom_bytes");
+  }
+  fit["recommendation"] = recommendation;
+  return d;
+}
+
+// The page with three cards, T4 (card_data()), an A10 with the gpt2 family's measured error,
+// and a card whose name and one technique label are HTML, on which nothing fits.
+struct ThreeCards {
+  std::vector<json> data;
+  ScratchDir dir{"sweep_tables_compare"};
+  fs::path page = dir.path / "index.html";
+  ThreeCards() {
+    json a10 = another_card("a10", "A10", 22.5, {12, 128, 3, 20},
+                            {{"label", "bf16-amp, no checkpointing, adamw"}, {"batch", 16},
+                             {"accumulation", 2}, {"peak_reserved_bytes", 20.0 * kGiB}});
+    a10["entries"][0]["fit"]["measured_error"] = {
+        {"family", "gpt2"}, {"low", -0.064}, {"high", 0.052}, {"rows", 70}, {"text", "How sure: ..."}};
+    json evil = another_card("evil", "<!--<script> & </script><img src=x onerror=alert(1)>", 8,
+                             {nullptr, nullptr, nullptr, 2}, nullptr);
+    evil["entries"][0]["fit"]["techniques"][3]["label"] = "bf16 <b>bold</b>";
+    data = {card_data(), a10, evil};
+    std::ofstream(page, std::ios::binary) << tables_page(data);
+  }
+};
+
+// The comparison of cards (#compare): a row per card, each technique's largest batch the data's,
+// the recommended technique's cell marked pick, the chart's bar for each card, names as text.
+TEST(Tables, TheComparisonOfCardsShowsEveryCardsNumbersInChromium) {
+  ASSERT_EQ(std::system("command -v chromium >/dev/null"), 0)
+      << "chromium is not installed: scripts/setup.sh installs it (apt-get install chromium)";
+  const ThreeCards three;
+  const std::string dom = chromium_dom_of(three.page, "compare&model=gpt2&input=seq%20512");
+  const auto table = dom_table(dom, "cards");
+  ASSERT_EQ(table.size(), 4u) << "the page drew no comparison:\n" << dom.substr(0, 3000);
+  ASSERT_TRUE(table[0].header);
+  std::vector<std::string> headers;
+  for (const auto& c : table[0].cells) headers.push_back(c.text);
+  const std::vector<std::string> labels = {
+      "fp32, no checkpointing, adamw", "bf16-amp, block checkpointing, adamw",
+      "fp32, no checkpointing, adamw, use_cache=False", "bf16-amp, no checkpointing, adamw",
+      "bf16 <b>bold</b>"};  // every card's, in fit's order
+  std::vector<std::string> want = {"card", "memory (as CUDA reports it)", "cap", "recommended",
+                                   "micro-batch x accumulation", "peak reserved", "caveats"};
+  const std::size_t first_technique = want.size();
+  want.insert(want.end(), labels.begin(), labels.end());
+  EXPECT_EQ(headers, want);
+
+  for (std::size_t i = 0; i < three.data.size(); ++i) {
+    const json& d = three.data[i];
+    const json& fit = d["entries"][0]["fit"];
+    const auto& cells = table[i + 1].cells;
+    ASSERT_EQ(cells.size(), want.size()) << i;
+    EXPECT_EQ(cells[0].text, d["card"]["name"]);  // the data's order
+    EXPECT_EQ(cells[1].text, format_bytes(d["card"]["memory_bytes"].get<double>()));
+    EXPECT_EQ(cells[2].text, format_bytes(d["card"]["cap_bytes"].get<double>()));
+    int picks = 0;
+    for (std::size_t j = 0; j < labels.size(); ++j) {
+      const DomCell& cell = cells[first_technique + j];
+      const auto t = std::ranges::find_if(fit["techniques"], [&](const json& x) { return x["label"] == labels[j]; });
+      if (t == fit["techniques"].end()) {
+        EXPECT_EQ(cell.text, "") << d["card"]["name"] << " " << labels[j];
+        continue;
+      }
+      const json shown = cell.text == "none" ? json(nullptr) : json(std::stoi(cell.text));
+      EXPECT_EQ(shown, (*t)["largest_batch"]) << d["card"]["name"] << " " << labels[j] << ": " << cell.text;
+      const bool pick = fit["recommendation"].is_object() && fit["recommendation"]["label"] == labels[j];
+      EXPECT_EQ(cell.cls, pick ? "n pick" : "n") << d["card"]["name"] << " " << labels[j];
+      picks += pick;
+    }
+    EXPECT_EQ(picks, fit["recommendation"].is_object() ? 1 : 0) << d["card"]["name"];
+  }
+  const auto row = [&](std::size_t i, std::size_t from) {
+    return std::vector<std::string>{table[i].cells[from].text, table[i].cells[from + 1].text,
+                                    table[i].cells[from + 2].text};
+  };
+  EXPECT_EQ(row(1, 3), (std::vector<std::string>{"fp32, no checkpointing, adamw", "4 x 8", "9.60 GiB"}));
+  EXPECT_EQ(row(2, 3), (std::vector<std::string>{"bf16-amp, no checkpointing, adamw", "16 x 2", "20.00 GiB"}));
+  EXPECT_EQ(row(3, 3), (std::vector<std::string>{"nothing fits", "", ""}));
+  EXPECT_EQ(table[1].cells[first_technique + 1].text, "64+");  // the search stopped at 64 without an OOM
+  EXPECT_EQ(table[1].cells[6].text, "T4 (sm_75) has no bf16 tensor cores; predicted");
+  EXPECT_EQ(table[2].cells[6].text, "predicted; measured error -6.4% to +5.2% of peak (70 rows)");
+
+  // The chart: each card's largest batch of its recommended technique.
+  const auto chart_at = dom.find("<div id=\"compare-chart\"><svg");
+  ASSERT_NE(chart_at, std::string::npos) << dom.substr(0, 3000);
+  const std::string chart = dom.substr(chart_at, dom.find("</svg>", chart_at) - chart_at);
+  for (const char* bar : {">T4<", ">4, fp32, no checkpointing, adamw<", ">A10<",
+                          ">20, bf16-amp, no checkpointing, adamw<", ">nothing fits<",
+                          ">&lt;!--&lt;script&gt; &amp; &lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;<"})
+    EXPECT_NE(chart.find(bar), std::string::npos) << bar << "\n" << chart;
+  // Names as text: no element came from the data.
+  EXPECT_EQ(dom.find("<img"), std::string::npos);
+  EXPECT_EQ(dom.find("<b>"), std::string::npos);
+  EXPECT_NE(dom.find("<div id=\"one\" hidden"), std::string::npos);  // the one-card view is put away
+}
+
+// Sorting: the hash names the column (a header's click writes it); numbers sort as numbers (4
+// before 12 ascending) and a card with none comes last either way. The chart draws the technique
+// the hash names. One card's view marks its recommended row and charts largest batches.
+TEST(Tables, TheComparisonSortsByAColumnAndOneCardMarksItsPickInChromium) {
+  ASSERT_EQ(std::system("command -v chromium >/dev/null"), 0)
+      << "chromium is not installed: scripts/setup.sh installs it (apt-get install chromium)";
+  const ThreeCards three;
+  const std::string column = "compare&model=gpt2&input=seq%20512&sort=fp32%2C%20no%20checkpointing%2C%20adamw";
+  const auto names = [](const std::string& dom) {
+    std::vector<std::string> out;
+    for (const auto& r : dom_rows(dom, "cards")) out.push_back(r[0]);
+    return out;
+  };
+  const std::string evil = three.data[2]["card"]["name"];
+  const std::string down = chromium_dom_of(three.page, column + "&order=desc");
+  EXPECT_EQ(names(down), (std::vector<std::string>{"A10", "T4", evil}));
+  EXPECT_EQ(dom_table(down, "cards")[0].cells[7].text, "fp32, no checkpointing, adamw \u25bc");
+  const std::string up = chromium_dom_of(three.page, column + "&order=asc&chart=bf16-amp%2C%20block%20checkpointing%2C%20adamw");
+  EXPECT_EQ(names(up), (std::vector<std::string>{"T4", "A10", evil}));
+  for (const char* bar : {">64 (limit not reached)<", ">128<", ">none<"})
+    EXPECT_NE(up.find(bar), std::string::npos) << bar;
+
+  const std::string one = chromium_dom_of(three.page, "card=a10&model=gpt2&input=seq%20512");
+  const auto rows = dom_table(one, "techniques");
+  ASSERT_EQ(rows.size(), 5u) << one.substr(0, 3000);
+  for (const auto& r : std::vector<DomRow>(rows.begin() + 1, rows.end()))
+    EXPECT_EQ(r.cls, r.cells[0].text == "bf16-amp, no checkpointing, adamw" ? "pick" : "") << r.cells[0].text;
+  // The chart is the largest batch per technique, not the peak at it.
+  EXPECT_NE(one.find(">batch 128, peak 3.00 GiB<"), std::string::npos);
+  EXPECT_NE(one.find(">largest batch under the cap of 22.00 GiB, per technique"), std::string::npos);
 }
 
 }  // namespace

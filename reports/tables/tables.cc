@@ -43,6 +43,68 @@ std::string why_differs(const std::string& model) {
          "cap, the prediction on an RTX 3060 (sm_86: flash attention); see docs/fidelity.md";
 }
 
+// A technique's largest batch as the tables print it: the number and what qualifies it.
+std::string largest_cell(const json& t) {
+  std::string largest = int_cell(t.at("largest_batch"), "none");
+  if (t.value("borderline", false)) largest += " (borderline)";
+  if (t.at("largest_batch").is_number() && !t.at("first_oom").is_number())
+    largest += " (limit not reached)";
+  if (t.contains("stopped")) largest += " (" + t.at("stopped").get<std::string>() + ")";
+  return largest;
+}
+
+// The comparison of cards puts some 30 techniques side by side, so its cells are short: "14+"
+// (the search stopped at 14 without running out of memory), "9?" (borderline); the long form
+// goes in the cell's tooltip.
+std::string largest_short(const json& t) {
+  std::string s = int_cell(t.at("largest_batch"), "none");
+  if (t.at("largest_batch").is_number() && !t.at("first_oom").is_number()) s += "+";
+  if (t.value("borderline", false)) s += "?";
+  return s;
+}
+
+// The first sentence of the precision note, without its period ("T4 (sm_75) has no bf16 tensor
+// cores"): the caveat a row of the comparison has room for, joined to others by "; ".
+std::string first_sentence(const std::string& text) {
+  std::string s = text.substr(0, text.find(". "));
+  if (s.ends_with('.')) s.pop_back();
+  return s;
+}
+
+std::string percent(double v) { return (v > 0 ? "+" : "") + fixed(100 * v, 1) + "%"; }
+
+// How sure, in a few words: every cell is predicted, with the family's measured error where
+// fidelity.h has one (the entry's how_sure says it in full).
+std::string sure_short(const json& fit) {
+  if (!fit.contains("measured_error")) return "predicted";
+  const json& e = fit.at("measured_error");
+  if (!e.contains("low")) return "predicted; error unknown (never measured)";
+  return "predicted; measured error " + percent(e.at("low").get<double>()) + " to " +
+         percent(e.at("high").get<double>()) + " of peak (" +
+         std::to_string(e.at("rows").get<int>()) + " rows)";
+}
+
+// The comparison's columns for one entry: every technique in fit's order (the same on every
+// card), and the recommendation's parts.
+void comparison_fields(const json& fit, json& v) {
+  v["techniques"] = json::array();
+  for (const json& t : fit.at("techniques"))
+    v["techniques"].push_back({{"label", t.at("label")},
+                               {"largest_batch", t.at("largest_batch")},
+                               {"largest", largest_cell(t)},
+                               {"short", largest_short(t)}});
+  const json& r = fit.at("recommendation");
+  v["pick"] = r.is_null() ? json(nullptr)
+                          : json{{"label", r.at("label")},
+                                 {"batch", r.at("batch")},
+                                 {"accumulation", r.at("accumulation")},
+                                 {"steps", std::to_string(r.at("batch").get<int64_t>()) + " x " +
+                                               std::to_string(r.at("accumulation").get<int64_t>())},
+                                 {"peak", bytes_cell(r.at("peak_reserved_bytes"))},
+                                 {"peak_bytes", r.at("peak_reserved_bytes")}};
+  v["sure"] = sure_short(fit);
+}
+
 }  // namespace
 
 json measured_beside_predicted(const Results& measured, const Results& predicted) {
@@ -102,7 +164,17 @@ json measured_beside_predicted(const Results& measured, const Results& predicted
 json table_view(const json& d) {
   const json& card = d.at("card");
   const std::string name = card.at("name");
-  json view = {{"key", card.at("key")}, {"name", name}, {"entries", json::array()}};
+  json view = {{"key", card.at("key")},
+               {"name", name},
+               {"memory", bytes_cell(card.at("memory_bytes"))},
+               {"memory_bytes", card.at("memory_bytes")},
+               {"cap", bytes_cell(card.at("cap_bytes"))},
+               {"cap_bytes", card.at("cap_bytes")},
+               {"entries", json::array()}};
+  if (d.contains("precision_note")) {
+    view["precision_note"] = d.at("precision_note");
+    view["caveat"] = first_sentence(d.at("precision_note"));
+  }
   const int64_t effective = d.value("effective_batch", 32);
   for (const json& e : d.at("entries")) {
     const json& fit = e.at("fit");
@@ -127,12 +199,7 @@ json table_view(const json& d) {
     });
     const std::string source = "predicted (emulated " + name + ")";
     for (const json& t : techniques) {
-      std::string largest = int_cell(t.at("largest_batch"), "none");
-      if (t.value("borderline", false)) largest += " (borderline)";
-      if (t.at("largest_batch").is_number() && !t.at("first_oom").is_number())
-        largest += " (limit not reached)";
-      if (t.contains("stopped")) largest += " (" + t.at("stopped").get<std::string>() + ")";
-      v["rows"].push_back({t.at("label"), largest, bytes_cell(t.value("peak_reserved_bytes", json())),
+      v["rows"].push_back({t.at("label"), largest_cell(t), bytes_cell(t.value("peak_reserved_bytes", json())),
                            bytes_cell(t.value("headroom_bytes", json())), int_cell(t.at("first_oom")),
                            int_cell(t.at("probes")), source});
       if (t.at("largest_batch").is_number())
@@ -140,6 +207,7 @@ json table_view(const json& d) {
                              {"batch", t.at("largest_batch")},
                              {"peak_bytes", t.at("peak_reserved_bytes")}});
     }
+    comparison_fields(fit, v);
     if (fit.contains("measured_error")) v["how_sure"] = fit.at("measured_error").at("text");
     const json& r = fit.at("recommendation");
     if (r.is_null()) {

@@ -28,14 +28,19 @@ inline constexpr int kTablesJsonVersion = 3;  // 2: card.cap_bytes and ceiling_b
 
 // What the page and the Markdown show: per card, per entry (model and input), the
 // recommendation line, the technique table's headers and cells, the chart's bars, and the
-// measured table where there is one. Every cell a string, formatted once here.
+// measured table where there is one. Every cell a string, formatted once here. For the page's
+// comparison of cards, also the card's memory and cap (text and bytes) and its caveat (the
+// precision note's first sentence), and per entry every technique's largest batch in fit's
+// order (`techniques`: label, number or null, the table's cell and a short cell), the
+// recommendation's parts (`pick`, null when nothing fits) and how sure, in a few words (`sure`).
 nlohmann::json table_view(const nlohmann::json& card_data);
 
 // docs/tables/<card>.md.
 std::string card_markdown(const nlohmann::json& card_data);
 
 // docs/tables/index.html: every card's view embedded as JSON, vanilla JS, no network. The
-// selection can be given in the URL: index.html#card=t4&model=gpt2&input=seq%20512.
+// selection can be given in the URL: index.html#card=t4&model=gpt2&input=seq%20512 (one card),
+// index.html#compare&model=gpt2&input=seq%20512 (every card side by side, sortable).
 std::string tables_page(const std::vector<nlohmann::json>& cards_data);
 
 // JSON text made safe as the content of a <script> element: "<", ">", "&", U+2028 and U+2029
