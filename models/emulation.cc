@@ -2,6 +2,7 @@
 #include "models/emulation.h"
 
 #include <ATen/autocast_mode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <atomic>
 
@@ -40,8 +41,27 @@ void set_attention(AttentionFn fn) { g_attention = fn; }
 at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                 const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
                 std::optional<double> scale, bool enable_gqa) {
-  if (auto fn = g_attention.load(); fn && q.is_meta())
+  if (auto fn = g_attention.load(); fn && q.is_meta()) {
+    // scaled_dot_product_attention is on autocast's lower-precision lists (CUDA's and the
+    // CPU's, autocast_mode.h AT_FORALL_LOWER_PRECISION_FP): under autocast the dispatcher's
+    // wrapper casts every floating argument, the mask too, to the autocast dtype before the
+    // kernel runs (autocast_mode.cpp cached_cast; none of these is a weight it would cache).
+    // The emulated call goes past the dispatcher, so the cast is made here.
+    if (emulated_autocast().enabled) {
+      const at::ScalarType to = emulated_autocast().dtype;
+      auto cast = [to](const at::Tensor& t) {
+        return t.is_floating_point() && t.scalar_type() != at::kDouble && t.scalar_type() != to
+                   ? t.to(to)
+                   : t;
+      };
+      const std::optional<at::Tensor> m = mask ? std::optional<at::Tensor>(cast(*mask)) : std::nullopt;
+      // And, as that wrapper does, the kernel runs with autocast's key excluded: the key the
+      // emulated autocast registers under (sweeps/worker/emulate/autocast.cc).
+      c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastPrivateUse1);
+      return fn(cast(q), cast(k), cast(v), m, dropout_p, is_causal, scale, enable_gqa);
+    }
     return fn(q, k, v, mask, dropout_p, is_causal, scale, enable_gqa);
+  }
   return at::scaled_dot_product_attention(q, k, v, mask, dropout_p, is_causal, scale, enable_gqa);
 }
 

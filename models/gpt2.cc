@@ -163,24 +163,12 @@ torch::Tensor GPT2LMHeadModelImpl::loss(const Batch& batch) {
   // transformer_outputs.last_hidden_state is referenced until the function returns.
   auto last_hidden_state = hidden(batch.tensors[0], cache ? &*cache : nullptr);
   auto logits = at::linear(last_hidden_state, wte->weight);  // (B, T, V)
-  // ForCausalLMLoss: upcast (a (B, T, V) fp32 copy under mixed precision, next to the half
-  // logits), then shift the labels left.
-  auto upcast = logits.to(torch::kFloat);
-  auto labels = torch::constant_pad_nd(batch.tensors[1], {0, 1}, -100);
-  auto shift_labels = labels.slice(1, 1).contiguous();
-  upcast = upcast.view({-1, c_.vocab_size});
-  shift_labels = shift_labels.view({-1});
-  return torch::nn::functional::cross_entropy(
-      upcast, shift_labels, torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));
+  return causal_lm_loss(logits, batch.tensors[1], c_.vocab_size);
 }
 
 Batch GPT2LMHeadModelImpl::synthetic_batch(const BatchShape& s, torch::Device device,
                                            torch::Generator& gen) const {
-  TORCH_CHECK(s.seq > 0, "gpt2 needs seq > 0");
-  auto ids = torch::randint(c_.vocab_size, {s.batch, s.seq}, gen, torch::kLong);
-  ids = ids.to(device);
-  // Labels = inputs, as in causal-LM fine-tuning; the loss shifts them.
-  return Batch{{ids, ids}, s.batch * s.seq, s.batch};
+  return causal_lm_batch(c_.vocab_size, s, device, gen, "gpt2");
 }
 
 GPT2LMHeadModelImpl::Flops GPT2LMHeadModelImpl::forward_flops(const BatchShape& s) const {

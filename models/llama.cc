@@ -383,24 +383,12 @@ torch::Tensor LlamaForCausalLMImpl::loss(const Batch& batch) {
   // slice_logits_to_keep(hidden_states, 0): a view of all of it; lm_head is F.linear.
   auto logits = lm_head ? linear(lm_head, last_hidden_state)
                         : at::linear(last_hidden_state, embed_tokens->weight);  // (B, T, V)
-  // ForCausalLMLoss: logits.float() (a (B, T, V) fp32 copy under mixed precision, beside the
-  // half logits), the labels padded with -100 and shifted left, mean cross-entropy.
-  auto upcast = logits.to(torch::kFloat);
-  auto labels = torch::constant_pad_nd(batch.tensors[1], {0, 1}, -100);
-  auto shift_labels = labels.slice(1, 1).contiguous();
-  upcast = upcast.view({-1, c_.vocab_size});
-  shift_labels = shift_labels.view({-1});
-  return torch::nn::functional::cross_entropy(
-      upcast, shift_labels, torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));
+  return causal_lm_loss(logits, batch.tensors[1], c_.vocab_size);
 }
 
 Batch LlamaForCausalLMImpl::synthetic_batch(const BatchShape& s, torch::Device device,
                                             torch::Generator& gen) const {
-  TORCH_CHECK(s.seq > 0, "a causal language model needs seq > 0");
-  auto ids = torch::randint(c_.vocab_size, {s.batch, s.seq}, gen, torch::kLong);
-  ids = ids.to(device);
-  // Labels = inputs, as in causal-LM fine-tuning; the loss shifts them.
-  return Batch{{ids, ids}, s.batch * s.seq, s.batch};
+  return causal_lm_batch(c_.vocab_size, s, device, gen, "a causal language model");
 }
 
 LlamaForCausalLMImpl::Flops LlamaForCausalLMImpl::forward_flops(const BatchShape& s) const {

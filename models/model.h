@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,18 @@ class ModelImpl : public torch::nn::Module {
   bool inputs_require_grad_ = false;
 };
 
+// The transformers release whose forward code the models follow where releases differ. Known
+// difference: T5's position-bias mask reaches scaled_dot_product_attention contiguous from 5.23
+// on (integrations/sdpa_attention.py create_position_bias_mask ends in .contiguous()), and in the
+// bias's permuted layout in 5.17, which on CUDA rules out every fused SDPA kernel (the math path
+// keeps B x H x L x L probabilities for backward). One per process: the worker sets it from its
+// point before it builds the model. 5.23 unless a config names 5.17 (`transformers: "5.17"`).
+enum class TransformersRelease { k5_17, k5_23 };
+void follow_transformers(TransformersRelease release);
+TransformersRelease followed_transformers();
+// "5.17" or "5.23" (a patch level, "5.17.0", is accepted); nullopt for any other release.
+std::optional<TransformersRelease> parse_transformers_release(const std::string& text);
+
 // transformers' DynamicCache as one forward pass uses it: DynamicLayer.update concatenates the
 // new keys and values onto an empty tensor (a contiguous copy of each) and attention uses the
 // copies; the cache holds them until the model's output is dropped, after the loss.
@@ -108,6 +121,29 @@ inline torch::Tensor linear(const torch::nn::Linear& layer, const torch::Tensor&
                    at::linear(x, layer->weight,
                               layer->bias.defined() ? std::optional<at::Tensor>(layer->bias)
                                                     : std::nullopt));
+}
+
+// transformers' ForCausalLMLoss, as every causal LM of the zoo runs it: logits.float() (a
+// (B, T, V) fp32 copy under mixed precision, beside the half logits), the labels padded with
+// -100 and shifted left, mean cross-entropy ignoring -100.
+inline torch::Tensor causal_lm_loss(const torch::Tensor& logits, const torch::Tensor& labels,
+                                    int64_t vocab_size) {
+  auto upcast = logits.to(torch::kFloat);
+  // The padded labels stay referenced until the loss returns, as in transformers.
+  auto padded = torch::constant_pad_nd(labels, {0, 1}, -100);
+  auto shift_labels = padded.slice(1, 1).contiguous();
+  return torch::nn::functional::cross_entropy(
+      upcast.view({-1, vocab_size}), shift_labels.view({-1}),
+      torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));
+}
+
+// A causal LM's synthetic batch: random token ids, the labels the ids themselves (causal-LM
+// fine-tuning; the loss shifts them).
+inline Batch causal_lm_batch(int64_t vocab_size, const BatchShape& s, torch::Device device,
+                             torch::Generator& gen, const char* model) {
+  TORCH_CHECK(s.seq > 0, model, " needs seq > 0");
+  auto ids = torch::randint(vocab_size, {s.batch, s.seq}, gen, torch::kLong).to(device);
+  return Batch{{ids, ids}, s.batch * s.seq, s.batch};
 }
 
 // FLOPs of a (rows x inner) @ (inner x cols) matmul: one multiply and one add each.

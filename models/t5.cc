@@ -165,8 +165,9 @@ std::pair<torch::Tensor, torch::Tensor> T5AttentionImpl::forward(
     // contiguous, which on CUDA keeps SDPA off every fused kernel (sdp_utils_cpp.h
     // check_last_dim_stride_equals_1_dense) and on the math path; the CPU does not check it.
     // transformers 5.23 makes the mask contiguous (create_position_bias_mask ends in
-    // .contiguous()), and CUDA then runs the memory-efficient kernel: docs/fidelity.md says by
-    // how much that lowers T5's peak.
+    // .contiguous(), a copy of the (1, H, Tq, Tk) mask), and CUDA then runs the
+    // memory-efficient kernel: docs/fidelity.md says by how much that lowers T5's peak.
+    if (followed_transformers() == TransformersRelease::k5_23) mask = mask.contiguous();
     auto out = sdpa(query_states, key_states, value_states, mask,
                                                 is_training() ? c_.dropout_rate : 0.0,
                                                 /*is_causal=*/false, /*scale=*/1.0);

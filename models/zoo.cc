@@ -15,6 +15,24 @@
 #include "models/whisper.h"
 
 namespace sweep::models {
+
+namespace {
+TransformersRelease g_transformers = TransformersRelease::k5_23;
+}  // namespace
+
+void follow_transformers(TransformersRelease release) { g_transformers = release; }
+TransformersRelease followed_transformers() { return g_transformers; }
+
+std::optional<TransformersRelease> parse_transformers_release(const std::string& text) {
+  for (const auto& [name, release] : {std::pair{"5.17", TransformersRelease::k5_17},
+                                      std::pair{"5.23", TransformersRelease::k5_23}}) {
+    const std::string n = name;
+    if (text == n || (text.rfind(n + ".", 0) == 0 && text.size() > n.size() + 1 &&
+                      text.find_first_not_of("0123456789", n.size() + 1) == std::string::npos))
+      return release;
+  }
+  return std::nullopt;
+}
 namespace {
 
 ModelSpec gpt2(std::string name, std::string hf_id, int64_t n_embd, int64_t n_layer,

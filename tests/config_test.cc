@@ -5,6 +5,7 @@
 
 #include "reports/results/vocab.h"
 #include "sweeps/runner/config.h"
+#include "sweeps/runner/grid.h"
 #include "test_util.h"
 
 namespace sweep {
@@ -163,6 +164,21 @@ TEST(Config, DefaultsNameAndOutFromTheFile) {
   EXPECT_EQ(c.out, "results/my-card");
   ASSERT_EQ(c.sweeps.size(), 1u);
   EXPECT_EQ(c.sweeps[0].models, std::vector<std::string>{"gpt2-test"});
+}
+
+// The transformers release the models follow (issue 36 item 3): 5.23 unless named; another
+// release is refused by line and key, since no other one's forward code is known.
+TEST(Config, TransformersReleaseIsFiveTwentyThreeUnlessNamed) {
+  const auto dir = testing::temp_dir("transformers");
+  EXPECT_EQ(load_config(testing::write_file(dir / "a.yaml", "models: t5-test\n")).transformers, "5.23");
+  const auto named = load_config(testing::write_file(dir / "b.yaml", "models: t5-test\ntransformers: \"5.17\"\n"));
+  EXPECT_EQ(named.transformers, "5.17");
+  RunSettings run;
+  for (const auto& p : expand_grid(named, run)) EXPECT_EQ(p.transformers, "5.17");
+  auto e = error_of("transformers", "models: t5-test\ntransformers: \"4.40\"\n");
+  EXPECT_EQ(e.line(), 2);
+  EXPECT_EQ(e.key(), "transformers");
+  EXPECT_NE(e.hint().find("5.17"), std::string::npos);
 }
 
 TEST(Config, DashAndUnderscoreSpellTheSameValue) {

@@ -619,7 +619,7 @@ Config parse_config(const YAML::Node& root, const Ctx& c) {
   const std::string& path = c.file;
   c.only_keys(root, "", {"name", "device", "out", "gpu", "budget_gib", "timeout_s", "steps",
                          "warmup_steps", "repetitions", "prune_oom", "search", "search_max_batch",
-                         "lr", "weight_decay", "seed", "lora_r", "lora_alpha", "lora_dropout",
+                         "lr", "weight_decay", "seed", "transformers", "lora_r", "lora_alpha", "lora_dropout",
                          "lora_targets", "models", "grid", "exclude", "sweeps"});
   Config cfg;
   cfg.path = path;
@@ -664,6 +664,13 @@ Config parse_config(const YAML::Node& root, const Ctx& c) {
     else if (key == "lr") cfg.lr = c.number(v, key, {0, 1e3});
     else if (key == "weight_decay") cfg.weight_decay = c.number(v, key, {0, 1e3});
     else if (key == "seed") cfg.seed = static_cast<uint64_t>(c.integer(v, key, {0, 9e15, true}));
+    else if (key == "transformers") {
+      cfg.transformers = c.scalar(v, key);
+      if (!models::parse_transformers_release(cfg.transformers))
+        c.fail(v, key, "unknown transformers release '" + cfg.transformers + "'",
+               "5.23 (the default) or 5.17: the releases whose forward code differs for a model "
+               "of the zoo (T5's attention mask layout); quote it, transformers: \"5.17\"");
+    }
     else if (key == "lora_r") cfg.lora_r = c.integer(v, key, {1, 1 << 16, true});
     else if (key == "lora_alpha") {
       cfg.lora_alpha = c.number(v, key, {0, 1e6});

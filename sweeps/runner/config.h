@@ -94,6 +94,8 @@ struct Config {
   double lr = 1e-3;
   double weight_decay = 0.01;
   uint64_t seed = 0;
+  // The transformers release the models follow where releases differ (models/model.h).
+  std::string transformers = "5.23";
   // LoRA settings for the points with adapter lora (PEFT's LoraConfig defaults); no targets =
   // each family's default target modules.
   int64_t lora_r = 8;

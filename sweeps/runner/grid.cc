@@ -204,6 +204,7 @@ std::vector<Point> expand_grid(const Config& cfg, const RunSettings& run) {
       base.lr = cfg.lr;
       base.weight_decay = cfg.weight_decay;
       base.seed = cfg.seed;
+      base.transformers = cfg.transformers;
       base.lora_r = cfg.lora_r;
       base.lora_alpha = cfg.lora_alpha;
       base.lora_dropout = cfg.lora_dropout;

@@ -151,6 +151,9 @@ Workload build(const Point& p, Ledger& ledger, MemoryTracker& mem) {
   w.k = w.train ? p.accumulation : 1;
   const auto* spec = models::find_model(p.model);
   TORCH_CHECK(spec, "unknown model ", p.model);
+  const auto release = models::parse_transformers_release(p.transformers);
+  TORCH_CHECK(release, "unknown transformers release ", p.transformers, " (5.17 or 5.23)");
+  models::follow_transformers(*release);
   // Emulated: the model is built on Meta (its parameters are sizes only). A CUDA card's model
   // is built in host memory, as the reference builds it on the CPU, and then moved; the CPU's
   // is built where it stays. LoRA's adapters, made further down, are made on Meta too.

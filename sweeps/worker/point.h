@@ -60,6 +60,9 @@ struct Point {
   double lr = 1e-3;            // optimizer settings (not part of the identity's axes list)
   double weight_decay = 0.01;
   uint64_t seed = 0;
+  // The transformers release whose forward code the model follows where releases differ
+  // (models/model.h follow_transformers): "5.23", or "5.17" where a config names it.
+  std::string transformers = "5.23";
 
   // 16 hex digits: FNV-1a over the identity axes and the suite version. Stable across runs.
   std::string id() const;
@@ -85,7 +88,7 @@ std::string fnv1a_hex(const std::string& text);
   X(checkpointing) X(accumulation) X(optimizer) X(use_cache) X(adapter) X(lora_r) X(lora_alpha)  \
   X(lora_dropout) X(lora_targets) X(offload) X(weights) X(alloc_conf) X(steps) X(warmup_steps)              \
   X(repetitions) X(budget_bytes) X(budget_emulated) X(device) X(card)
-#define SWEEP_POINT_SETTINGS(X) X(timeout_s) X(lr) X(weight_decay) X(seed)
+#define SWEEP_POINT_SETTINGS(X) X(timeout_s) X(lr) X(weight_decay) X(seed) X(transformers)
 
 // The point's cells of a results row, as `sweep run` writes them before the measurement:
 // every axis whose schema::Cell rule says the row has it.
