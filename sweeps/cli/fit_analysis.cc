@@ -187,6 +187,7 @@ std::vector<Pick> candidates(const Analysis& a, const PickQuestion& q) {
     const std::string id = pick_id(p);
     if (std::find(q.refused.begin(), q.refused.end(), id) != q.refused.end()) return;
     if (const auto c = q.confirmed.find(id); c != q.confirmed.end()) p = c->second;
+    else if (q.measured_only && (p.unprobed || p.accumulation > 1)) return;
     all.push_back(p);
   };
   for (const auto& t : a.techniques) {

@@ -96,6 +96,9 @@ struct PickQuestion {
   bool bf16 = true;  // false: a card without bf16 tensor cores; bf16 and bf16-amp never picked
   std::vector<std::string> refused;
   std::map<std::string, Pick> confirmed;
+  // Only what was measured at its own batch and accumulation: the probes of accumulation 1 and
+  // the confirmed picks (no unprobed micro-batch, no accumulation taken from a probe).
+  bool measured_only = false;
 };
 // The pick; nullopt when nothing fits.
 std::optional<Pick> pick(const Analysis& a, const PickQuestion& q);

@@ -40,6 +40,8 @@ nlohmann::json technique_answer(const FitQuestion& q, const FitTechnique& t, int
     e["headroom_bytes"] = static_cast<double>(budget) - t.peak_reserved;
     e["tokens_per_s"] = or_null(!emulated, t.tokens_per_s);
     e["step_ms_cv"] = or_null(!emulated, t.step_ms_cv);
+    // The emulated step's predicted speed (reports/results/cost_rules.h), never a measurement.
+    if (emulated) e["predicted_tokens_per_s"] = or_null(t.tokens_per_s > 0, t.tokens_per_s);
   }
   if (!t.stopped.empty()) e["stopped"] = t.stopped;
   if (!t.stopped_message.empty()) e["stopped_message"] = t.stopped_message;
@@ -85,7 +87,9 @@ std::string technique_row(const FitQuestion& q, const FitTechnique& t, int64_t b
   const std::string headroom =
       t.largest ? reports::format_bytes(static_cast<double>(budget) - t.peak_reserved) : "";
   const std::string speed = !t.largest ? ""
-                            : emulated ? "not measured"
+                            : emulated ? (t.tokens_per_s > 0
+                                              ? std::to_string(static_cast<int64_t>(t.tokens_per_s)) + " predicted"
+                                              : "not predicted")
                                        : std::to_string(static_cast<int64_t>(t.tokens_per_s)) +
                                              " ±" + std::to_string(std::lround(t.step_ms_cv * 100)) + "%";
   return "| " + t.label() + " | " + largest + " | " + peak + " | " + headroom + " | " + speed +
@@ -181,8 +185,9 @@ void print_answer(const FitQuestion& q, const FitPlan& p, const FitSearch& s, co
       q.cpu() ? "\nMeasured on the CPU: memory as PyTorch would allocate it, enforced by the "
                 "tracking allocator; the throughput is the CPU's, not a GPU's."
       : q.emulated() ? ("\nPredicted by emulation of " + q.card.name +
-                        ", not measured: memory as CUDA's caching "
-                        "allocator would hold it on that card; no throughput (nothing computes).")
+                        ", not measured: memory as CUDA's caching allocator would hold it on "
+                        "that card; tokens/s predicted from the card's datasheet by the step-time "
+                        "model (docs/fidelity.md, \"Step time\"), nothing computed.")
                            .c_str()
                      : "");
   std::printf("| technique | largest batch | peak | headroom | tokens/s ±cv | probes |\n"

@@ -130,6 +130,18 @@ FitPick pick_confirmed(const FitQuestion& q, const FitPlan& p, const FitRows& ro
     question.confirmed[pick_id(*f.choice)] = *measured;
     question.confirmed[pick_id(*f.choice)].unprobed = false;
   }
+  if (!confirmed && !question.confirmed.empty()) {
+    // Every confirmation moved the lead to another pick not yet measured (a micro-batch ranked
+    // by the speed of the larger probe above it, say): the pick among what was measured.
+    question.measured_only = true;
+    f.choice = pick(rows.analysis, question);
+    confirmed = f.choice.has_value();
+    if (f.choice)
+      f.choice->why += std::string(f.choice->why.empty() ? "" : "; ") +
+                       "chosen among the measured configurations: each of " +
+                       std::to_string(question.confirmed.size()) +
+                       " confirmation runs moved the lead to one not yet measured";
+  }
   if (!confirmed) f.choice.reset();
   if (f.choice) f.reason = reason_of(q, p, *f.choice);
   if (!f.choice) f.no_answer = stopped_searches(rows.analysis);

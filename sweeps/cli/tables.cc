@@ -20,6 +20,7 @@
 #include "reports/tables/tables.h"
 #include "sweep_version.h"
 #include "sweeps/cli/fit.h"
+#include "sweeps/cli/fit_question.h"
 #include "reports/results/files.h"
 #include "sweeps/runner/progress.h"
 
@@ -49,7 +50,12 @@ struct Input {
 std::vector<Input> inputs_of(const models::ModelSpec& spec) {
   if (spec.family == "gpt2") return {{"seq 512", "seq512", 512}, {"seq 1024", "seq1024", 1024}};
   if (spec.family == "t5") return {{"seq 512, target 128", "seq512-target128", 512, 128}};
-  return {{"audio 30 s", "audio30s", std::nullopt, std::nullopt, 30.0}};
+  if (spec.family == "whisper") return {{"audio 30 s", "audio30s", std::nullopt, std::nullopt, 30.0}};
+  // A decoder read from a config.json: fit's default length (fit_question.h default_lengths).
+  FitOptions o;
+  default_lengths(spec, o);
+  const int64_t seq = o.seq.value_or(1024);
+  return {{"seq " + std::to_string(seq), "seq" + std::to_string(seq), seq}};
 }
 
 // Cards without bf16 hardware (compute capability below 8.0: T4, V100). torch 2.11's
