@@ -73,8 +73,9 @@ TEST(CostRecord, EveryGemmOfTheStepWithItsShapeAndDtype) {
 }
 
 // The attention kernels are those of the backend sdpa_cuda.cc chose: fp32 on sm_90 cannot take
-// flash (fp16/bf16 only), so the memory-efficient kernel runs; under bf16 autocast, flash. One
-// forward and one backward per layer. AdamW is torch's foreach implementation on CUDA.
+// flash (fp16/bf16 only), so the memory-efficient kernel runs; under bf16 autocast cuDNN's
+// attention on sm_90 (torch 2.11 puts it first there), flash on an sm_86 RTX 3060. One forward
+// and one backward per layer. AdamW is torch's foreach implementation on CUDA.
 TEST(CostRecord, AttentionByTheChosenBackendAndTheForeachOptimizer) {
   auto count = [](const std::vector<cost::Kernel>& ks, cost::Attention backend, bool backward) {
     int n = 0;
@@ -86,8 +87,11 @@ TEST(CostRecord, AttentionByTheChosenBackendAndTheForeachOptimizer) {
   EXPECT_EQ(count(fp32.kernels, cost::Attention::kEfficient, false), 2);
   EXPECT_EQ(count(fp32.kernels, cost::Attention::kEfficient, true), 2);
   const auto amp = run_emulated(gpt2_test(Precision::kBf16Amp));
-  EXPECT_EQ(count(amp.kernels, cost::Attention::kFlash, false), 2);
-  EXPECT_EQ(count(amp.kernels, cost::Attention::kFlash, true), 2);
+  EXPECT_EQ(count(amp.kernels, cost::Attention::kCudnn, false), 2);
+  EXPECT_EQ(count(amp.kernels, cost::Attention::kCudnn, true), 2);
+  const auto amp_sm86 = run_emulated(gpt2_test(Precision::kBf16Amp), "rtx3060");
+  EXPECT_EQ(count(amp_sm86.kernels, cost::Attention::kFlash, false), 2);
+  EXPECT_EQ(count(amp_sm86.kernels, cost::Attention::kFlash, true), 2);
   int foreach = 0;
   for (const auto& k : fp32.kernels) foreach += k.kind == cost::Kind::kForeach;
   EXPECT_GE(foreach, 4);  // AdamW: lerp_, mul_, addcmul_ ... (adam.py _multi_tensor_adam)
@@ -107,9 +111,15 @@ TEST(CostRecord, AnEmulatedRowCarriesItsPredictedStepTimeAndThroughput) {
   const auto a10g = run_emulated(gpt2_test(Precision::kBf16Amp), "a10g");
   EXPECT_FALSE(a10g.row.contains("step_ms") && !a10g.row.at("step_ms").is_null()) << a10g.row.dump();
   EXPECT_GT(a10g.row.at("peak_allocated_bytes").get<double>(), 0);
-  // The same step is slower on an RTX 3060 than on an H100.
-  const auto rtx3060 = run_emulated(gpt2_test(Precision::kBf16Amp), "rtx3060");
-  EXPECT_GT(rtx3060.row.at("step_ms").get<double>(), step_ms);
+  // The same step is slower on an RTX 3060 than on an H100, once it is large enough to be
+  // bound by the GPU (gpt2-test's step is the host's launches on both): GPT-2 at 512 tokens.
+  Point gpt2 = gpt2_test(Precision::kBf16Amp);
+  gpt2.model = "gpt2";
+  gpt2.batch = 8;
+  gpt2.seq = 512;
+  const auto h100 = run_emulated(gpt2);
+  const auto rtx3060 = run_emulated(gpt2, "rtx3060");
+  EXPECT_GT(rtx3060.row.at("step_ms").get<double>(), 1.5 * h100.row.at("step_ms").get<double>());
 }
 
 }  // namespace

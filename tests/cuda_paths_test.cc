@@ -171,7 +171,7 @@ TEST(Gpus, AGpuListedTwiceIsRefused) {
     resolve_gpus("0", "c.yaml", Device::kEmulated, nullptr, 0);
     ADD_FAILURE();
   } catch (const UserError& e) {
-    EXPECT_NE(std::string(e.what()).find("this run is on the emulated device"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("this run is emulated: no GPU runs it"), std::string::npos)
         << e.what();
   }
   EXPECT_TRUE(resolve_gpus("", "c.yaml", Device::kCpu, nullptr, 0).empty());
@@ -252,7 +252,7 @@ TEST(ResultsStoreRows, ARePointsRerunAndSkippedRowsToo) {
 TEST(ProgressCount, NeverRunsPastItsTotal) {
   Point p;
   p.model = "gpt2-test";
-  testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStderr();
   {
     Progress progress(2, /*quiet=*/false, /*estimated=*/true);
     for (int i = 0; i < 3; ++i) progress.finish(p, Status::kOk, "");
@@ -264,7 +264,7 @@ TEST(ProgressCount, NeverRunsPastItsTotal) {
     fixed.finish(p, Status::kOk, "");
     fixed.finish(p, Status::kOk, "");
   }
-  const std::string err = testing::internal::GetCapturedStderr();
+  const std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(err.find("[1/~2] "), std::string::npos) << err;
   EXPECT_NE(err.find("[2/2] "), std::string::npos) << err;
   EXPECT_NE(err.find("[3/~4] "), std::string::npos) << err;

@@ -188,8 +188,11 @@ TEST(Fit, TheAnswerNamesItsLengthAndThePicksTrainerArguments) {
   const auto dir = testing::temp_dir("fit_words");
   const std::string args =
       "gpt2 --gpu rtx3060 --device emulated --precision bf16-amp --checkpointing block --optimizer adamw";
-  const auto text = testing::run_sweep_cli("fit " + args + " --out " + (dir / "out").string() + " 2>/dev/null");
-  ASSERT_EQ(text.exit_code, 0) << text.output;
+  const auto run = testing::run_sweep_cli_split("fit " + args + " --out " + (dir / "out").string());
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  struct {
+    const std::string& output;
+  } text{run.out};  // stdout: the answer
   EXPECT_EQ(text.output.rfind("gpt2, seq 512, on RTX 3060. The rule, ", 0), 0u) << text.output;
   EXPECT_NE(text.output.find("Precision: bf16 autocast (Trainer bf16=True).\n"), std::string::npos) << text.output;
   EXPECT_NE(text.output.find("In your training script (Hugging Face transformers):\n"

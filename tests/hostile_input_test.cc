@@ -228,7 +228,7 @@ TEST_F(HostileInput, SlurmValuesWithControlCharactersAreRefused) {
   const std::string args = "run " + config_ + " --slurm --dry-run --out " + out + "\"$(printf '\\r\\033x')\"";
   const Outcome o = sweep(args);
   expect_clean(o, args);
-  EXPECT_NE(o.err.find("--out: contains a carriage return"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("--out: the directory's name holds a carriage return"), std::string::npos) << o.err;
   EXPECT_FALSE(fs::exists(out));
   EXPECT_FALSE(fs::exists(marker));
   // The config's name (and any other value), as YAML escapes put them there: its file and line.

@@ -188,7 +188,7 @@ TEST(RunBoundary, AnUncreatableOutputDirectoryNamesThePathAndTheCause) {
                                  "device: cpu\nmodels: [gpt2-test]\ngrid: {seq: 8, batch: 1}\n");
   auto r = testing::run_sweep_cli("run " + cfg + " --out /proc/nope/out");
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("error: /proc/nope/out: cannot create directories: No such file or directory"),
+  EXPECT_NE(r.output.find("error: /proc/nope/out: --out: cannot create the directory: No such file or directory"),
             std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("hint: "), std::string::npos) << r.output;

@@ -25,6 +25,14 @@
 namespace sweep {
 namespace {
 
+// A vocabulary word of the fixtures into its enum (they hold only known words).
+template <class E>
+void parse_into(const std::string& word, E& value) {
+  const auto parsed = parse_as<E>(word);
+  ASSERT_TRUE(parsed.has_value()) << word;
+  value = *parsed;
+}
+
 struct Measured {
   cost::Sample sample;
   std::string ranking_key;  // model, lengths and tokens per step

@@ -131,7 +131,8 @@ TEST(Tables, AFifoOrBrokenCardDataIsRefusedByNameBeforeAnyFit) {
   std::ofstream(out / "l4.json") << R"({"tables_json_version": 2, "entries": []})";
   const Outcome broken = sweep_tables(args, dir.path);
   EXPECT_EQ(broken.code, 2) << broken.err;
-  EXPECT_NE(broken.err.find((out / "l4.json").string() + ": not the data of a table this sweep writes"),
+  EXPECT_NE(broken.err.find((out / "l4.json").string() +
+                                ": tables_json_version: not the data of a table this sweep writes"),
             std::string::npos)
       << broken.err;
   EXPECT_NE(broken.err.find("hint: regenerate it: sweep tables --card l4"), std::string::npos) << broken.err;

@@ -373,7 +373,10 @@ grid:
       if (!timing.count(std::string(schema::kColumns[c])))
         EXPECT_EQ(row.at(c), er[id]->at(c)) << id << " " << schema::kColumns[c];
     const std::size_t used = schema::column("device_used_bytes");
-    EXPECT_NEAR(*row.number(used) / *er[id]->number(used), 1.0, 0.01) << id;
+    // The process's resident memory on the CPU: a forked worker also holds the pages of the
+    // zygote it touched, an exec'd one its own loader's; 1.7% apart on one point here
+    // (2026-11-27, the 2-core VM under load), so held to 3%.
+    EXPECT_NEAR(*row.number(used) / *er[id]->number(used), 1.0, 0.03) << id;
   }
 }
 
