@@ -258,7 +258,10 @@ TEST(CliHabits, TheReadmeIsAFrontPageWhoseLinksExist) {
     ++cards;
     EXPECT_NE(first_screen.find("](docs/tables/" + name + ")"), std::string::npos) << name;
   }
-  EXPECT_GE(cards, 10);
+  // Ten or more once every card is regenerated; after 2026-11-27's release (memory as CUDA
+  // reports it, T5 on transformers 5.23) only the RTX 3060 and A10 were, and the stale tables
+  // were taken down rather than left answering wrong (README says how to write one).
+  EXPECT_GE(cards, 2);
 }
 
 }  // namespace
