@@ -123,6 +123,14 @@ std::vector<int64_t> layer_windows(const Source& s, const json& j, const std::st
   return w;
 }
 
+// padding_idx only for an id inside the vocabulary: nn.Embedding refuses others.
+void check_padding_index(const Source& s, int64_t pad_token_id, int64_t vocab_size) {
+  if (pad_token_id >= vocab_size)
+    s.fail("pad_token_id", "pad_token_id " + std::to_string(pad_token_id) +
+                               " is outside the vocabulary of " + std::to_string(vocab_size),
+           "transformers' nn.Embedding refuses a padding index past vocab_size");
+}
+
 int64_t llama_parameters(const LlamaConfig& c) {
   const int64_t C = c.hidden_size, D = c.head_dim, H = c.num_attention_heads,
                 KV = c.num_key_value_heads, I = c.intermediate_size;
@@ -158,10 +166,7 @@ ModelSpec llama_spec(const Source& s, const json& j, const std::string& arch) {
   c.use_cache = flag(s, j, "use_cache", true);
   // padding_idx only for an id inside the vocabulary: nn.Embedding refuses others.
   c.pad_token_id = whole(s, j, "pad_token_id", arch == "Phi3ForCausalLM" ? 32000 : -1, -1);
-  if (c.pad_token_id >= c.vocab_size)
-    s.fail("pad_token_id", "pad_token_id " + std::to_string(c.pad_token_id) + " is outside the vocabulary of " +
-                               std::to_string(c.vocab_size),
-           "transformers' nn.Embedding refuses a padding index past vocab_size");
+  check_padding_index(s, c.pad_token_id, c.vocab_size);
   c.attention_dropout = number(s, j, "attention_dropout", 0.0);
   if (arch == "LlamaForCausalLM" || arch == "Qwen3ForCausalLM") {
     c.attention_bias = c.o_proj_bias = flag(s, j, "attention_bias", false);
@@ -216,12 +221,61 @@ ModelSpec t5_spec(const Source& s, const json& j) {
                    [c] { return std::make_shared<T5ForConditionalGenerationImpl>(c); }};
 }
 
+// Whisper as whisper.h models it, from WhisperConfig's fields (its defaults are tiny's): the
+// whole model, or the encoder with the audio-classification head.
+ModelSpec whisper_from_json(const Source& s, const json& j, bool classifier) {
+  WhisperConfig c;
+  c.vocab_size = whole(s, j, "vocab_size", 51865);
+  c.num_mel_bins = whole(s, j, "num_mel_bins", 80);
+  c.d_model = whole(s, j, "d_model", 384);
+  c.encoder_layers = whole(s, j, "encoder_layers", 4);
+  c.encoder_attention_heads = whole(s, j, "encoder_attention_heads", 6);
+  c.encoder_ffn_dim = whole(s, j, "encoder_ffn_dim", 1536);
+  c.decoder_layers = whole(s, j, "decoder_layers", 4);
+  c.decoder_attention_heads = whole(s, j, "decoder_attention_heads", 6);
+  c.decoder_ffn_dim = whole(s, j, "decoder_ffn_dim", 1536);
+  c.max_source_positions = whole(s, j, "max_source_positions", 1500);
+  c.max_target_positions = whole(s, j, "max_target_positions", 448);
+  c.pad_token_id = whole(s, j, "pad_token_id", 50256, 0);
+  c.decoder_start_token_id = whole(s, j, "decoder_start_token_id", 50257, 0);
+  c.classifier_proj_size = whole(s, j, "classifier_proj_size", 256);
+  c.num_labels = j.contains("id2label") && j.at("id2label").is_object() && !j.at("id2label").empty()
+                     ? static_cast<int64_t>(j.at("id2label").size())
+                     : whole(s, j, "num_labels", 2);
+  c.dropout = number(s, j, "dropout", 0.0);
+  c.attention_dropout = number(s, j, "attention_dropout", 0.0);
+  c.activation_dropout = number(s, j, "activation_dropout", 0.0);
+  for (const auto& [key, heads] : {std::pair{"encoder_attention_heads", c.encoder_attention_heads},
+                                   std::pair{"decoder_attention_heads", c.decoder_attention_heads}})
+    if (c.d_model % heads != 0)
+      s.fail(key, "d_model " + std::to_string(c.d_model) + " is not a multiple of " + key + " " +
+                      std::to_string(heads),
+             "transformers' WhisperAttention refuses it: each head takes d_model / heads channels");
+  check_padding_index(s, c.pad_token_id, c.vocab_size);
+  const std::string act = j.value("activation_function", std::string("gelu"));
+  if (act != "gelu")
+    s.fail("activation_function", "activation '" + act + "' is not modelled",
+           "Whisper's published checkpoints use gelu");
+  if (flag(s, j, "scale_embedding", false))
+    s.fail("scale_embedding", "scaled embeddings are not modelled",
+           "Whisper's published checkpoints have scale_embedding false");
+  if (flag(s, j, "use_weighted_layer_sum", false))
+    s.fail("use_weighted_layer_sum", "the weighted layer sum is not modelled",
+           "the classification head modelled pools the encoder's last layer");
+  if (!classifier && !flag(s, j, "tie_word_embeddings", true))
+    s.fail("tie_word_embeddings", "an untied proj_out is not modelled",
+           "Whisper ties proj_out to the decoder's token embedding");
+  return whisper_spec(c, classifier);
+}
+
 }  // namespace
 
 const std::vector<std::string>& supported_architectures() {
   static const std::vector<std::string> kArchs = {
-      "LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM",
-      "Phi3ForCausalLM",  "T5ForConditionalGeneration"};
+      "LlamaForCausalLM",           "Qwen2ForCausalLM",
+      "Qwen3ForCausalLM",           "MistralForCausalLM",
+      "Phi3ForCausalLM",            "T5ForConditionalGeneration",
+      "WhisperForConditionalGeneration", "WhisperForAudioClassification"};
   return kArchs;
 }
 
@@ -248,7 +302,10 @@ ModelSpec spec_from_config_json(const std::string& name, const std::string& hf_i
   if (std::find(known.begin(), known.end(), arch) == known.end())
     s.fail("architectures", "architecture '" + arch + "' is not modelled",
            "the ones modelled: " + architecture_list());
-  ModelSpec spec = arch == "T5ForConditionalGeneration" ? t5_spec(s, j) : llama_spec(s, j, arch);
+  ModelSpec spec = arch == "T5ForConditionalGeneration"        ? t5_spec(s, j)
+                   : arch == "WhisperForConditionalGeneration" ? whisper_from_json(s, j, false)
+                   : arch == "WhisperForAudioClassification"   ? whisper_from_json(s, j, true)
+                                                               : llama_spec(s, j, arch);
   spec.name = name;
   spec.hf_id = hf_id;
   return spec;

@@ -230,7 +230,7 @@ const std::vector<std::string>& int8_layer_names(const std::string& family) {
   // load_in_8bit=True)) on the test models by tests/fixtures/make_int8_reference.py.
   static const std::map<std::string, std::vector<std::string>> kLayers = [] {
     std::map<std::string, std::vector<std::string>> m;
-    for (const char* f : {"gpt2", "t5", "whisper", "llama", "phi3"})
+    for (const char* f : {"gpt2", "t5", "whisper", "whisper-cls", "llama", "phi3"})
       for (const auto& name : lora_layer_names(f))
         if (name != "DenseReluDense.wo") m[f].push_back(name);  // T5 _keep_in_fp32_modules
     return m;

@@ -15,6 +15,7 @@ namespace sweep::models {
 const std::vector<std::string>& default_lora_targets(const std::string& family) {
   static const std::map<std::string, std::vector<std::string>> kDefaults = {
       {"gpt2", {"c_attn"}}, {"t5", {"q", "v"}}, {"whisper", {"q_proj", "v_proj"}},
+      {"whisper-cls", {"q_proj", "v_proj"}},
       // llama, qwen2, qwen3 and mistral all map to q_proj and v_proj there. Phi-3 has no
       // entry (PEFT asks for target_modules); its fused qkv_proj is what its users name.
       {"llama", {"q_proj", "v_proj"}}, {"phi3", {"qkv_proj"}}};
@@ -31,6 +32,10 @@ const std::vector<std::string>& lora_layer_names(const std::string& family) {
         "EncDecAttention.q", "EncDecAttention.k", "EncDecAttention.v", "EncDecAttention.o",
         "DenseReluDense.wi", "DenseReluDense.wo"}},
       {"whisper",
+       {"self_attn.k_proj", "self_attn.v_proj", "self_attn.q_proj", "self_attn.out_proj",
+        "encoder_attn.k_proj", "encoder_attn.v_proj", "encoder_attn.q_proj",
+        "encoder_attn.out_proj", "fc1", "fc2"}},
+      {"whisper-cls",
        {"self_attn.k_proj", "self_attn.v_proj", "self_attn.q_proj", "self_attn.out_proj", "fc1",
         "fc2", "projector", "classifier"}},
       {"llama",

@@ -75,26 +75,81 @@ ModelSpec t5(std::string name, std::string hf_id, int64_t d_model, int64_t d_ff,
                    [c] { return std::make_shared<T5ForConditionalGenerationImpl>(c); }};
 }
 
-ModelSpec whisper(std::string name, std::string hf_id, int64_t d_model, int64_t layers,
-                  int64_t heads, int64_t mels = 80, bool test_only = false,
-                  int64_t max_source_positions = 1500) {
+// Whisper's published checkpoints: the encoder and decoder share widths, layer counts (but
+// large-v3-turbo's 4-layer decoder) and heads; the MLPs are 4 x d_model wide.
+struct WhisperShape {
+  int64_t d_model, encoder_layers, heads, mels = 80, decoder_layers = 0, vocab = 51865;
+  int64_t max_source_positions = 1500, max_target_positions = 448;
+};
+
+WhisperConfig whisper_config(const WhisperShape& w) {
   WhisperConfig c;
-  c.num_mel_bins = mels;
-  c.d_model = d_model;
-  c.encoder_layers = layers;
-  c.encoder_attention_heads = heads;
-  c.encoder_ffn_dim = 4 * d_model;
-  c.max_source_positions = max_source_positions;
-  const int64_t d = d_model, f = c.encoder_ffn_dim;
-  const int64_t stem = (mels * 3 * d + d) + (d * 3 * d + d) + max_source_positions * d;
-  // k_proj has no bias; q, v, out do; two LayerNorms; fc1, fc2.
-  const int64_t layer = 4 * d * d + 3 * d + 4 * d + (d * f + f) + (f * d + d);
-  const int64_t head = 2 * d + (d * c.classifier_proj_size + c.classifier_proj_size) +
-                       (c.classifier_proj_size * c.num_labels + c.num_labels);
-  return ModelSpec{std::move(name), "whisper", std::move(hf_id), test_only, layers, d_model, heads,
-                   stem + layers * layer + head, {"audio_s"},
-                   [c] { return std::make_shared<WhisperForAudioClassificationImpl>(c); }, 0,
-                   2.0 * static_cast<double>(max_source_positions) / 100.0};
+  c.num_mel_bins = w.mels;
+  c.d_model = w.d_model;
+  c.encoder_layers = w.encoder_layers;
+  c.encoder_attention_heads = c.decoder_attention_heads = w.heads;
+  c.encoder_ffn_dim = c.decoder_ffn_dim = 4 * w.d_model;
+  c.decoder_layers = w.decoder_layers ? w.decoder_layers : w.encoder_layers;
+  c.max_source_positions = w.max_source_positions;
+  c.max_target_positions = w.max_target_positions;
+  c.vocab_size = w.vocab;
+  if (w.vocab < c.decoder_start_token_id + 1) {  // the test model's small vocabulary: last two
+    c.pad_token_id = w.vocab - 2;
+    c.decoder_start_token_id = w.vocab - 1;
+  }
+  return c;
+}
+
+}  // namespace
+
+// WhisperEncoder's parameters: the stem (two convolutions, the frozen positions), the layers
+// (k_proj has no bias; q, v, out do; two LayerNorms; fc1, fc2), the final LayerNorm.
+ModelSpec whisper_spec(const WhisperConfig& c, bool classifier) {
+  const int64_t d = c.d_model, fe = c.encoder_ffn_dim, fd = c.decoder_ffn_dim;
+  const int64_t stem = (c.num_mel_bins * 3 * d + d) + (d * 3 * d + d) + c.max_source_positions * d;
+  const int64_t encoder_layer = 4 * d * d + 3 * d + 4 * d + (d * fe + fe) + (fe * d + d);
+  const int64_t encoder = stem + c.encoder_layers * encoder_layer + 2 * d;
+  const double window_s = 2.0 * static_cast<double>(c.max_source_positions) / 100.0;
+  if (classifier) {
+    // A 256-wide projection and the classifier.
+    const int64_t head = (d * c.classifier_proj_size + c.classifier_proj_size) +
+                         (c.classifier_proj_size * c.num_labels + c.num_labels);
+    return ModelSpec{"", "whisper-cls", "", false, c.encoder_layers, d, c.encoder_attention_heads,
+                     encoder + head, {"audio_s"},
+                     [c] { return std::make_shared<WhisperForAudioClassificationImpl>(c); }, 0,
+                     window_s};
+  }
+  // Two attentions, three LayerNorms, fc1, fc2 a layer; token and position embeddings; the
+  // final LayerNorm. proj_out is the token embedding (tied, counted once).
+  const int64_t decoder_layer = 2 * (4 * d * d + 3 * d) + 3 * 2 * d + (d * fd + fd) + (fd * d + d);
+  const int64_t decoder = c.vocab_size * d + c.max_target_positions * d +
+                          c.decoder_layers * decoder_layer + 2 * d;
+  ModelSpec spec{"", "whisper", "", false, c.encoder_layers, d, c.encoder_attention_heads,
+                 encoder + decoder, {"audio_s", "target_seq"},
+                 [c] { return std::make_shared<WhisperForConditionalGenerationImpl>(c); }, 0,
+                 window_s};
+  spec.max_target_seq = c.max_target_positions;
+  return spec;
+}
+
+namespace {
+
+// The whole model (WhisperForConditionalGeneration), what the Hub id names.
+ModelSpec whisper(std::string name, std::string hf_id, const WhisperShape& w, bool test_only = false) {
+  ModelSpec spec = whisper_spec(whisper_config(w), /*classifier=*/false);
+  spec.name = std::move(name);
+  spec.hf_id = std::move(hf_id);
+  spec.test_only = test_only;
+  return spec;
+}
+
+// The encoder with WhisperForAudioClassification's head (a 256-wide projection and a 2-label
+// classifier): audio classification, not speech recognition.
+ModelSpec whisper_cls(std::string name, const WhisperShape& w, bool test_only = false) {
+  ModelSpec spec = whisper_spec(whisper_config(w), /*classifier=*/true);
+  spec.name = std::move(name);
+  spec.test_only = test_only;
+  return spec;
 }
 
 std::vector<ModelSpec> build_zoo() {
@@ -106,11 +161,19 @@ std::vector<ModelSpec> build_zoo() {
   z.push_back(t5("t5-small", "google-t5/t5-small", 512, 2048, 6, 8));
   z.push_back(t5("t5-base", "google-t5/t5-base", 768, 3072, 12, 12));
   z.push_back(t5("t5-large", "google-t5/t5-large", 1024, 4096, 24, 16));
-  z.push_back(whisper("whisper-tiny", "openai/whisper-tiny", 384, 4, 6));
-  z.push_back(whisper("whisper-base", "openai/whisper-base", 512, 6, 8));
-  z.push_back(whisper("whisper-small", "openai/whisper-small", 768, 12, 12));
-  z.push_back(whisper("whisper-medium", "openai/whisper-medium", 1024, 24, 16));
-  z.push_back(whisper("whisper-large-v3", "openai/whisper-large-v3", 1280, 32, 20, /*mels=*/128));
+  const std::vector<std::pair<std::string, WhisperShape>> whispers = {
+      {"tiny", {384, 4, 6}},
+      {"base", {512, 6, 8}},
+      {"small", {768, 12, 12}},
+      {"medium", {1024, 24, 16}},
+      {"large-v3", {1280, 32, 20, /*mels=*/128, 0, /*vocab=*/51866}},
+      {"large-v3-turbo", {1280, 32, 20, /*mels=*/128, /*decoder_layers=*/4, /*vocab=*/51866}}};
+  for (const auto& [size, shape] : whispers)
+    z.push_back(whisper("whisper-" + size, "openai/whisper-" + size, shape));
+  // The encoder-classifiers that were whisper-* before the whole model came (their rows,
+  // configs and baselines read on under these names).
+  for (const auto& [size, shape] : whispers)
+    if (size != "large-v3-turbo") z.push_back(whisper_cls("whisper-" + size + "-cls", shape));
   // The catalogue's published configs (models/catalogue/), by Hugging Face id.
   for (const auto& f : catalogue_files()) {
     ModelSpec spec = spec_from_config_json(catalogue_name(f.hf_id), f.hf_id, f.json,
@@ -123,8 +186,13 @@ std::vector<ModelSpec> build_zoo() {
   z.push_back(gpt2("gpt2-test", "", 64, 2, 4, /*test_only=*/true, /*vocab=*/1024,
                    /*n_positions=*/256));
   z.push_back(t5("t5-test", "", 64, 128, 2, 4, /*test_only=*/true, /*vocab=*/1024));
-  z.push_back(whisper("whisper-test", "", 64, 2, 4, /*mels=*/16, /*test_only=*/true,
-                      /*max_source_positions=*/200));
+  // whisper-test is the encoder-classifier (the name its fixtures were made under);
+  // whisper-s2s-test the whole model, with a 1024-token vocabulary whose last two tokens are
+  // the pad and the decoder's start.
+  WhisperShape tiny{64, 2, 4, /*mels=*/16, 0, /*vocab=*/1024, /*max_source_positions=*/200,
+                    /*max_target_positions=*/64};
+  z.push_back(whisper_cls("whisper-test", tiny, /*test_only=*/true));
+  z.push_back(whisper("whisper-s2s-test", "", tiny, /*test_only=*/true));
   return z;
 }
 

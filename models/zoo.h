@@ -7,12 +7,13 @@
 #include <vector>
 
 #include "models/model.h"
+#include "models/whisper.h"
 
 namespace sweep::models {
 
 struct ModelSpec {
   std::string name;    // "gpt2-medium"
-  std::string family;  // "gpt2" | "t5" | "whisper" | "llama" | "phi3"
+  std::string family;  // "gpt2" | "t5" | "whisper" | "whisper-cls" | "llama" | "phi3"
   std::string hf_id;   // "openai-community/gpt2-medium"; empty for test models
   bool test_only = false;
   int64_t layers = 0, hidden = 0, heads = 0;
@@ -25,11 +26,17 @@ struct ModelSpec {
   // of 2 x max_source_positions frames in seconds. T5's relative positions have no limit.
   int64_t max_seq = 0;
   double max_audio_s = 0;
+  int64_t max_target_seq = 0;  // the whole Whisper's max_target_positions (448) labels
   // Read from a config.json: one of the catalogue's (models/catalogue/), or a user's file
   // (`config_file`, the path as given, which is also its name).
   bool catalogue = false;
   std::string config_file;
 };
+
+// Whisper from its configuration: the whole model (WhisperForConditionalGeneration, family
+// "whisper"), or the encoder with WhisperForAudioClassification's head ("whisper-cls"). The
+// name and Hub id are left to the caller.
+ModelSpec whisper_spec(const WhisperConfig& c, bool classifier);
 
 // All models: the hand-written zoo's real ones, the catalogue's, then the test models.
 const std::vector<ModelSpec>& zoo();

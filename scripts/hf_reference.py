@@ -43,18 +43,32 @@ ZOO = {
     "t5-small": ("t5", dict(d_model=512, d_ff=2048, num_layers=6, num_heads=8)),
     "t5-base": ("t5", dict(d_model=768, d_ff=3072, num_layers=12, num_heads=12)),
     "t5-large": ("t5", dict(d_model=1024, d_ff=4096, num_layers=24, num_heads=16)),
-    "whisper-tiny": ("whisper", dict(d_model=384, encoder_layers=4, encoder_attention_heads=6)),
-    "whisper-base": ("whisper", dict(d_model=512, encoder_layers=6, encoder_attention_heads=8)),
-    "whisper-small": ("whisper", dict(d_model=768, encoder_layers=12, encoder_attention_heads=12)),
-    "whisper-medium": ("whisper", dict(d_model=1024, encoder_layers=24, encoder_attention_heads=16)),
-    "whisper-large-v3": ("whisper", dict(d_model=1280, encoder_layers=32, encoder_attention_heads=20,
-                                         num_mel_bins=128)),
+    # WhisperForConditionalGeneration, as the Hub's checkpoints are (the widths of their
+    # config.json; WhisperConfig's defaults for the rest: vocab 51865, labels up to 448).
+    "whisper-tiny": ("whisper", dict(d_model=384, layers=4, heads=6)),
+    "whisper-base": ("whisper", dict(d_model=512, layers=6, heads=8)),
+    "whisper-small": ("whisper", dict(d_model=768, layers=12, heads=12)),
+    "whisper-medium": ("whisper", dict(d_model=1024, layers=24, heads=16)),
+    "whisper-large-v3": ("whisper", dict(d_model=1280, layers=32, heads=20, num_mel_bins=128,
+                                         vocab_size=51866)),
+    "whisper-large-v3-turbo": ("whisper", dict(d_model=1280, layers=32, heads=20, num_mel_bins=128,
+                                               vocab_size=51866, decoder_layers=4)),
+    # The encoder with WhisperForAudioClassification's head (whisper-*-cls in the zoo).
+    "whisper-tiny-cls": ("whisper-cls", dict(d_model=384, layers=4, heads=6)),
+    "whisper-base-cls": ("whisper-cls", dict(d_model=512, layers=6, heads=8)),
+    "whisper-small-cls": ("whisper-cls", dict(d_model=768, layers=12, heads=12)),
+    "whisper-medium-cls": ("whisper-cls", dict(d_model=1024, layers=24, heads=16)),
+    "whisper-large-v3-cls": ("whisper-cls", dict(d_model=1280, layers=32, heads=20, num_mel_bins=128)),
     "gpt2-test": ("gpt2", dict(vocab_size=1024, n_positions=256, n_embd=64, n_layer=2, n_head=4,
                                bos_token_id=1023, eos_token_id=1023)),
     "t5-test": ("t5", dict(vocab_size=1024, d_model=64, d_kv=16, d_ff=128, num_layers=2,
                            num_decoder_layers=2, num_heads=4)),
-    "whisper-test": ("whisper", dict(num_mel_bins=16, d_model=64, encoder_layers=2,
-                                     encoder_attention_heads=4, max_source_positions=200)),
+    "whisper-test": ("whisper-cls", dict(num_mel_bins=16, d_model=64, layers=2, heads=4,
+                                         max_source_positions=200)),
+    "whisper-s2s-test": ("whisper", dict(num_mel_bins=16, d_model=64, layers=2, heads=4,
+                                         max_source_positions=200, max_target_positions=64,
+                                         vocab_size=1024, pad_token_id=1022, bos_token_id=1022,
+                                         eos_token_id=1022, decoder_start_token_id=1023)),
 }
 
 
@@ -62,6 +76,7 @@ ZOO = {
 # TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING; Whisper has no entry there, so its users
 # name q_proj and v_proj as for BART, its architecture's ancestor).
 LORA_TARGETS = {"gpt2": ["c_attn"], "t5": ["q", "v"], "whisper": ["q_proj", "v_proj"],
+                "whisper-cls": ["q_proj", "v_proj"],
                 "llama": ["q_proj", "v_proj"], "phi3": ["qkv_proj"]}
 
 # The decoders sweep builds from a config.json (models/hf_config.cc), by architectures[0].
@@ -112,9 +127,14 @@ def build(name):
     if family == "t5":
         return family, tf.T5ForConditionalGeneration(
             tf.T5Config(**cfg, decoder_start_token_id=0, attn_implementation="sdpa"))
-    cfg = dict(dict(encoder_ffn_dim=4 * cfg["d_model"], decoder_layers=1, num_labels=2), **cfg,
-               attn_implementation="sdpa")
-    return family, tf.WhisperForAudioClassification(tf.WhisperConfig(**cfg))
+    cfg = dict(cfg)
+    layers, heads, d = cfg.pop("layers"), cfg.pop("heads"), cfg["d_model"]
+    cfg = dict(dict(encoder_layers=layers, encoder_attention_heads=heads, decoder_layers=layers,
+                    decoder_attention_heads=heads, encoder_ffn_dim=4 * d, decoder_ffn_dim=4 * d),
+               **cfg, attn_implementation="sdpa")
+    if family == "whisper-cls":
+        return family, tf.WhisperForAudioClassification(tf.WhisperConfig(**dict(cfg, num_labels=2)))
+    return family, tf.WhisperForConditionalGeneration(tf.WhisperConfig(**cfg))
 
 
 def batch(family, model, a, gen, device):
@@ -131,8 +151,13 @@ def batch(family, model, a, gen, device):
     feats = torch.randn((a.batch, model.config.num_mel_bins, frames), generator=gen).to(device)
     if a.precision == "bf16":
         feats = feats.to(torch.bfloat16)
-    labels = torch.randint(2, (a.batch,), generator=gen).to(device)
-    return dict(input_features=feats, labels=labels), a.batch * ((frames + 1) // 2)
+    if family == "whisper-cls":
+        labels = torch.randint(2, (a.batch,), generator=gen).to(device)
+        return dict(input_features=feats, labels=labels), a.batch * ((frames + 1) // 2)
+    # Seq2SeqTrainer's batch: the features and the labels (the decoder's inputs are shifted
+    # from them inside the model).
+    labels = torch.randint(model.config.vocab_size, (a.batch, a.target_seq), generator=gen).to(device)
+    return dict(input_features=feats, labels=labels), a.batch * ((frames + 1) // 2 + a.target_seq)
 
 
 def optimizer(name, params):
@@ -219,7 +244,7 @@ def burst(a, device, phase=None):
         gen = torch.Generator().manual_seed(a.seed + 1)
         batches = [batch(family, model, a, gen, device) for _ in range(k)]
     # use_cache: transformers' default unless the point turns it off (Whisper's encoder has none).
-    extra = {} if a.use_cache or family == "whisper" else dict(use_cache=False)
+    extra = {} if a.use_cache or family == "whisper-cls" else dict(use_cache=False)
 
     def step():
         for inputs, _ in batches:
@@ -366,7 +391,7 @@ def main():
     if a.cmd == "point":
         if a.model not in ZOO and not config_file(a.model):
             raise SystemExit(f"unknown model {a.model}")
-        if a.audio_s and not math.isclose(a.audio_s, 30) and a.model in ZOO and ZOO[a.model][0] == "whisper":
+        if a.audio_s and not math.isclose(a.audio_s, 30) and a.model in ZOO and ZOO[a.model][0].startswith("whisper"):
             raise SystemExit("transformers' Whisper encoder takes only 30 s of audio")
         a.use_cache = a.use_cache == "true"
         a.lora_targets = [t for t in a.lora_targets.split(";") if t]

@@ -26,8 +26,10 @@ nlohmann::json h100() {
 
 // The worker's point for a reference row: its steps (one warm-up and the rest), its loop.
 nlohmann::json point_for(const nlohmann::json& r) {
-  const std::string model = r.at("model");
-  const std::string family = model.rfind("gpt2", 0) == 0 ? "gpt2" : model.rfind("t5", 0) == 0 ? "t5" : "whisper";
+  std::string model = r.at("model");
+  const std::string family = model.rfind("gpt2", 0) == 0 ? "gpt2" : model.rfind("t5", 0) == 0 ? "t5" : "whisper-cls";
+  // hf_h100_reference.py measured Whisper as WhisperForAudioClassification: whisper-*-cls.
+  if (family == "whisper-cls") model += "-cls";
   nlohmann::json p = {{"model", model}, {"family", family}, {"batch", r.at("batch")},
                       {"precision", r.at("precision")},
                       {"checkpointing", r.at("ckpt").get<int>() ? "block" : "none"},
@@ -36,9 +38,9 @@ nlohmann::json point_for(const nlohmann::json& r) {
                       {"device", "emulated"}, {"warmup_steps", 1},
                       {"steps", r.at("steps").get<int>() - 1}, {"repetitions", 1}, {"card", h100()}};
   // hf_h100_reference.py: T5 takes seq tokens in and seq label tokens; Whisper 30 s of audio.
-  if (family != "whisper") p["seq"] = r.at("seq");
+  if (family != "whisper-cls") p["seq"] = r.at("seq");
   if (family == "t5") p["target_seq"] = r.at("seq");
-  if (family == "whisper") p["audio_s"] = 30;
+  if (family == "whisper-cls") p["audio_s"] = 30;
   // The reference ran transformers 5.17: T5's mask in the bias's layout (models/model.h).
   if (r.contains("transformers")) p["transformers"] = r.at("transformers");
   return p;

@@ -43,12 +43,15 @@ grid:
 
 TEST(Grid, EveryModelsDefaultAxesAreOnesItTakes) {
   // whisper-test used to default to Whisper's 30 s of audio, 7.5 times its window.
-  auto cfg = load("defaults", "models: [whisper-test, whisper-tiny, gpt2-test]\n");
+  auto cfg = load("defaults", "models: [whisper-test, whisper-tiny, gpt2-test, whisper-s2s-test]\n");
   auto pts = expand_grid(cfg, RunSettings{});
-  ASSERT_EQ(pts.size(), 3u);
+  ASSERT_EQ(pts.size(), 4u);
   EXPECT_EQ(pts[0].audio_s, 2);
+  EXPECT_EQ(pts[0].target_seq, 0);  // the encoder-classifier takes no labels
   EXPECT_EQ(pts[1].audio_s, 30);
+  EXPECT_EQ(pts[1].target_seq, 128);  // the whole Whisper's labels
   EXPECT_EQ(pts[2].seq, 128);
+  EXPECT_EQ(pts[3].target_seq, 64);  // whisper-s2s-test's 64 label positions
 }
 
 TEST(Grid, ExcludesThatRemoveEveryPointAreAnError) {
@@ -90,6 +93,15 @@ grid:
   EXPECT_THROW(expand_grid(load("whisper_long", "models: [whisper-test]\ngrid: {audio_s: 5}\n"),
                            RunSettings{}),
                UserError);
+  // The whole Whisper's labels: at most max_target_positions (448), as transformers refuses.
+  try {
+    expand_grid(load("labels_long", "models: [whisper-small]\ngrid:\n  target_seq: 500\n"), RunSettings{});
+    FAIL() << "500 label tokens were expanded for whisper-small";
+  } catch (const UserError& e) {
+    EXPECT_EQ(e.line(), 3);
+    EXPECT_EQ(e.key(), "target_seq");
+    EXPECT_NE(std::string(e.what()).find("whisper-small's 448 label positions"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Grid, AnUnboundedGridIsCountedAndRefusedBeforeExpanding) {

@@ -103,6 +103,35 @@ TEST(ConfigJson, BadFilesAreUserErrors) {
   EXPECT_THROW(find_model("/nonexistent/dir/config.json"), UserError);
 }
 
+// A fine-tuned Whisper's own config.json: the whole model (its published widths give the Hub
+// checkpoint's parameter count) or the encoder-classifier, with the file's labels.
+TEST(ConfigJson, WhisperFilesAreTheWholeModelOrTheEncoderClassifier) {
+  // openai/whisper-small's config.json, the fields that shape the model.
+  const std::string small = R"("d_model": 768, "encoder_layers": 12, "encoder_attention_heads": 12,
+      "decoder_layers": 12, "decoder_attention_heads": 12, "encoder_ffn_dim": 3072,
+      "decoder_ffn_dim": 3072, "num_mel_bins": 80, "vocab_size": 51865, "max_source_positions": 1500,
+      "max_target_positions": 448, "pad_token_id": 50257, "decoder_start_token_id": 50258,
+      "activation_function": "gelu", "scale_embedding": false, "use_cache": true)";
+  const auto whole = spec_from_config_json("whisper.json", "", R"({"architectures": ["WhisperForConditionalGeneration"], )" + small + "}", "whisper.json");
+  EXPECT_EQ(whole.family, "whisper");
+  EXPECT_EQ(whole.parameters, find_model("whisper-small")->parameters);
+  EXPECT_EQ(whole.axes, (std::vector<std::string>{"audio_s", "target_seq"}));
+  EXPECT_EQ(whole.max_target_seq, 448);
+  EXPECT_DOUBLE_EQ(whole.max_audio_s, 30.0);
+  const auto cls = spec_from_config_json(
+      "cls.json", "",
+      R"({"architectures": ["WhisperForAudioClassification"], "id2label": {"0": "a", "1": "b", "2": "c"}, )" + small + "}",
+      "cls.json");
+  EXPECT_EQ(cls.family, "whisper-cls");
+  // whisper-small-cls's two labels, and a third: one more row of the classifier and its bias.
+  EXPECT_EQ(cls.parameters, find_model("whisper-small-cls")->parameters + 256 + 1);
+  EXPECT_EQ(count_parameters(*cls.make()), cls.parameters);
+  EXPECT_EQ(error_of(R"({"architectures": ["WhisperForConditionalGeneration"], "activation_function": "relu"})").key(),
+            "activation_function");
+  EXPECT_EQ(error_of(R"({"architectures": ["WhisperForConditionalGeneration"], "d_model": 100})").key(),
+            "encoder_attention_heads");
+}
+
 // The config a spec builds (its make() closure holds it): built on a tiny file.
 LlamaConfig config_of(const std::string& json) {
   auto model = spec_from_config_json("x.json", "", json, "x.json").make();

@@ -96,7 +96,7 @@ Point point_of(const nlohmann::json& c) {
 // kernel (shape only) has no reason to allocate. Found by comparing the two allocation traces
 // (SWEEP_TRACE_ALLOC) of a case: each difference is an alloc/free pair inside one op.
 const char* cpu_kernel_scratch(const Point& p) {
-  if (p.family == "whisper")
+  if (p.family.starts_with("whisper"))
     return "the CPU's convolution (im2col columns) and flash attention (per-thread buffers)";
   if (p.precision != Precision::kFp32)
     return "the CPU's reduced-precision GEMMs (oneDNN packing buffers), attention and norms";
@@ -198,14 +198,18 @@ TEST_P(MemoryFidelity, EmulatedAsTheCpuWithinOnePercentOfTransformers) {
   check_family(GetParam(), *mem, *timer, cpu);
 }
 
-// A case's test name: the test model's family, or a decoder fixture's folder up to its first
-// '-' ("qwen2.5-0.5b-2layers" -> "qwen25").
+// A case's test name: a zoo model's name without "-test" ("whisper-s2s-test" -> "whispers2s",
+// "whisper-tiny" -> "whispertiny"), or a decoder fixture's folder up to its first '-'
+// ("qwen2.5-0.5b-2layers" -> "qwen25"); letters and digits only.
 std::string family_test_name(const testing::TestParamInfo<std::string>& info) {
   const std::string& m = info.param;
-  if (!models::names_config_file(m)) return m.substr(0, m.find('-'));
-  std::string folder = m.substr(0, m.rfind('/'));
-  folder = folder.substr(folder.rfind('/') + 1);
-  folder = folder.substr(0, folder.find('-'));
+  std::string folder = m;
+  if (m.ends_with("-test")) folder = m.substr(0, m.size() - 5);
+  if (models::names_config_file(m)) {
+    folder = m.substr(0, m.rfind('/'));
+    folder = folder.substr(folder.rfind('/') + 1);
+    folder = folder.substr(0, folder.find('-'));
+  }
   std::string name;
   for (char ch : folder)
     if (std::isalnum(static_cast<unsigned char>(ch))) name += ch;
@@ -216,7 +220,8 @@ std::string family_test_name(const testing::TestParamInfo<std::string>& info) {
 // published widths with fewer layers, tests/fixtures/configs/) by their folder. Phi-3-mini's
 // (phi3-mini-1layer) joins once make_memory_fixtures.py --missing has measured its cases.
 INSTANTIATE_TEST_SUITE_P(Families, MemoryFidelity,
-                         testing::Values("gpt2-test", "t5-test", "whisper-test",
+                         testing::Values("gpt2-test", "t5-test", "whisper-test", "whisper-s2s-test",
+                                         "whisper-tiny", "whisper-base",
                                          "tests/fixtures/configs/qwen2.5-0.5b-2layers/config.json",
                                          "tests/fixtures/configs/qwen3-0.6b-2layers/config.json",
                                          "tests/fixtures/configs/tinyllama-1.1b-1layer/config.json"),

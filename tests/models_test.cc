@@ -14,14 +14,20 @@
 namespace sweep::models {
 namespace {
 
-// num_parameters() of the transformers model (WhisperForAudioClassification with 2 labels for
-// the Whisper encoders), printed by transformers 5.23.0 from each checkpoint's configuration.
+// num_parameters() of the transformers model (WhisperForConditionalGeneration for whisper-*,
+// WhisperForAudioClassification with 2 labels for whisper-*-cls), printed by transformers
+// 5.23.0 from each checkpoint's configuration (scripts/hf_reference.py build, on Meta).
 const std::map<std::string, int64_t> kHuggingFaceParameters = {
     {"gpt2", 124439808},          {"gpt2-medium", 354823168},     {"gpt2-large", 774030080},
     {"gpt2-xl", 1557611200},      {"t5-small", 60506624},         {"t5-base", 222903552},
-    {"t5-large", 737668096},      {"whisper-tiny", 8307458},      {"whisper-base", 20722434},
-    {"whisper-small", 88351490},  {"whisper-medium", 307479298},  {"whisper-large-v3", 637297410},
+    {"t5-large", 737668096},      {"whisper-tiny", 37760640},     {"whisper-base", 72593920},
+    {"whisper-small", 241734912}, {"whisper-medium", 763857920},  {"whisper-large-v3", 1543490560},
+    {"whisper-large-v3-turbo", 808878080},
+    {"whisper-tiny-cls", 8307458},      {"whisper-base-cls", 20722434},
+    {"whisper-small-cls", 88351490},    {"whisper-medium-cls", 307479298},
+    {"whisper-large-v3-cls", 637297410},
     {"gpt2-test", 182016},        {"t5-test", 230400},            {"whisper-test", 145410},
+    {"whisper-s2s-test", 331264},
     // The catalogue (models/catalogue/) and the decoder fixtures (tests/fixtures/configs/):
     // num_parameters() of the model transformers 5.23 builds from each config.json, on Meta.
     {"qwen2.5-0.5b", 494032768},   {"qwen2.5-3b", 3085938688},    {"qwen2.5-7b", 7615616512},
@@ -83,12 +89,13 @@ INSTANTIATE_TEST_SUITE_P(Zoo, Parameters, testing::ValuesIn(zoo_and_fixture_name
 TEST(Zoo, RealModelsFirstTestModelsMarkedAndAxesByFamily) {
   bool seen_test = false;
   const std::map<std::string, std::vector<std::string>> axes = {
-      {"gpt2", {"seq"}}, {"t5", {"seq", "target_seq"}}, {"whisper", {"audio_s"}},
-      {"llama", {"seq"}}, {"phi3", {"seq"}}};
+      {"gpt2", {"seq"}}, {"t5", {"seq", "target_seq"}}, {"whisper", {"audio_s", "target_seq"}},
+      {"whisper-cls", {"audio_s"}}, {"llama", {"seq"}}, {"phi3", {"seq"}}};
   for (const auto& s : zoo()) {
     if (s.test_only) seen_test = true;
     EXPECT_EQ(s.test_only, seen_test) << s.name << ": test models come last";
-    EXPECT_EQ(s.hf_id.empty(), s.test_only) << s.name;
+    // A Hub id names the model the Hub holds: the encoder-classifiers have none.
+    EXPECT_EQ(s.hf_id.empty(), s.test_only || s.family == "whisper-cls") << s.name;
     EXPECT_EQ(s.axes, axes.at(s.family)) << s.name;
   }
   EXPECT_TRUE(seen_test);
@@ -139,12 +146,15 @@ INSTANTIATE_TEST_SUITE_P(
                     Reference{"t5-test",
                               {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight",
                                "lm_head.weight"}},
-                    Reference{"whisper-test", {}}, Reference{"llama-tiny", {}},
+                    Reference{"whisper-test", {}},
+                    Reference{"whisper-s2s-test", {"proj_out.weight"}},
+                    Reference{"llama-tiny", {}},
                     Reference{"qwen2-tiny", {"lm_head.weight"}},
                     Reference{"qwen3-tiny", {"lm_head.weight"}}, Reference{"mistral-tiny", {}},
                     Reference{"phi3-tiny", {}}),
     [](const auto& info) {
-      return info.param.model.substr(0, info.param.model.find('-'));
+      const std::string& m = info.param.model;
+      return m == "whisper-s2s-test" ? std::string("whispers2s") : m.substr(0, m.find('-'));
     });
 
 TEST(Weights, MissingOrMisshapenTensorsAreNamed) {

@@ -225,6 +225,26 @@ TEST(TypedReader, EmptyAxisCellOfAnOlderFileReadsAsItsFallback) {
   EXPECT_GT(eval_rows, 0);
 }
 
+// Before the whole Whisper, whisper-* was the encoder-classifier; such a row (no labels: an
+// empty target_seq) reads as whisper-*-cls, a row of the whole model keeps its name.
+TEST(TypedReader, AWhisperRowWithoutLabelsIsTheEncoderClassifierItMeasured) {
+  auto whisper_row = [](const std::string& target) {
+    return edited("whisper" + target, "recommend_ties.csv", [&](std::string& t) {
+      set_first_row(t, "model", "whisper-small");
+      set_first_row(t, "family", "whisper");
+      set_first_row(t, "seq", "");
+      set_first_row(t, "target_seq", target);
+      set_first_row(t, "audio_s", "30");
+    });
+  };
+  const Results older = read_results(whisper_row("").string());
+  EXPECT_EQ(older.rows[0].at(column("model")), "whisper-small-cls");
+  EXPECT_EQ(older.rows[0].at(column("family")), "whisper-cls");
+  const Results whole = read_results(whisper_row("448").string());
+  EXPECT_EQ(whole.rows[0].at(column("model")), "whisper-small");
+  EXPECT_EQ(whole.rows[0].at(column("family")), "whisper");
+}
+
 TEST(TypedReader, ParsesSamplesAndStatusOnce) {
   const Results r = read_results(data("recommend_ties.csv"));
   ASSERT_FALSE(r.rows.empty());

@@ -294,7 +294,9 @@ TEST(Report, ThroughputSaysWhatATokenIsForWhisperAndT5) {
     report::throughput_section(doc, plotter, report::make_groups({p}).front());
     return doc.markdown();
   };
-  EXPECT_NE(said("whisper-tiny", "audio 30 s").find("a token is an encoder position"), std::string::npos);
+  EXPECT_NE(said("whisper-tiny-cls", "audio 30 s").find("a token is an encoder position: "), std::string::npos);
+  EXPECT_NE(said("whisper-tiny", "audio 30 s, labels 448").find("an encoder position or a label token"),
+            std::string::npos);
   EXPECT_NE(said("t5-small", "seq 512, target 128").find("seq + target per sample"), std::string::npos);
   EXPECT_EQ(said("gpt2", "seq 128").find("a token is"), std::string::npos);
 }

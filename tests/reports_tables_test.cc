@@ -157,7 +157,7 @@ TEST(Tables, MeasuredBesidePredictedSaysWhereAndWhyTheyDiffer) {
   const Results m = read_results(measured.string());
   const json same = measured_beside_predicted(m, m);
   ASSERT_TRUE(same.contains("t5-base|seq 512, target 128")) << same.dump(1).substr(0, 500);
-  ASSERT_TRUE(same.contains("whisper-small|audio 30 s"));
+  ASSERT_TRUE(same.contains("whisper-small-cls|audio 30 s"));  // the encoder-classifier it measured
   for (const auto& [key, rows] : same.items())
     for (const auto& r : rows) EXPECT_TRUE(r.at("agree").get<bool>()) << key << r.dump();
   const auto& gpt2 = same.at("gpt2|seq 512");

@@ -122,7 +122,7 @@ TEST(ResultsContract, APointsAxesAreWrittenAndReadBackToTheSamePoint) {
   // an empty cell reads as the axis's fallback.
   Point plain;
   plain.model = "whisper-test";
-  plain.family = "whisper";
+  plain.family = "whisper-cls";
   plain.audio_s = 2;
   const auto cells = axis_cells(plain);
   for (auto name : {"seq", "target_seq", "lora_r", "lora_alpha", "lora_dropout", "lora_targets"})

@@ -99,11 +99,13 @@ void add_precision(const TrainingSetup& s, TrainerArgs& a) {
 }
 
 // The transformers class that loads a family's checkpoint as the zoo builds it (scripts/
-// hf_reference.py build): GPT-2 with its LM head, T5 for generation, Whisper's classifier.
+// hf_reference.py build): GPT-2 with its LM head, T5 and Whisper for generation, Whisper's
+// encoder-classifier.
 std::string auto_class(const std::string& family) {
   if (family == "gpt2") return "AutoModelForCausalLM";
   if (family == "t5") return "AutoModelForSeq2SeqLM";
-  if (family == "whisper") return "AutoModelForAudioClassification";
+  if (family == "whisper") return "AutoModelForSpeechSeq2Seq";
+  if (family == "whisper-cls") return "AutoModelForAudioClassification";
   return "AutoModel";
 }
 

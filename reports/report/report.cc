@@ -55,14 +55,15 @@ Point parse_point(const Row& r) {
   // Whole, at least 1 and in int64's range: read_results checked them.
   p.batch = static_cast<int64_t>(*r.number(column("batch")));
   p.accumulation = static_cast<int64_t>(r.number(column("accumulation")).value_or(1));
-  // The input size: tokens for GPT-2 and T5 (encoder, decoder), seconds for Whisper.
+  // The input size: tokens for GPT-2 and T5 (encoder, decoder), seconds for Whisper (and its
+  // label tokens: the whole model's decoder).
   auto axis = [&](std::size_t col) {
     r.number(col);  // numeric when present
     return r.at(col) == "0" ? std::string() : r.at(col);
   };
   std::string seq = axis(column("seq")), target = axis(column("target_seq"));
   std::string audio = axis(column("audio_s"));
-  if (!audio.empty()) p.shape = "audio " + audio + " s";
+  if (!audio.empty()) p.shape = "audio " + audio + " s" + (target.empty() ? "" : ", labels " + target);
   if (!seq.empty()) p.shape = "seq " + seq + (target.empty() ? "" : ", target " + target);
   p.mode = r.value<Mode>();
   p.precision = r.value<Precision>();

@@ -479,8 +479,12 @@ void throughput_section(Document& doc, Plotter& plotter, const Group& g) {
   // What a "token" is differs by family; the input shape names the family.
   const std::string counted =
       g.shape.rfind("audio", 0) == 0
-          ? " For Whisper a token is an encoder position: the conv stem makes 50 per second of "
-            "audio (1500 for 30 s), so tokens/s is samples/s x 50 x seconds."
+          ? (g.shape.find("labels") != std::string::npos
+                 ? " For Whisper a token is an encoder position or a label token: the conv stem "
+                   "makes 50 positions per second of audio (1500 for 30 s), plus the labels per "
+                   "sample."
+                 : " For Whisper a token is an encoder position: the conv stem makes 50 per second "
+                   "of audio (1500 for 30 s), so tokens/s is samples/s x 50 x seconds.")
       : g.shape.find("target") != std::string::npos
           ? " For T5 a token is an encoder or a decoder token: seq + target per sample."
           : "";

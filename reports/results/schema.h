@@ -29,7 +29,7 @@ inline constexpr std::array kColumns = std::to_array<std::string_view>({
     "suite_version",      // "0.1.0"
     "point_id",           // 16 hex digits: hash of the axes and the suite version
     "model",              // "gpt2-medium"
-    "family",             // "gpt2" | "t5" | "whisper"
+    "family",             // "gpt2" | "t5" | "whisper" | "whisper-cls" | "llama" | "phi3"
     "mode",               // "train" | "eval"
     "batch",              // micro-batch size
     "seq",                // tokens per sample (GPT-2; T5 encoder); empty for Whisper

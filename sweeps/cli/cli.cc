@@ -39,17 +39,21 @@ std::vector<std::string> device_choices() {
 void print_models() {
   int width = 16;  // the longest name (the catalogue's run to 24 characters)
   for (const auto& s : models::zoo()) width = std::max(width, static_cast<int>(s.name.size()));
-  std::printf("%-*s %-8s %15s %6s %6s %5s  %-22s %s\n", width, "model", "family", "parameters",
+  std::printf("%-*s %-11s %15s %6s %6s %5s  %-22s %s\n", width, "model", "family", "parameters",
               "layers", "hidden", "heads", "axes", "hugging face");
   for (const auto& s : models::zoo()) {
     std::string axes;
     for (const auto& a : s.axes) axes += (axes.empty() ? "" : ",") + a;
-    std::string params = std::to_string(s.parameters);
-    for (int i = static_cast<int>(params.size()) - 3; i > 0; i -= 3) params.insert(i, ",");
-    std::printf("%-*s %-8s %15s %6lld %6lld %5lld  %-22s %s\n", width, s.name.c_str(), s.family.c_str(),
+    const std::string digits = std::to_string(s.parameters);
+    std::string params;  // thousands separated: "124,439,808"
+    for (std::size_t i = 0; i < digits.size(); ++i)
+      params += std::string(i > 0 && (digits.size() - i) % 3 == 0 ? "," : "") + digits[i];
+    std::printf("%-*s %-11s %15s %6lld %6lld %5lld  %-22s %s\n", width, s.name.c_str(), s.family.c_str(),
                 params.c_str(), static_cast<long long>(s.layers), static_cast<long long>(s.hidden),
                 static_cast<long long>(s.heads), axes.c_str(),
-                s.test_only ? "(test model)" : s.hf_id.c_str());
+                s.test_only                  ? "(test model)"
+                : s.family == "whisper-cls" ? "(WhisperForAudioClassification: the encoder, 2 labels)"
+                                            : s.hf_id.c_str());
   }
 }
 

@@ -122,7 +122,7 @@ void check_rule(const FitQuestion& q) {
 
 }  // namespace
 
-bool FitQuestion::has_cache() const { return spec->family != "whisper"; }
+bool FitQuestion::has_cache() const { return spec->family != "whisper-cls"; }
 
 void default_lengths(const models::ModelSpec& spec, FitOptions& o) {
   auto takes = [&](const char* axis) {
@@ -132,6 +132,7 @@ void default_lengths(const models::ModelSpec& spec, FitOptions& o) {
   int64_t seq = 0, target = 0;
   if (spec.family == "gpt2") seq = 512;
   else if (spec.family == "t5") seq = 512, target = 128;
+  else if (spec.family == "whisper") target = spec.max_target_seq;  // the longest labels it takes
   else if (takes("seq")) seq = 1024;
   if (spec.max_seq > 0) seq = std::min(seq, spec.max_seq);
   if (takes("seq") && !o.seq && seq > 0) o.seq = seq;
@@ -147,8 +148,8 @@ std::string length_words(const models::ModelSpec& spec, const FitOptions& o) {
   const int64_t seq = o.seq.value_or(128), target = o.target_seq.value_or(128);
   std::string words;
   if (takes("seq")) words = "seq " + std::to_string(seq);
+  if (takes("audio_s")) words = shown(o.audio_s.value_or(30.0)) + " s audio";
   if (takes("target_seq")) words += " -> " + std::to_string(target);
-  if (takes("audio_s")) words += (words.empty() ? "" : ", ") + shown(o.audio_s.value_or(30.0)) + " s audio";
   return words;
 }
 

@@ -50,7 +50,9 @@ struct Input {
 std::vector<Input> inputs_of(const models::ModelSpec& spec) {
   if (spec.family == "gpt2") return {{"seq 512", "seq512", 512}, {"seq 1024", "seq1024", 1024}};
   if (spec.family == "t5") return {{"seq 512, target 128", "seq512-target128", 512, 128}};
-  if (spec.family == "whisper") return {{"audio 30 s", "audio30s", std::nullopt, std::nullopt, 30.0}};
+  if (spec.family == "whisper")
+    return {{"audio 30 s, labels 448", "audio30s-target448", std::nullopt, 448, 30.0}};
+  if (spec.family == "whisper-cls") return {{"audio 30 s", "audio30s", std::nullopt, std::nullopt, 30.0}};
   // A decoder read from a config.json: fit's default length (fit_question.h default_lengths).
   FitOptions o;
   default_lengths(spec, o);
@@ -295,7 +297,8 @@ std::vector<const models::ModelSpec*> chosen_models(const TablesOptions& o) {
   for (const auto& m : models::zoo())
     // The catalogue's models (models/catalogue/) only when named: the tables' sections for them
     // (issue 34 item 5) are not written yet.
-    if (!m.test_only && (o.models.empty() ? !m.catalogue : std::any_of(o.models.begin(), o.models.end(), [&](const std::string& n) {
+    // The encoder-classifiers (whisper-*-cls) too: the whole Whisper is what people train.
+    if (!m.test_only && (o.models.empty() ? !m.catalogue && m.family != "whisper-cls" : std::any_of(o.models.begin(), o.models.end(), [&](const std::string& n) {
                            return models::find_model(n) == &m;
                          })))
       zoo.push_back(&m);

@@ -23,6 +23,8 @@ const std::map<std::string, std::string> kSequenceDefaults = {
 // window is 4 s of audio, so Whisper's 30 s default would always fail there.
 std::string default_value(const models::ModelSpec& spec, const std::string& axis) {
   if (axis == "audio_s" && spec.test_only) return "2";
+  if (axis == "target_seq" && spec.max_target_seq > 0 && spec.max_target_seq < 128)
+    return std::to_string(spec.max_target_seq);
   if (auto it = kSequenceDefaults.find(axis); it != kSequenceDefaults.end()) return it->second;
   return axis_text(Point{}, axis);
 }
@@ -47,6 +49,12 @@ void check_fits(const models::ModelSpec& spec, const Point& p, const std::string
                     "audio_s " + number_text(p.audio_s) + " is longer than " + spec.name +
                         "'s " + number_text(spec.max_audio_s) + " s window",
                     "use audio_s up to " + number_text(spec.max_audio_s) + " for " + spec.name);
+  if (axis == "target_seq" && spec.max_target_seq > 0 && p.target_seq > spec.max_target_seq)
+    throw UserError(file, line, key,
+                    "target_seq " + std::to_string(p.target_seq) + " is longer than " + spec.name +
+                        "'s " + std::to_string(spec.max_target_seq) + " label positions",
+                    "use target_seq up to " + std::to_string(spec.max_target_seq) + " for " +
+                        spec.name + " (transformers refuses longer labels)");
 }
 
 namespace {

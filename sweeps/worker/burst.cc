@@ -192,7 +192,7 @@ Workload build(const Point& p, Ledger& ledger, MemoryTracker& mem) {
                                                        : p.lora_targets});
     // PEFT skips it for a model loaded in 8 bit (is_loaded_in_8bit), leaving it to
     // transformers, which turns it on for token models only (main_input_name "input_ids").
-    const bool token_model = p.family != "whisper";
+    const bool token_model = !p.family.starts_with("whisper");
     w.model->set_inputs_require_grad(w.train && p.checkpointing == Checkpointing::kBlock &&
                                      (p.weights != Weights::kInt8 || token_model));
   }

@@ -22,9 +22,10 @@ Point tiny_point(const std::string& model, Device device, Precision precision, O
   p.family = spec->family;
   p.device = device;
   p.batch = 2;
-  if (p.family != "whisper") p.seq = 32;
-  if (p.family == "t5") p.target_seq = 16;
-  if (p.family == "whisper") p.audio_s = 2;
+  const bool whisper = p.family.starts_with("whisper");
+  if (!whisper) p.seq = 32;
+  if (p.family == "t5" || p.family == "whisper") p.target_seq = 16;
+  if (whisper) p.audio_s = 2;
   p.precision = precision;
   p.optimizer = optimizer;
   p.steps = p.warmup_steps = p.repetitions = 1;
