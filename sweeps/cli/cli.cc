@@ -132,10 +132,8 @@ void add_examples(CLI::App& app) {
       sub->footer("\nExample:\n  " + text);
 }
 
-}  // namespace
-
-void register_commands(CLI::App& app, int& exit_code) {
-  // `fit` first: it answers the question the tool is for.
+// `sweep fit MODEL --gpu CARD`: the question the tool is for.
+void register_fit_command(CLI::App& app, int& exit_code) {
   auto fo = std::make_shared<FitOptions>();
   auto* fit = app.add_subcommand(
       "fit", "What fits on a card and what is fastest: a max-batch search per technique, then the "
@@ -148,7 +146,8 @@ void register_commands(CLI::App& app, int& exit_code) {
   // Whole numbers read exactly, and bounds printed as numbers (the config's axis ranges).
   fit->add_option("--seq", fo->seq, "Tokens per sample (default: what people train the model at: GPT-2 and T5 512, a config.json decoder 1024)")
       ->check(reports::whole_number(1, 1 << 20, "a number of tokens"));
-  fit->add_option("--target-seq", fo->target_seq, "T5 decoder tokens (default 128)")
+  fit->add_option("--target-seq", fo->target_seq,
+                  "T5 decoder tokens (default 128); Whisper's label tokens (default 448, the most it takes)")
       ->check(reports::whole_number(1, 1 << 20, "a number of tokens"));
   fit->add_option("--audio-s", fo->audio_s, "Seconds of audio (Whisper; default 30, its window)")
       ->check(reports::positive_number(30, "a number of seconds"));
@@ -192,7 +191,10 @@ void register_commands(CLI::App& app, int& exit_code) {
                 "Search without first predicting each technique's largest batch by emulation (see "
                 "`sweep run --help`)");
   fit->callback([fo, &exit_code] { exit_code = run_guarded([&] { return run_fit(*fo); }); });
+}
 
+// `sweep run CONFIG`: a sweep, here or submitted to Slurm.
+void register_run_command(CLI::App& app, int& exit_code) {
   auto opts = std::make_shared<RunOptions>();
   auto* run = app.add_subcommand("run", "Run a sweep: every grid point in its own worker process");
   // A missing config is the loader's error: it lists configs/*.yaml.
@@ -254,8 +256,9 @@ void register_commands(CLI::App& app, int& exit_code) {
       return finish(opts->slurm.submit ? submit_slurm(*opts) : run_sweep(*opts), opts->quiet, opts->json);
     });
   });
-  register_slurm_commands(app, exit_code);
+}
 
+void register_tables_command(CLI::App& app, int& exit_code) {
   auto to = std::make_shared<TablesOptions>();
   auto* tables = app.add_subcommand(
       "tables", "The per-card tables of docs/tables/ (<card>.md, <card>.json, index.html): an "
@@ -266,15 +269,10 @@ void register_commands(CLI::App& app, int& exit_code) {
   tables->add_option("--results", to->results, "Where the fits' rows go (default results/tables)");
   tables->add_flag("--quiet,-q", to->quiet, "No progress output");
   tables->callback([to, &exit_code] { exit_code = run_guarded([&] { return run_tables(*to); }); });
+}
 
-  reports::register_report_command(app, exit_code);
-  reports::register_recommend_command(app, exit_code);
-  reports::register_compare_command(app, exit_code);
-  reports::register_gpus_command(app, exit_code);
-
-  auto* models = app.add_subcommand("models", "List the model zoo");
-  models->callback([] { print_models(); });
-
+// `sweep worker`: one point, run by the runner (hidden from --help).
+void register_worker_command(CLI::App& app, int& exit_code) {
   auto point = std::make_shared<std::string>();
   auto fd = std::make_shared<int>(1);
   auto* worker = app.add_subcommand("worker", "Run one point (internal)");
@@ -296,8 +294,10 @@ void register_commands(CLI::App& app, int& exit_code) {
                               : worker_main(*point, *fd);
     });
   });
+}
 
-  // The pre-loaded worker the runner forks points from (sweeps/runner/zygote.h).
+// `sweep zygote`: the pre-loaded worker the runner forks points from (sweeps/runner/zygote.h).
+void register_zygote_command(CLI::App& app, int& exit_code) {
   auto control_fd = std::make_shared<int>(-1);
   auto* zygote = app.add_subcommand("zygote", "Serve points to the runner (internal)");
   zygote->group("");
@@ -335,6 +335,22 @@ void register_commands(CLI::App& app, int& exit_code) {
           return code;
         });
   });
+}
+
+}  // namespace
+
+void register_commands(CLI::App& app, int& exit_code) {
+  register_fit_command(app, exit_code);  // first: it answers the question the tool is for
+  register_run_command(app, exit_code);
+  register_slurm_commands(app, exit_code);
+  register_tables_command(app, exit_code);
+  reports::register_report_command(app, exit_code);
+  reports::register_recommend_command(app, exit_code);
+  reports::register_compare_command(app, exit_code);
+  reports::register_gpus_command(app, exit_code);
+  app.add_subcommand("models", "List the model zoo")->callback([] { print_models(); });
+  register_worker_command(app, exit_code);
+  register_zygote_command(app, exit_code);
   add_examples(app);
 }
 
