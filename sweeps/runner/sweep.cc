@@ -16,6 +16,7 @@
 #include <fstream>
 #include <iostream>
 #include <atomic>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -422,6 +423,62 @@ int dry_run(const RunOptions& opt, const Config& cfg, Device device,
 
 }  // namespace
 
+namespace {
+
+using Predictors = std::map<std::string, std::optional<EmulatedCard>>;
+
+// A search on a GPU or the CPU is seeded by the emulated device's prediction (search.h): the
+// emulated card of the GPU each lane runs on (probing the GPUs if the budget did not), or the
+// emulator configured as the CPU; by lane (--gpus entry, or "").
+Predictors search_predictors(Device device, const std::vector<std::string>& gpus,
+                             const char* visible, std::vector<HostGpu>& probed, Zygote* zygote,
+                             bool quiet) {
+  Predictors predictors;
+  if (device == Device::kCpu) {
+    predictors[""] = emulated_cpu();
+  } else if (device == Device::kCuda) {
+    if (probed.empty())
+      probed = probe_gpus(self_exe(), gpus.empty() ? std::vector<std::string>{visible_device(visible, 0)} : gpus,
+                          false, kProbeDeviceTimeoutS, zygote);
+    predictors = lane_predictors(gpus, probed);
+    for (const auto& g : probed)
+      if (!predictor_for(g) && !quiet)
+        std::fprintf(stderr, "note: GPU %s, %s, is no card of the table (`sweep gpus`): its "
+                             "searches are not seeded by a prediction\n", g.index.c_str(), g.name.c_str());
+  }
+  return predictors;
+}
+
+// One thread per lane (one in all without --gpus), each taking the next of `count`
+// combinations and running `run_one(i, lane)`. A thread that throws (a full disk) stops the
+// others taking more; the first failure is rethrown here, after every row in flight is
+// written, for the CLI to print.
+void run_lanes(const std::vector<std::string>& lanes, std::size_t count,
+               const std::function<void(std::size_t, const std::string&)>& run_one) {
+  std::atomic<std::size_t> next{0};
+  std::exception_ptr failure;
+  std::mutex failure_mu;
+  auto work = [&](const std::string& gpu) noexcept {
+    try {
+      for (std::size_t i; (i = next++) < count;) run_one(i, gpu);
+    } catch (...) {
+      std::lock_guard lock(failure_mu);
+      if (!failure) failure = std::current_exception();
+      next = count;
+    }
+  };
+  if (lanes.size() <= 1) {
+    work(lanes.empty() ? "" : lanes.front());
+  } else {
+    std::vector<std::thread> threads;
+    for (const auto& g : lanes) threads.emplace_back(work, g);
+    for (auto& t : threads) t.join();
+  }
+  if (failure) std::rethrow_exception(failure);
+}
+
+}  // namespace
+
 RunOutcome run_sweep(const RunOptions& opt) {
   std::string out;
   Config cfg = load_run_config(opt, out);
@@ -470,24 +527,11 @@ RunOutcome run_sweep(const RunOptions& opt) {
     throw UserError(shard_dir(out), 0, "shards", "a shard does not parse (named above)",
                       "repair or move it, then run again");
   std::filesystem::create_directories(std::filesystem::path(out) / "logs");
-  // A search on a GPU or the CPU is seeded by the emulated device's prediction (search.h):
-  // the emulated card of the GPU each lane runs on, or the emulator configured as the CPU. Not
-  // in a Slurm array task (its shard is its only file) nor with --no-prediction.
-  std::map<std::string, std::optional<EmulatedCard>> predictors;  // by lane (--gpus entry, or "")
-  if (search && opt.predict && !task) {
-    if (run.device == Device::kCpu) {
-      predictors[""] = emulated_cpu();
-    } else if (run.device == Device::kCuda) {
-      if (probed.empty())
-        probed = probe_gpus(self_exe(), gpus.empty() ? std::vector<std::string>{visible_device(visible, 0)} : gpus,
-                            false, kProbeDeviceTimeoutS, zygote.get());
-      predictors = lane_predictors(gpus, probed);
-      for (const auto& g : probed)
-        if (!predictor_for(g) && !opt.quiet)
-          std::fprintf(stderr, "note: GPU %s, %s, is no card of the table (`sweep gpus`): its "
-                               "searches are not seeded by a prediction\n", g.index.c_str(), g.name.c_str());
-    }
-  }
+  // Not in a Slurm array task (its shard is its only file) nor with --no-prediction.
+  const Predictors predictors = search && opt.predict && !task
+                                    ? search_predictors(run.device, gpus, visible, probed,
+                                                        zygote.get(), opt.quiet)
+                                    : Predictors{};
   const bool seeded = std::any_of(predictors.begin(), predictors.end(), [](auto& p) { return p.second.has_value(); });
   std::optional<ResultsStore> predictions;
   if (seeded) predictions.emplace(out, kPredictionsFile);
@@ -506,49 +550,23 @@ RunOutcome run_sweep(const RunOptions& opt) {
   }
   Runner runner(opt, out, store, progress, predictions ? &*predictions : nullptr, std::move(zygote));
 
-  // One thread per GPU (one in all without --gpus; one per core on an emulated card), each
-  // taking the next combination. A thread that throws (a full disk) stops the others taking
-  // more; the first failure is rethrown here, after every row in flight is written, for the
-  // CLI to print.
-  std::atomic<std::size_t> next{0};
-  std::exception_ptr failure;
-  std::mutex failure_mu;
-  auto work_on = [&](const std::string& gpu) {
-    for (std::size_t i; (i = next++) < combos.size();) {
-      if (search) {
-        const std::string prefix = "search " + std::to_string(i + 1) + "/" +
-                                   std::to_string(combos.size()) + ": ";
-        const auto lane = predictors.find(gpu);
-        runner.settle(search_combination(runner, combos[i], cfg.search_max_batch, gpu, prefix,
-                                         lane == predictors.end() ? std::nullopt : lane->second),
-                      per_search);
-      } else {
-        run_combination(runner, combos[i], cfg.prune_oom, gpu);
-      }
-      if (task) task->finished(combos[i]);
-    }
-  };
-  auto work = [&](const std::string& gpu) noexcept {
-    try {
-      work_on(gpu);
-    } catch (...) {
-      std::lock_guard lock(failure_mu);
-      if (!failure) failure = std::current_exception();
-      next = combos.size();
-    }
-  };
   // An emulated card is no device to share: one worker per core, each its own process.
   std::vector<std::string> lanes = gpus;
   if (run.device == Device::kEmulated && lanes.empty())
     lanes.assign(std::max(1u, std::thread::hardware_concurrency()), "");
-  if (lanes.size() <= 1) {
-    work(lanes.empty() ? "" : lanes.front());
-  } else {
-    std::vector<std::thread> threads;
-    for (const auto& g : lanes) threads.emplace_back(work, g);
-    for (auto& t : threads) t.join();
-  }
-  if (failure) std::rethrow_exception(failure);
+  run_lanes(lanes, combos.size(), [&](std::size_t i, const std::string& gpu) {
+    if (search) {
+      const std::string prefix =
+          "search " + std::to_string(i + 1) + "/" + std::to_string(combos.size()) + ": ";
+      const auto lane = predictors.find(gpu);
+      runner.settle(search_combination(runner, combos[i], cfg.search_max_batch, gpu, prefix,
+                                       lane == predictors.end() ? std::nullopt : lane->second),
+                    per_search);
+    } else {
+      run_combination(runner, combos[i], cfg.prune_oom, gpu);
+    }
+    if (task) task->finished(combos[i]);
+  });
   if (!opt.quiet) std::fprintf(stderr, "results: %s\n", store.path().c_str());
   // A Slurm task leaves the report to the merge job, which writes results.csv.
   return {0, out, !task, !task};
