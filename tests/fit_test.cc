@@ -180,6 +180,25 @@ TEST(Fit, LoraIsATechniqueOfItsOwnWithALowerPeak) {
   EXPECT_EQ(j["techniques"].size(), 6u);  // {none, lora, lora on int8} x use_cache
 }
 
+// Issue 34 item 3: the Hub id names the whole Whisper (WhisperForConditionalGeneration), at
+// 30 s of audio and its longest labels by default, and the pick loads it as a seq2seq model.
+TEST(Fit, TheWhisperHubIdIsTheWholeModelAtItsLongestLabels) {
+  const auto dir = testing::temp_dir("fit_whisper");
+  const std::string args = "openai/whisper-small --gpu rtx3060 --device emulated --precision bf16-amp "
+                           "--checkpointing block --optimizer adamw";
+  const auto run = testing::run_sweep_cli_split("fit " + args + " --out " + (dir / "out").string());
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.out.rfind("whisper-small, 30 s audio -> 448, on RTX 3060. ", 0), 0u) << run.out;
+  const auto j = fit_json(args, dir / "out");  // every probe reused
+  EXPECT_EQ(j["target_seq"], 448);
+  EXPECT_EQ(j["audio_s"], 30.0);
+  ASSERT_FALSE(j["recommendation"].is_null()) << j.dump(1);
+  // The encoder-classifier is there under its own name, and takes no labels.
+  const auto cls = testing::run_sweep_cli("fit whisper-small-cls --gpu rtx3060 --target-seq 64");
+  EXPECT_EQ(cls.exit_code, 2);
+  EXPECT_NE(cls.output.find("whisper-small-cls takes no target_seq"), std::string::npos) << cls.output;
+}
+
 // Issue 37 items 2 and 3: the headline names the model, the input length and the card, and
 // GPT-2's default length is 512 tokens (what people train it at, the tables' first length),
 // not the grid's 128; the pick comes with the Hugging Face TrainingArguments that run it, in
