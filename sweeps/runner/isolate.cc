@@ -146,32 +146,37 @@ CommandOutput run_command(const std::vector<std::string>& argv, const CommandOpt
   return r;
 }
 
-WorkerResult run_isolated(const Point& p, const IsolateOptions& opt) {
-  WorkerResult r;
-  const std::string point_json = nlohmann::json(p).dump();
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + strerror(errno));
+namespace {
+
+struct Started {
   pid_t pid = -1;
   bool from_zygote = false;
+};
+
+// The point's worker, its fd 3 the write end of the result pipe: forked by the zygote when
+// there is one and it serves, else fork and exec `sweep worker`.
+Started start_worker(const std::string& point_json, const IsolateOptions& opt, int result_fd) {
+  Started w;
   if (opt.zygote) {
     const int log = open(opt.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (log >= 0) {
-      if (const auto child = opt.zygote->spawn(point_json, opt.env, log, fds[1])) {
-        pid = *child;
-        from_zygote = true;
+      if (const auto child = opt.zygote->spawn(point_json, opt.env, log, result_fd)) {
+        w.pid = *child;
+        w.from_zygote = true;
       }
       close(log);
     }
   }
+  if (w.pid >= 0) return w;
   const pid_t parent = getpid();
   const std::string program = exec_path(opt.exe);
-  if (pid < 0) pid = fork();  // no zygote (or it could not serve): exec a worker
-  if (pid < 0) throw std::runtime_error(std::string("fork: ") + strerror(errno));
-  if (pid == 0) {
+  w.pid = fork();  // no zygote (or it could not serve): exec a worker
+  if (w.pid < 0) throw std::runtime_error(std::string("fork: ") + strerror(errno));
+  if (w.pid == 0) {
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(126);  // the parent died before prctl took effect
-    dup2(fds[1], 3);  // dup2 clears close-on-exec on the copy
+    dup2(result_fd, 3);  // dup2 clears close-on-exec on the copy
     int log = open(opt.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (log >= 0) {
       dup2(log, 1);
@@ -186,60 +191,32 @@ WorkerResult run_isolated(const Point& p, const IsolateOptions& opt) {
     execv(program.c_str(), const_cast<char* const*>(argv));
     _exit(127);
   }
-  close(fds[1]);
-  // The point's clock starts with its own worker: waits on a zygote (its start, its answer)
-  // are the runner's, and a zygote that took its time never turns a point into a timeout.
-  const auto t0 = std::chrono::steady_clock::now();
+  return w;
+}
+
+// What the worker writes on its result pipe until it closes it (it exited) or `deadline`
+// passes; true in .second when the deadline passed.
+using Deadline = std::chrono::time_point<std::chrono::steady_clock, std::chrono::duration<double>>;
+std::pair<std::string, bool> read_result(int fd, Deadline deadline) {
   std::string out;
-  bool timed_out = false;
-  const auto deadline = t0 + std::chrono::duration<double>(p.timeout_s);
   char buf[4096];
   while (true) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
-      timed_out = true;
-      break;
-    }
-    pollfd pfd{fds[0], POLLIN, 0};
+    if (left.count() <= 0) return {out, true};
+    pollfd pfd{fd, POLLIN, 0};
     int pr = poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left.count(), 1000)));
     if (pr < 0 && errno == EINTR) continue;
     if (pr <= 0) continue;
-    ssize_t n = read(fds[0], buf, sizeof buf);
+    ssize_t n = read(fd, buf, sizeof buf);
     if (n > 0) out.append(buf, static_cast<std::size_t>(n));
-    else if (n == 0 || errno != EINTR) break;  // EOF: the worker closed fd 3 (exited)
+    else if (n == 0 || errno != EINTR) return {out, false};  // EOF: the worker closed fd 3 (exited)
   }
-  if (timed_out) {
-    kill(-pid, SIGKILL);
-    kill(pid, SIGKILL);
-  }
-  close(fds[0]);
-  int st = 0;
-  if (from_zygote) {
-    const auto status = opt.zygote->wait(pid);
-    if (!status) {
-      // The zygote died under the point (killed from outside): its child died with it, so
-      // the point has no outcome of its own. Run it again, exec'd. (A zygote that stalled
-      // after its child ended was killed, and the child's own status came back.)
-      IsolateOptions again = opt;
-      again.zygote = nullptr;
-      return run_isolated(p, again);
-    }
-    st = *status;
-  } else {
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-    }
-  }
-  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (WIFEXITED(st)) r.exit_code = WEXITSTATUS(st);
-  if (WIFSIGNALED(st)) r.signal = WTERMSIG(st);
-  if (!out.empty()) {
-    try {
-      r.record = nlohmann::json::parse(out.substr(0, out.find('\n')));
-    } catch (const nlohmann::json::exception&) {
-      r.record = nlohmann::json();
-    }
-  }
+}
+
+// The point's outcome from the worker's record and exit: the record's status when it exited
+// 0, else a timeout or a crash with why.
+void classify(WorkerResult& r, const Point& p, const IsolateOptions& opt, bool timed_out) {
   if (timed_out) {
     r.status = Status::kTimeout;
     std::ostringstream s;
@@ -262,6 +239,53 @@ WorkerResult run_isolated(const Point& p, const IsolateOptions& opt) {
     if (r.exit_code == 126) r.message = "the worker could not start under the runner";
     r.started = !(r.exit_code == 126 || r.exit_code == 127);
   }
+}
+
+}  // namespace
+
+WorkerResult run_isolated(const Point& p, const IsolateOptions& opt) {
+  WorkerResult r;
+  const std::string point_json = nlohmann::json(p).dump();
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + strerror(errno));
+  const Started w = start_worker(point_json, opt, fds[1]);
+  close(fds[1]);
+  // The point's clock starts with its own worker: waits on a zygote (its start, its answer)
+  // are the runner's, and a zygote that took its time never turns a point into a timeout.
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto [out, timed_out] = read_result(fds[0], t0 + std::chrono::duration<double>(p.timeout_s));
+  if (timed_out) {
+    kill(-w.pid, SIGKILL);
+    kill(w.pid, SIGKILL);
+  }
+  close(fds[0]);
+  int st = 0;
+  if (w.from_zygote) {
+    const auto status = opt.zygote->wait(w.pid);
+    if (!status) {
+      // The zygote died under the point (killed from outside): its child died with it, so
+      // the point has no outcome of its own. Run it again, exec'd. (A zygote that stalled
+      // after its child ended was killed, and the child's own status came back.)
+      IsolateOptions again = opt;
+      again.zygote = nullptr;
+      return run_isolated(p, again);
+    }
+    st = *status;
+  } else {
+    while (waitpid(w.pid, &st, 0) < 0 && errno == EINTR) {
+    }
+  }
+  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (WIFEXITED(st)) r.exit_code = WEXITSTATUS(st);
+  if (WIFSIGNALED(st)) r.signal = WTERMSIG(st);
+  if (!out.empty()) {
+    try {
+      r.record = nlohmann::json::parse(out.substr(0, out.find('\n')));
+    } catch (const nlohmann::json::exception&) {
+      r.record = nlohmann::json();
+    }
+  }
+  classify(r, p, opt, timed_out);
   return r;
 }
 
