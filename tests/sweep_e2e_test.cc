@@ -127,7 +127,7 @@ grid: {batch: 2, seq: 32, target_seq: 16, audio_s: 2}
   const auto& t5 = by_family.at("t5");
   EXPECT_EQ(t5.at(column("seq")), "32");
   EXPECT_EQ(t5.at(column("target_seq")), "16");
-  const auto& whisper = by_family.at("whisper");
+  const auto& whisper = by_family.at("whisper-cls");  // whisper-test: the encoder-classifier
   EXPECT_EQ(whisper.at(column("seq")), "");
   EXPECT_EQ(*whisper.number(column("audio_s")), 2.0);
   // Whisper's tokens are encoder positions: 2 s = 200 frames = 100 positions a sample.

@@ -48,9 +48,14 @@ nlohmann::json technique_json(const FitTechnique& t) {
 
 namespace {
 
-// The row's point_id is `point`'s at the row's batch; the device aside.
+// The row's point_id is `point`'s at the row's batch; the device aside. A row of an
+// encoder-classifier written before the whole Whisper took the name (the reader names it
+// whisper-*-cls, reports/results/rows.cc) carries the id it had under its old name.
 bool same_point(const reports::Row& row, Point point) {
   point.batch = static_cast<int64_t>(row.number(column("batch")).value_or(0));
+  if (row.at(column("point_id")) == point.id()) return true;
+  if (point.family != "whisper-cls" || !point.model.ends_with("-cls")) return false;
+  point.model.resize(point.model.size() - 4);
   return row.at(column("point_id")) == point.id();
 }
 
