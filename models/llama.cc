@@ -97,7 +97,9 @@ std::pair<torch::Tensor, double> rope_inv_freq(const LlamaConfig& c) {
     auto smooth_factor = (old_context_len / wavelen - r.low_freq_factor) /
                          (r.high_freq_factor - r.low_freq_factor);
     auto smoothed = (1 - smooth_factor) * inv_freq_llama / r.factor + smooth_factor * inv_freq_llama;
-    auto is_medium = (wavelen >= high_freq_wavelen).logical_and(wavelen <= low_freq_wavelen);
+    // is_medium_freq = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen), as
+    // transformers writes it (bitwise_not and mul have Meta kernels; logical_and has none).
+    auto is_medium = (wavelen < high_freq_wavelen).bitwise_not() * (wavelen > low_freq_wavelen).bitwise_not();
     inv_freq = torch::where(is_medium, smoothed, inv_freq_llama);
   } else if (r.type == "longrope") {
     // _compute_longrope_parameters at training lengths (up to original_max_position_embeddings:
