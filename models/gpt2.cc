@@ -6,6 +6,7 @@
 #include "models/emulation.h"
 #include "models/holder.h"
 #include "models/int8.h"
+#include "models/nf4.h"
 
 namespace sweep::models {
 
@@ -20,6 +21,8 @@ Conv1DImpl::Conv1DImpl(int64_t nf, int64_t nx) {
 torch::Tensor Conv1DImpl::forward(const torch::Tensor& x) {
   // Loaded in 8 bit, the layer is bitsandbytes' Linear8bitLt (weight (out, in)) on x as it is.
   if (is_int8(weight)) return int8_linear(*this, weight, bias, x);
+  // In 4 bit, bitsandbytes' Linear4bit (the weight quantised from its transpose, (out, in)).
+  if (state_4bit(*this)) return linear_4bit(*this, weight, bias, x);
   auto size_out = x.sizes().vec();
   size_out.back() = weight.size(1);
   // transformers' Conv1D.forward: addmm on a view, then a view back (x = x.view(size_out):

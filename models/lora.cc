@@ -9,6 +9,7 @@
 #include "models/emulation.h"
 #include "models/gpt2.h"
 #include "models/int8.h"
+#include "models/nf4.h"
 
 namespace sweep::models {
 
@@ -128,6 +129,11 @@ int add_lora(torch::nn::Module& model, const LoraSettings& s) {
       TORCH_CHECK(false, "LoRA target ", item.key(), " is not a Linear or Conv1D layer");
     // A Conv1D's weight is (in, out) (PEFT sets fan_in_fan_out); a Linear's, and an int8
     // layer's (bnb's Linear8bitLt, which replaced the Conv1D), is (out, in).
+    // A 4-bit layer's weight is its packed codes; its (out, in) is the quant state's.
+    if (const auto* q = state_4bit(*m)) {
+      found.push_back({m, q->shape[1], q->shape[0], w});
+      continue;
+    }
     const bool in_out = m->as<Conv1D>() && !is_int8(w);
     found.push_back({m, w.size(in_out ? 0 : 1), w.size(in_out ? 1 : 0), w});
   }

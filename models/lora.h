@@ -51,7 +51,8 @@ class LoraImpl : public torch::nn::Module {
 TORCH_MODULE(Lora);
 
 // get_peft_model on a built model: freezes every parameter, then gives each Linear (or GPT-2
-// Conv1D, or either holding an int8 weight: (out, in) then, see int8.h) whose name matches a target a Lora child named "lora", on the layer's device, in
+// Conv1D, or either holding an int8 weight: (out, in) then, see int8.h; or a 4-bit one, its
+// quant state's (out, in), nf4.h) whose name matches a target a Lora child named "lora", on the layer's device, in
 // fp32, in the model's train/eval mode. Returns how many layers it adapted (at least one;
 // PEFT fails when no module matches, and so does this).
 int add_lora(torch::nn::Module& model, const LoraSettings& s);

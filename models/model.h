@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "models/int8.h"
+#include "models/nf4.h"
 #include "models/lora.h"
 
 namespace sweep::models {
@@ -114,9 +115,10 @@ class KVCache {
 // there is a bias). LibTorch's C++ torch::nn::Linear and F::linear are an older composite
 // (matmul, then an in-place bias add) whose backward runs other kernels in another order,
 // so every linear layer of the zoo goes through this. A layer with a LoRA adapter adds it; one
-// loaded in 8 bit runs as bitsandbytes' Linear8bitLt (int8.h).
+// loaded in 8 bit runs as bitsandbytes' Linear8bitLt (int8.h), one in 4 bit as Linear4bit (nf4.h).
 inline torch::Tensor linear(const torch::nn::Linear& layer, const torch::Tensor& x) {
   if (is_int8(layer->weight)) return int8_linear(*layer, layer->weight, layer->bias, x);
+  if (state_4bit(*layer)) return linear_4bit(*layer, layer->weight, layer->bias, x);
   return with_lora(*layer, x,
                    at::linear(x, layer->weight,
                               layer->bias.defined() ? std::optional<at::Tensor>(layer->bias)

@@ -11,6 +11,10 @@ PyTorch + Hugging Face user writes it, measured the way sweep measures.
 What the reference does, per point (fresh process, CUDA):
   * transformers model built from the checkpoint's configuration (no download), SDPA attention,
     .to(cuda), .train(); gradient_checkpointing_enable() for checkpointing "block";
+  * weights nf4 | fp4 (QLoRA: from_pretrained with BitsAndBytesConfig(load_in_4bit=True,
+    bnb_4bit_quant_type, bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype bf16, fp16
+    under fp16-amp) in that dtype, then peft.prepare_model_for_kbit_training when training;
+    with --adapter lora);
   * weights full | int8 (from_pretrained with BitsAndBytesConfig(load_in_8bit=True): the
     linear layers become bitsandbytes' Linear8bitLt; use with --adapter lora);
   * precision fp32 | fp16-amp (torch.autocast + torch.amp.GradScaler) | bf16-amp (autocast) |
@@ -192,16 +196,38 @@ def load_int8(model, a, device):
     GPT-2 Conv1D but the output embedding and _keep_in_fp32_modules to bitsandbytes'
     Linear8bitLt (threshold 6.0, has_fp16_weights=False). prepare_model_for_kbit_training is
     not called (see the README)."""
-    import tempfile
     import torch
     import transformers as tf
+    return load_quantized(model, tf.BitsAndBytesConfig(load_in_8bit=True),
+                          torch.bfloat16 if a.precision == "bf16" else torch.float32, device)
+
+
+def compute_dtype_4bit(a):
+    import torch
+    return torch.float16 if a.precision == "fp16-amp" else torch.bfloat16
+
+
+def load_4bit(model, a, device):
+    """QLoRA's load: from_pretrained(quantization_config=BitsAndBytesConfig(load_in_4bit=True,
+    bnb_4bit_quant_type=nf4|fp4, bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=bf16,
+    fp16 under fp16-amp), dtype=the same). The same layers as in 8 bit become bitsandbytes'
+    Linear4bit."""
+    import transformers as tf
+    dtype = compute_dtype_4bit(a)
+    cfg = tf.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=a.weights,
+                                bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=dtype)
+    return load_quantized(model, cfg, dtype, device)
+
+
+def load_quantized(model, quantization_config, dtype, device):
+    import tempfile
+    import torch
     with tempfile.TemporaryDirectory() as d:
         model.save_pretrained(d)
         cls = type(model)
         del model
-        model = cls.from_pretrained(
-            d, quantization_config=tf.BitsAndBytesConfig(load_in_8bit=True), device_map={"": device},
-            dtype=torch.bfloat16 if a.precision == "bf16" else torch.float32)
+        model = cls.from_pretrained(d, quantization_config=quantization_config,
+                                    device_map={"": device}, dtype=dtype)
     if device.type == "cpu":
         # On the CPU the loader reads the checkpoint file into one buffer and leaves every
         # tensor it need not convert (same dtype, not quantised) as a view into it, so the
@@ -210,7 +236,7 @@ def load_int8(model, a, device):
         # move to a GPU makes, so that the CPU fixture holds what a GPU holds.
         with torch.no_grad():
             for t in list(model.parameters()) + list(model.buffers()):
-                if t.dtype != torch.int8:
+                if t.dtype not in (torch.int8, torch.uint8):
                     t.data = t.data.clone()
     return model
 
@@ -227,13 +253,23 @@ def burst(a, device, phase=None):
     torch.manual_seed(a.seed)
     with phase("build"):
         family, model = build(a.model)
-        if getattr(a, "weights", "full") == "int8":
+        weights = getattr(a, "weights", "full")
+        if weights == "int8":
             model = load_int8(model, a, device)
+        elif weights in ("nf4", "fp4"):
+            model = load_4bit(model, a, device)
         else:
             model.to(device)
             if a.precision == "bf16":
                 model.to(torch.bfloat16)
         model.train(train)
+        if train and weights in ("nf4", "fp4"):
+            # QLoRA's recipe; its checkpointing (reentrant, as it passes no use_reentrant) is
+            # made non-reentrant again by the call below, as the Trainer's
+            # gradient_checkpointing=True makes it.
+            import peft
+            model = peft.prepare_model_for_kbit_training(
+                model, use_gradient_checkpointing=a.checkpointing == "block")
         if train and a.checkpointing == "block":
             model.gradient_checkpointing_enable()
         if getattr(a, "adapter", "none") == "lora":
@@ -381,7 +417,7 @@ def main():
     p.add_argument("--lora_targets", default="",
                    help="';'-separated module names (as the results file writes them); "
                         "empty: PEFT's default for the family")
-    p.add_argument("--weights", default="full", choices=["full", "int8"],
+    p.add_argument("--weights", default="full", choices=["full", "int8", "nf4", "fp4"],
                    help="int8: from_pretrained with BitsAndBytesConfig(load_in_8bit=True)")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
                    help="cpu: step time only (no peak: the CPU fixtures come from tests/fixtures/)")

@@ -144,11 +144,27 @@ void check_family(const std::string& family, MemoryTracker& mem, StepTimer& time
     auto error = [](int64_t ours, int64_t ref) {
       return ref ? static_cast<double>(ours - ref) / static_cast<double>(ref) : 0.0;
     };
-    const int64_t ref = c.at("peak_bytes");
-    const double e = error(m.peak_allocated_bytes - base, ref);
+    const auto& ref_phases = c.at("phase_peak_bytes");
+    // A quantised model's reference is built, saved and loaded again through a checkpoint
+    // (scripts/hf_reference.py load_quantized): its fp32 model and the file's buffer alive at
+    // once, which no user's from_pretrained holds. Where that build is its peak (the real-size
+    // decoders in 4 bit), the training peak (the largest phase's) is what is compared.
+    int64_t ref = c.at("peak_bytes"), ours = m.peak_allocated_bytes - base;
+    if (p.weights != Weights::kFull && ref_phases.contains("build") && ref_phases.at("build") == ref) {
+      ref = 0;
+      ours = 0;
+      for (auto [name, peak] : {std::pair{"forward", m.forward_peak_bytes},
+                                std::pair{"backward", m.backward_peak_bytes},
+                                std::pair{"optimizer", m.optimizer_peak_bytes}}) {
+        if (!ref_phases.contains(name)) continue;
+        ref = std::max(ref, ref_phases.at(name).get<int64_t>());
+        ours = std::max(ours, peak.value_or(base) - base);
+      }
+      std::printf("  (the reference's own load is its peak: training peaks compared)\n");
+    }
+    const double e = error(ours, ref);
     std::string phases;
     bool phase_ok = true;
-    const auto& ref_phases = c.at("phase_peak_bytes");
     for (auto [name, ours] : {std::pair{"forward", m.forward_peak_bytes},
                               std::pair{"backward", m.backward_peak_bytes},
                               std::pair{"optimizer", m.optimizer_peak_bytes}}) {
@@ -171,9 +187,9 @@ void check_family(const std::string& family, MemoryTracker& mem, StepTimer& time
     const char* scratch = emulated ? cpu_kernel_scratch(p) : nullptr;
     if (scratch) ok = e <= 0.001 && e >= -0.2;
     std::printf("%-44s %12lld %12lld %+7.2f%%  %s%s\n", p.label().c_str(),
-                static_cast<long long>(m.peak_allocated_bytes - base), static_cast<long long>(ref),
+                static_cast<long long>(ours), static_cast<long long>(ref),
                 100 * e, phases.c_str(), !ok ? "  <-- over 1%" : scratch && std::abs(e) > kTolerance ? "  (CPU kernel scratch)" : "");
-    EXPECT_TRUE(ok) << p.label() << ": peak " << m.peak_allocated_bytes - base
+    EXPECT_TRUE(ok) << p.label() << ": peak " << ours
                     << " B vs transformers " << ref << " B (" << 100 * e << "%), phases "
                     << phases;
     worst = std::max(worst, std::abs(e));

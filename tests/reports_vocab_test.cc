@@ -45,7 +45,7 @@ TEST(Vocabulary, NamesAreThoseResultsFilesHold) {
   EXPECT_EQ(choices<OptimizerKind>(), "adamw, adamw-fused, sgd, adafactor, adamw8bit, none");
   EXPECT_EQ(choices<Adapter>(), "none, lora");
   EXPECT_EQ(choices<Offload>(), "none, optimizer");
-  EXPECT_EQ(choices<Weights>(), "full, int8");
+  EXPECT_EQ(choices<Weights>(), "full, int8, nf4, fp4");
   EXPECT_EQ(choices<Device>(), "cpu, cuda, emulated");
   EXPECT_EQ(choices<Status>(), "ok, oom, crash, timeout, skipped");
   EXPECT_EQ(to_string(Precision::kBf16Amp), "bf16-amp");

@@ -102,14 +102,39 @@ void add_precision(const TrainingSetup& s, TrainerArgs& a) {
 // hf_reference.py build): GPT-2 with its LM head, T5 and Whisper for generation, Whisper's
 // encoder-classifier.
 std::string auto_class(const std::string& family) {
-  if (family == "gpt2") return "AutoModelForCausalLM";
+  if (family == "gpt2" || family == "llama" || family == "phi3") return "AutoModelForCausalLM";
   if (family == "t5") return "AutoModelForSeq2SeqLM";
   if (family == "whisper") return "AutoModelForSpeechSeq2Seq";
   if (family == "whisper-cls") return "AutoModelForAudioClassification";
   return "AutoModel";
 }
 
+bool four_bit(Weights w) { return w == Weights::kNf4 || w == Weights::kFp4; }
+
+// QLoRA as sweeps/worker/burst.cc runs it: BitsAndBytesConfig 4-bit with double quantisation,
+// compute dtype bf16 (fp16 under fp16-amp) and the load in it, then, when training,
+// prepare_model_for_kbit_training (the rest of the model in fp32), whose checkpointing the
+// Trainer's gradient_checkpointing=True makes non-reentrant again.
+void add_4bit(const TrainingSetup& s, TrainerArgs& a) {
+  const std::string dtype = s.precision == Precision::kFp16Amp ? "float16" : "bfloat16";
+  const std::string type = to_string(s.weights);
+  a.bnb_config = {{"load_in_4bit", true}, {"bnb_4bit_quant_type", type},
+                  {"bnb_4bit_use_double_quant", true}, {"bnb_4bit_compute_dtype", dtype}};
+  a.from_pretrained = {{"dtype", dtype}, {"device_map", {{"", 0}}}};
+  a.model_code.push_back("model = " + auto_class(s.family) +
+                         ".from_pretrained(name, quantization_config=BitsAndBytesConfig("
+                         "load_in_4bit=True, bnb_4bit_quant_type=\"" + type +
+                         "\", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch." +
+                         dtype + "), dtype=torch." + dtype + ", device_map=" +
+                         python_literal(a.from_pretrained["device_map"]) + ")");
+  if (s.mode != Mode::kTrain) return;
+  const bool ckpt = s.checkpointing == Checkpointing::kBlock;
+  a.model_code.push_back(std::string("model = prepare_model_for_kbit_training(model, "
+                                     "use_gradient_checkpointing=") + (ckpt ? "True" : "False") + ")");
+}
+
 void add_weights(const TrainingSetup& s, TrainerArgs& a) {
+  if (four_bit(s.weights)) return add_4bit(s, a);
   if (s.weights != Weights::kInt8) return;
   // sweeps/worker/load_int8.h: onto the GPU tensor by tensor, in the row's weights' dtype.
   a.bnb_config = {{"load_in_8bit", true}};
@@ -129,7 +154,7 @@ void add_lora(const TrainingSetup& s, TrainerArgs& a) {
                    {"target_modules", s.lora_targets}};
   // sweeps/worker/burst.cc: get_peft_model after gradient_checkpointing_enable(), so that PEFT
   // makes the embeddings' output require grad, as a script that enables it first does.
-  if (s.mode == Mode::kTrain && s.checkpointing == Checkpointing::kBlock)
+  if (s.mode == Mode::kTrain && s.checkpointing == Checkpointing::kBlock && !four_bit(s.weights))
     a.model_code.push_back("model.gradient_checkpointing_enable()  # before get_peft_model, as measured");
   a.model_code.push_back("model = get_peft_model(model, LoraConfig(" + keywords(a.lora_config) + "))");
 }

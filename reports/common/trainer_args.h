@@ -18,7 +18,10 @@
 //              transformers' Adafactor (optim="adafactor") shares, not its arithmetic.
 //   use_cache  TrainingArguments.use_cache (5.x; default False, written into model.config).
 //   adapter    lora: get_peft_model(model, LoraConfig(r, lora_alpha, lora_dropout, targets)).
-//   weights    int8: from_pretrained(quantization_config=BitsAndBytesConfig(load_in_8bit=True)).
+//   weights    int8: from_pretrained(quantization_config=BitsAndBytesConfig(load_in_8bit=True));
+//              nf4 | fp4: BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type,
+//              bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype bf16 (fp16 under
+//              fp16-amp)), then prepare_model_for_kbit_training when training (QLoRA).
 //   offload    optimizer: DeepSpeed ZeRO-Offload (stage 2, offload_optimizer cpu, its CPU AdamW).
 #pragma once
 
@@ -35,7 +38,7 @@ namespace sweep::reports {
 
 // One training configuration, with the fields and vocabulary of a results row.
 struct TrainingSetup {
-  std::string family;  // "gpt2" | "t5" | "whisper": names the class an 8-bit load uses
+  std::string family;  // "gpt2" | "t5" | "whisper" | "llama" ...: names the class a quantised load uses
   Mode mode = Mode::kTrain;
   int64_t batch = 1;         // per_device_train_batch_size
   int64_t accumulation = 1;  // gradient_accumulation_steps

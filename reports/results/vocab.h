@@ -21,7 +21,8 @@ enum class Checkpointing { kNone, kBlock };
 enum class OptimizerKind { kAdamW, kAdamWFused, kSgd, kAdafactor, kAdamW8bit, kNone };
 enum class Adapter { kNone, kLora };
 enum class Offload { kNone, kOptimizer };
-enum class Weights { kFull, kInt8 };
+// kNf4, kFp4: the frozen base in 4 bit (QLoRA: bitsandbytes' Linear4bit, double quantisation).
+enum class Weights { kFull, kInt8, kNf4, kFp4 };
 // kEmulated: a named CUDA card predicted on any machine, without computing (sweeps/worker/emulate/).
 enum class Device { kCpu, kCuda, kEmulated };
 enum class Status { kOk, kOom, kCrash, kTimeout, kSkipped };
@@ -46,7 +47,7 @@ SWEEP_VOCABULARY(OptimizerKind, kNone, "optimizer", "adamw", "adamw-fused", "sgd
                  "adamw8bit", "none")
 SWEEP_VOCABULARY(Adapter, kLora, "adapter", "none", "lora")
 SWEEP_VOCABULARY(Offload, kOptimizer, "offload", "none", "optimizer")
-SWEEP_VOCABULARY(Weights, kInt8, "weights", "full", "int8")
+SWEEP_VOCABULARY(Weights, kFp4, "weights", "full", "int8", "nf4", "fp4")
 SWEEP_VOCABULARY(Device, kEmulated, "device", "cpu", "cuda", "emulated")
 SWEEP_VOCABULARY(Status, kSkipped, "status", "ok", "oom", "crash", "timeout", "skipped")
 #undef SWEEP_VOCABULARY

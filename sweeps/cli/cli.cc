@@ -168,7 +168,8 @@ void register_fit_command(CLI::App& app, int& exit_code) {
                   "Adapters to try: none (full fine-tuning, the default), lora (PEFT's defaults)")
       ->delimiter(',');
   fit->add_option("--weights", fo->weights,
-                  "Base weights to try: full (the default), int8 (bitsandbytes' 8-bit, with lora only)")
+                  "Base weights to try: full (the default), int8 (bitsandbytes' 8-bit), nf4 or fp4 "
+                  "(QLoRA: 4-bit with double quantisation); the quantised ones with lora only")
       ->delimiter(',');
   fit->add_option("--device", fo->device,
                   "Where to measure (auto: a GPU, else --gpu's card predicted by emulation, else "

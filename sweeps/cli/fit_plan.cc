@@ -73,18 +73,27 @@ Axes axes_of(const FitQuestion& q) {
       o.offloads,
       !q.cpu() ? std::vector{Offload::kNone, Offload::kOptimizer} : std::vector{Offload::kNone},
       "--offload");
-  // 8-bit base weights only when asked (--weights full,int8), and then with LoRA only: the
-  // 8-bit base is frozen.
+  // 8- and 4-bit base weights only when asked (--weights full,int8,nf4), and then with LoRA
+  // only: the quantised base is frozen.
   x.weights = checked<Weights>(o.weights, {Weights::kFull}, "--weights");
-  if (has(x.weights, Weights::kInt8) && !has(x.adapters, Adapter::kLora))
-    throw UserError("", 0, "--weights", "int8 weights train only with LoRA: the 8-bit base is frozen",
-                    "add --adapter lora (or --adapter none,lora)");
+  for (const Weights w : x.weights)
+    if (w != Weights::kFull && !has(x.adapters, Adapter::kLora))
+      throw UserError("", 0, "--weights",
+                      to_string(w) + " weights train only with LoRA: the " +
+                          (w == Weights::kInt8 ? "8" : "4") + "-bit base is frozen",
+                      "add --adapter lora (or --adapter none,lora)");
   return x;
 }
 
 // Offload is ZeRO-Offload's AdamW with fp32 master weights: AdamW only, not pure bf16.
 bool offloadable(Precision precision, OptimizerKind optimizer) {
   return optimizer == OptimizerKind::kAdamW && precision != Precision::kBf16;
+}
+
+// QLoRA trains the rest of the model in fp32 (prepare_model_for_kbit_training): not as a bf16
+// model (sweeps/runner/grid.cc check_weights).
+bool trainable(Weights w, Precision p) {
+  return w == Weights::kFull || w == Weights::kInt8 || p != Precision::kBf16;
 }
 
 // Every combination of the axes that trains, and use_cache=False without checkpointing
@@ -100,7 +109,7 @@ std::vector<FitTechnique> combine(const Axes& x, bool model_has_cache) {
               for (bool cache : {true, false})
                 if ((cache || (model_has_cache && c == Checkpointing::kNone)) &&
                     (off == Offload::kNone || offloadable(p, opt)) &&
-                    (w == Weights::kFull || ad == Adapter::kLora))
+                    (w == Weights::kFull || ad == Adapter::kLora) && trainable(w, p))
                   wanted.push_back({p, c, opt, cache, ad, off, w});
   return wanted;
 }
@@ -150,8 +159,12 @@ YAML::Node search_config(const FitQuestion& q, const FitPlan& p, const Axes& x) 
       if (opt != OptimizerKind::kAdamW) exclude({{"offload", "optimizer"}, {"optimizer", to_string(opt)}});
     if (has(x.precisions, Precision::kBf16)) exclude({{"offload", "optimizer"}, {"precision", "bf16"}});
   }
-  if (has(x.weights, Weights::kInt8) && has(x.adapters, Adapter::kNone))
-    exclude({{"weights", "int8"}, {"adapter", "none"}});
+  for (const Weights w : x.weights) {
+    if (w == Weights::kFull) continue;
+    if (has(x.adapters, Adapter::kNone)) exclude({{"weights", to_string(w)}, {"adapter", "none"}});
+    if (w != Weights::kInt8 && has(x.precisions, Precision::kBf16))
+      exclude({{"weights", to_string(w)}, {"precision", "bf16"}});
+  }
   return y;
 }
 

@@ -129,6 +129,11 @@ class CudaTracker final : public MemoryTracker {
 
 std::unique_ptr<MemoryTracker> make_cuda_tracker() { return std::make_unique<CudaTracker>(); }
 
+CudaProps cuda_device_props() {
+  const auto* prop = at::cuda::getDeviceProperties(0);
+  return {prop->multiProcessorCount, prop->major, prop->minor};
+}
+
 std::unique_ptr<StepTimer> make_cuda_timer() {
   class CudaTimer final : public StepTimer {
    public:

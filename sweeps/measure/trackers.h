@@ -119,6 +119,12 @@ void trace_alloc_note(const std::string& note);
 // first CUDA tensor would) before any allocator call. Compiled on every build (the torch wheel
 // is a CUDA build); only called when a GPU is present.
 std::unique_ptr<MemoryTracker> make_cuda_tracker();
+// This process's CUDA device as torch.cuda.get_device_properties(0) describes it: its SMs and
+// compute capability (what bitsandbytes' kernel dispatch asks).
+struct CudaProps {
+  int sms = 0, major = 0, minor = 0;
+};
+CudaProps cuda_device_props();
 
 // Tracker of the emulated device (device: emulated): installs an allocator for the Meta device
 // (once per process) whose every storage is replayed through a model of the card's caching

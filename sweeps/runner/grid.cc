@@ -108,15 +108,27 @@ void check_offload(const Point& p, const std::string& file, int line, const std:
                   "`exclude: [{offload: optimizer, optimizer: " + optimizer + "}]`");
 }
 
-// 8-bit base weights are frozen: training them needs an adapter (bitsandbytes' Linear8bitLt
-// with has_fp16_weights=False has no gradient for its weight). Eval runs them as they are.
+// 8- and 4-bit base weights are frozen: training them needs an adapter (bitsandbytes'
+// Linear8bitLt with has_fp16_weights=False, and Params4bit, have no gradient). Eval runs them as
+// they are. QLoRA trains the rest of the model in fp32 (prepare_model_for_kbit_training casts
+// it), so a 4-bit point trains in fp32 or under autocast, not as a bf16 model.
 void check_weights(const Point& p, const std::string& file, int line, const std::string& key) {
-  if (p.weights != Weights::kInt8 || p.mode != Mode::kTrain || p.adapter == Adapter::kLora) return;
-  throw UserError(file, line, key,
-                  "weights int8 trains only with adapter lora (" + p.model +
-                      "): the 8-bit base weights are frozen",
-                  "add `adapter: [lora]` to the grid, or leave the combination out with "
-                  "`exclude: [{weights: int8, adapter: none}]`");
+  if (p.weights == Weights::kFull || p.mode != Mode::kTrain) return;
+  const std::string w = to_string(p.weights);
+  if (p.adapter != Adapter::kLora)
+    throw UserError(file, line, key,
+                    "weights " + w + " trains only with adapter lora (" + p.model +
+                        "): the " + (p.weights == Weights::kInt8 ? "8" : "4") +
+                        "-bit base weights are frozen",
+                    "add `adapter: [lora]` to the grid, or leave the combination out with "
+                    "`exclude: [{weights: " + w + ", adapter: none}]`");
+  if (p.weights != Weights::kInt8 && p.precision == Precision::kBf16)
+    throw UserError(file, line, key,
+                    "weights " + w + " does not train at precision bf16 (" + p.model +
+                        "): prepare_model_for_kbit_training casts every parameter it does not "
+                        "quantise to fp32",
+                    "train QLoRA under bf16-amp (bnb_4bit_compute_dtype bf16), or leave the "
+                    "combination out with `exclude: [{weights: " + w + ", precision: bf16}]`");
 }
 
 // backend:cudaMallocAsync on a CUDA device (or an emulated one, whose model is the native

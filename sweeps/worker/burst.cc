@@ -140,6 +140,62 @@ struct Workload {
   int64_t weights_bytes = 0;  // what the model holds once built
 };
 
+// QLoRA's BitsAndBytesConfig: bnb_4bit_compute_dtype (and the load's dtype) bf16, fp16 under
+// fp16 autocast.
+models::Quant4Settings quant4_settings(const Point& p) {
+  return {p.weights == Weights::kFp4 ? models::Quant4::kFp4 : models::Quant4::kNf4,
+          p.precision == Precision::kFp16Amp ? torch::kHalf : torch::kBFloat16};
+}
+
+// peft's prepare_model_for_kbit_training(model, use_gradient_checkpointing=...): every
+// parameter frozen, each fp16 or bf16 one that is not Params4bit cast to fp32 (param.data =
+// param.data.to(torch.float32): the copy, then the old freed), then torch.cuda.empty_cache().
+// Its checkpointing is the point's (the Trainer's gradient_checkpointing=True re-enables it
+// non-reentrant; the input embeddings' output requiring grad is set with LoRA below).
+void prepare_model_for_kbit_training(models::ModelImpl& model, MemoryTracker& mem) {
+  torch::NoGradGuard no_grad;
+  for (auto& t : model.parameters()) {
+    t.set_requires_grad(false);
+    const bool half = t.scalar_type() == torch::kHalf || t.scalar_type() == torch::kBFloat16;
+    if (half) t.set_data(t.to(torch::kFloat));  // Params4bit is uint8: never cast
+  }
+  mem.empty_cache();
+}
+
+// The model onto its device as from_pretrained loads it: in full (moved, then cast for a bf16
+// point), or in 8 or 4 bit (bitsandbytes' layers, quantised as they load), before PEFT adds its
+// adapters.
+void load(Workload& w, const Point& p, bool from_host, MemoryTracker& mem) {
+  const bool four_bit = p.weights == Weights::kNf4 || p.weights == Weights::kFp4;
+  if (four_bit && w.device.is_cuda()) {
+    const auto props = cuda_device_props();
+    models::set_cuda_dispatch_props({props.sms, props.major, props.minor});
+  }
+  if (p.weights == Weights::kInt8 && from_host) {
+    // BitsAndBytesConfig(load_in_8bit=True) onto a GPU: tensor by tensor from the host in the
+    // load's dtype, the frozen base's linear weights quantised as they move (load_int8.h).
+    load_int8(*w.model, p.family, w.device,
+              p.precision == Precision::kBf16 ? torch::kBFloat16 : torch::kFloat);
+  } else if (four_bit && from_host) {
+    // BitsAndBytesConfig(load_in_4bit=True, ...) with dtype=bnb_4bit_compute_dtype: the same
+    // walk, each converted weight quantised on the device (load_int8.h load_4bit).
+    const auto s = quant4_settings(p);
+    load_4bit(*w.model, p.family, w.device, s.compute_dtype, s);
+  } else {
+    if (w.emulated && from_host) emu::move_to_device(*w.model);
+    else w.model->to(w.device);
+    if (p.precision == Precision::kBf16 && !four_bit) w.model->to(torch::kBFloat16);
+    // On the CPU the loader converts in place (models/int8.h, nf4.h), host and device being one.
+    if (p.weights == Weights::kInt8) models::quantize_int8(*w.model, p.family);
+    if (four_bit) {
+      const auto s = quant4_settings(p);
+      w.model->to(s.compute_dtype);
+      models::quantize_4bit(*w.model, p.family, s);
+    }
+  }
+  if (four_bit && w.train) prepare_model_for_kbit_training(*w.model, mem);
+}
+
 Workload build(const Point& p, Ledger& ledger, MemoryTracker& mem) {
   Workload w;
   const int64_t base = mem.allocated();
@@ -165,19 +221,7 @@ Workload build(const Point& p, Ledger& ledger, MemoryTracker& mem) {
     if (w.emulated && from_host) host.emplace();
     w.model = spec->make();
   }
-  if (p.weights == Weights::kInt8 && from_host) {
-    // from_pretrained(quantization_config=BitsAndBytesConfig(load_in_8bit=True)) onto a GPU:
-    // tensor by tensor from the host in the load's dtype, the frozen base's linear weights
-    // quantised as they move (load_int8.h), before PEFT adds its adapters.
-    load_int8(*w.model, p.family, w.device,
-              p.precision == Precision::kBf16 ? torch::kBFloat16 : torch::kFloat);
-  } else {
-    if (w.emulated && from_host) emu::move_to_device(*w.model);
-    else w.model->to(w.device);
-    if (p.precision == Precision::kBf16) w.model->to(torch::kBFloat16);
-    // On the CPU the loader converts in place (models/int8.h), host and device being one.
-    if (p.weights == Weights::kInt8) models::quantize_int8(*w.model, p.family);
-  }
+  load(w, p, from_host, mem);
   w.model->train(w.train);  // train mode: dropout on, as in a training loop
   if (w.train && p.checkpointing == Checkpointing::kBlock) w.model->set_block_runner(&checkpoint_block);
   w.model->set_use_cache(p.use_cache);

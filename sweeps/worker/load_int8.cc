@@ -3,11 +3,13 @@
 
 #include <algorithm>
 #include <cctype>
+#include <functional>
 #include <map>
 #include <set>
 #include <tuple>
 
 #include "models/int8.h"
+#include "models/nf4.h"
 #include "sweeps/measure/trackers.h"
 
 namespace sweep {
@@ -70,12 +72,15 @@ bool natural_key_less(const std::string& a, const std::string& b) {
   return ka.size() < kb.size();
 }
 
-void load_int8(torch::nn::Module& model, const std::string& family, torch::Device device,
-               at::ScalarType dtype) {
+namespace {
+
+// The loader's walk: every parameter and buffer in natural key order, floating ones in
+// `dtype`, each moved on its own; a converted layer's weight (named in `converted`) goes to
+// `convert` with its value on the device instead.
+void load_each(torch::nn::Module& model, torch::Device device, at::ScalarType dtype,
+               const std::set<std::string>& converted,
+               const std::function<void(const std::string&, torch::Tensor value)>& convert) {
   torch::NoGradGuard no_grad;
-  auto layers = models::int8_layers(model, family);
-  std::map<std::string, models::Int8Layer*> converted;  // "<layer>.weight" -> its layer
-  for (auto& l : layers) converted[l.name + ".weight"] = &l;
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
   std::set<const c10::TensorImpl*> seen;  // a tensor registered twice moves once
   auto add = [&](const std::string& name, const torch::Tensor& t) {
@@ -87,13 +92,27 @@ void load_int8(torch::nn::Module& model, const std::string& family, torch::Devic
                    [](const auto& a, const auto& b) { return natural_key_less(a.first, b.first); });
   for (auto& [name, t] : tensors) {
     const at::ScalarType as = t.is_floating_point() ? dtype : t.scalar_type();
-    const auto it = converted.find(name);
-    if (it == converted.end()) {
+    if (!converted.count(name)) {
       t.set_data(on_device(t, device, as));  // the host copy goes with the old data
       continue;
     }
-    models::Int8Layer& layer = *it->second;
-    auto value = on_device(t, device, as);
+    convert(name, on_device(t, device, as));
+  }
+}
+
+}  // namespace
+
+void load_int8(torch::nn::Module& model, const std::string& family, torch::Device device,
+               at::ScalarType dtype) {
+  auto layers = models::int8_layers(model, family);
+  std::map<std::string, models::Int8Layer*> layer_of;  // "<layer>.weight" -> its layer
+  std::set<std::string> converted;
+  for (auto& l : layers) {
+    layer_of[l.name + ".weight"] = &l;
+    converted.insert(l.name + ".weight");
+  }
+  load_each(model, device, dtype, converted, [&](const std::string& name, torch::Tensor value) {
+    models::Int8Layer& layer = *layer_of.at(name);
     torch::Tensor CB, SCB;
     {
       auto host = on_host_contiguous(layer.conv1d ? value.t() : value);
@@ -109,7 +128,24 @@ void load_int8(torch::nn::Module& model, const std::string& family, torch::Devic
     }
     value.reset();
     set_int8_weight(layer, CB, SCB);
+  });
+}
+
+void load_4bit(torch::nn::Module& model, const std::string& family, torch::Device device,
+               at::ScalarType dtype, const models::Quant4Settings& s) {
+  auto layers = models::layers_4bit(model, family);
+  std::map<std::string, models::Layer4*> layer_of;
+  std::set<std::string> converted;
+  for (auto& l : layers) {
+    layer_of[l.name + ".weight"] = &l;
+    converted.insert(l.name + ".weight");
   }
+  load_each(model, device, dtype, converted, [&](const std::string& name, torch::Tensor value) {
+    // Bnb4bitQuantize.convert: Params4bit(value (a Conv1D's transposed), ...).to(value.device),
+    // quantised where it is; `value` dies with the conversion.
+    models::Layer4& layer = *layer_of.at(name);
+    models::quantize_4bit_layer(layer, layer.conv1d ? value.t() : value, s);
+  });
 }
 
 }  // namespace sweep

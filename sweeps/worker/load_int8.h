@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "models/nf4.h"
+
 namespace sweep {
 
 // The order transformers loads a checkpoint's tensors in: core_model_loading.py sorts the
@@ -28,5 +30,12 @@ bool natural_key_less(const std::string& a, const std::string& b);
 // reference code) and copied in; on Meta there are none.
 void load_int8(torch::nn::Module& model, const std::string& family, torch::Device device,
                at::ScalarType dtype);
+
+// from_pretrained(quantization_config=BitsAndBytesConfig(load_in_4bit=True, ...)) onto a GPU
+// the same way: tensor by tensor in `dtype`, each converted layer's weight (models::
+// layers_4bit) quantised on the device as Bnb4bitQuantize.convert does (Params4bit(value).to(
+// device): bnb's quantize_4bit kernel, then the double quantisation; models/nf4.h).
+void load_4bit(torch::nn::Module& model, const std::string& family, torch::Device device,
+               at::ScalarType dtype, const models::Quant4Settings& s);
 
 }  // namespace sweep

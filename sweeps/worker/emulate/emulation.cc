@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "models/emulation.h"
+#include "models/nf4.h"
 #include "sweeps/measure/trackers.h"
 #include "sweeps/worker/emulate/sdpa_cuda.h"
 
@@ -108,6 +109,9 @@ void start_emulation(const EmulatedCard& card) {
   std::call_once(once, [&] {
     g_card = card;
     models::set_emulated_device(card.cpu ? c10::kCPU : c10::kCUDA);
+    // bitsandbytes' gemm_4bit picks its kernel by the card's SMs and compute capability.
+    models::set_cuda_dispatch_props({card.sms, card.cc_major, card.cc_minor});
+    models::dynamic_map();  // computed on the host, before any Meta factory scope
     register_factories();
     register_meta_kernels();
     register_autocast(/*cuda_lists=*/!card.cpu);

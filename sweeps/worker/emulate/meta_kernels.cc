@@ -167,6 +167,12 @@ at::Tensor int_mm(const at::Tensor& a, const at::Tensor& b) {
   return at::empty({a.size(0), b.size(1)}, a.options().dtype(at::kInt));
 }
 
+// bucketize (bitsandbytes' default quantize_4bit, the CPU's): indices of the input's shape,
+// int32 with out_int32 (Bucketization.cpp bucketize_cpu: at::empty of the input's sizes).
+at::Tensor bucketize(const at::Tensor& self, const at::Tensor&, bool out_int32, bool) {
+  return at::empty(self.sizes(), self.options().dtype(out_int32 ? at::kInt : at::kLong));
+}
+
 // In-place ops with nothing to allocate: fused AdamW/Adam (one kernel over every tensor
 // list), the loss scaler's check-and-unscale. They return nothing, or their first argument.
 void in_place_void(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -186,6 +192,7 @@ void register_meta_kernels() {
   lib = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::Meta,
                                          __FILE__, __LINE__);
   lib->impl("index_select", TORCH_FN(index_select));
+  lib->impl("bucketize.Tensor", TORCH_FN(bucketize));
   lib->impl("embedding_dense_backward", TORCH_FN(embedding_dense_backward));
   lib->impl("native_layer_norm", TORCH_FN(native_layer_norm));
   lib->impl("native_layer_norm_backward", TORCH_FN(native_layer_norm_backward));
