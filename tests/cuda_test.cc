@@ -15,6 +15,8 @@
 
 #include "reports/results/rows.h"
 #include "models/int8.h"
+#include "models/lora.h"
+#include "models/nf4.h"
 #include "models/zoo.h"
 #include "sweeps/worker/burst.h"
 #include "sweeps/worker/load_int8.h"
@@ -193,6 +195,40 @@ TEST(Int8Load, OntoTheGpuTheWeightsAreTheCpusConversion_CUDA) {
     }
     for (const auto& t : gpu->parameters()) EXPECT_TRUE(t.is_cuda()) << name;
   }
+}
+
+// The 4-bit load onto the GPU holds the CPU's quantisation (computed on the host, copied in),
+// and a LoRA step on it runs bnb's fallback (dequantise + F.linear) at 64 tokens on an H100
+// (_gemm_4bit_use_custom_cuda), with the dequantised values ATen makes in chunks.
+TEST(Nf4Load, OntoTheGpuTheWeightsAreTheCpusAndLoraTrains_CUDA) {
+  const auto* spec = models::find_model("gpt2-test");
+  const models::Quant4Settings s{models::Quant4::kNf4, torch::kBFloat16};
+  torch::manual_seed(0);
+  auto cpu = spec->make();
+  torch::manual_seed(0);
+  auto gpu = spec->make();
+  cpu->to(torch::kBFloat16);
+  models::quantize_4bit(*cpu, spec->family, s);
+  const auto props = cuda_device_props();
+  models::set_cuda_dispatch_props({props.sms, props.major, props.minor});
+  load_4bit(*gpu, spec->family, torch::Device(torch::kCUDA, 0), torch::kBFloat16, s);
+  auto a = models::layers_4bit(*cpu, spec->family), b = models::layers_4bit(*gpu, spec->family);
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(b[i].weight.is_cuda()) << b[i].name;
+    EXPECT_TRUE(torch::equal(a[i].weight, b[i].weight.cpu())) << b[i].name;
+    const auto *sa = models::state_4bit(*a[i].module), *sb = models::state_4bit(*b[i].module);
+    EXPECT_TRUE(torch::equal(sa->absmax, sb->absmax.cpu())) << b[i].name;
+    EXPECT_TRUE(torch::equal(models::dequantize_4bit(a[i].weight, *sa),
+                             models::dequantize_4bit(b[i].weight, *sb).cpu()))
+        << b[i].name;
+  }
+  models::add_lora(*gpu, {8, 8, 0, models::default_lora_targets(spec->family)});
+  gpu->train(true);
+  auto gen = at::detail::createCPUGenerator(1);
+  auto loss = gpu->loss(gpu->synthetic_batch({4, 16, 0, 0}, torch::Device(torch::kCUDA, 0), gen));
+  loss.backward();
+  EXPECT_TRUE(std::isfinite(loss.item<double>()));
 }
 
 // The CUDA runtime out of memory outside the caching allocator (injected as C10_CUDA_CHECK

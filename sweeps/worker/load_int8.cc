@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <functional>
 #include <map>
 #include <set>
 #include <tuple>
@@ -75,12 +74,14 @@ bool natural_key_less(const std::string& a, const std::string& b) {
 namespace {
 
 // The loader's walk: every parameter and buffer in natural key order, floating ones in
-// `dtype`, each moved on its own; a converted layer's weight (named in `converted`) goes to
-// `convert` with its value on the device instead.
+// `dtype`, each moved on its own; a converted layer's weight ("<layer>.weight" of one of
+// `layers`) goes to `convert` with its layer and its value on the device instead.
+template <class Layer, class Convert>
 void load_each(torch::nn::Module& model, torch::Device device, at::ScalarType dtype,
-               const std::set<std::string>& converted,
-               const std::function<void(const std::string&, torch::Tensor value)>& convert) {
+               std::vector<Layer>& layers, Convert convert) {
   torch::NoGradGuard no_grad;
+  std::map<std::string, Layer*> layer_of;
+  for (auto& l : layers) layer_of[l.name + ".weight"] = &l;
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
   std::set<const c10::TensorImpl*> seen;  // a tensor registered twice moves once
   auto add = [&](const std::string& name, const torch::Tensor& t) {
@@ -92,11 +93,12 @@ void load_each(torch::nn::Module& model, torch::Device device, at::ScalarType dt
                    [](const auto& a, const auto& b) { return natural_key_less(a.first, b.first); });
   for (auto& [name, t] : tensors) {
     const at::ScalarType as = t.is_floating_point() ? dtype : t.scalar_type();
-    if (!converted.count(name)) {
+    const auto it = layer_of.find(name);
+    if (it == layer_of.end()) {
       t.set_data(on_device(t, device, as));  // the host copy goes with the old data
       continue;
     }
-    convert(name, on_device(t, device, as));
+    convert(*it->second, on_device(t, device, as));
   }
 }
 
@@ -105,14 +107,7 @@ void load_each(torch::nn::Module& model, torch::Device device, at::ScalarType dt
 void load_int8(torch::nn::Module& model, const std::string& family, torch::Device device,
                at::ScalarType dtype) {
   auto layers = models::int8_layers(model, family);
-  std::map<std::string, models::Int8Layer*> layer_of;  // "<layer>.weight" -> its layer
-  std::set<std::string> converted;
-  for (auto& l : layers) {
-    layer_of[l.name + ".weight"] = &l;
-    converted.insert(l.name + ".weight");
-  }
-  load_each(model, device, dtype, converted, [&](const std::string& name, torch::Tensor value) {
-    models::Int8Layer& layer = *layer_of.at(name);
+  load_each(model, device, dtype, layers, [&](models::Int8Layer& layer, torch::Tensor value) {
     torch::Tensor CB, SCB;
     {
       auto host = on_host_contiguous(layer.conv1d ? value.t() : value);
@@ -134,16 +129,9 @@ void load_int8(torch::nn::Module& model, const std::string& family, torch::Devic
 void load_4bit(torch::nn::Module& model, const std::string& family, torch::Device device,
                at::ScalarType dtype, const models::Quant4Settings& s) {
   auto layers = models::layers_4bit(model, family);
-  std::map<std::string, models::Layer4*> layer_of;
-  std::set<std::string> converted;
-  for (auto& l : layers) {
-    layer_of[l.name + ".weight"] = &l;
-    converted.insert(l.name + ".weight");
-  }
-  load_each(model, device, dtype, converted, [&](const std::string& name, torch::Tensor value) {
+  load_each(model, device, dtype, layers, [&](models::Layer4& layer, torch::Tensor value) {
     // Bnb4bitQuantize.convert: Params4bit(value (a Conv1D's transposed), ...).to(value.device),
     // quantised where it is; `value` dies with the conversion.
-    models::Layer4& layer = *layer_of.at(name);
     models::quantize_4bit_layer(layer, layer.conv1d ? value.t() : value, s);
   });
 }
