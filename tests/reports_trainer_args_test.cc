@@ -191,6 +191,32 @@ TEST(TrainerArgs, JsonCarriesTheSameAsTheText) {
   EXPECT_FALSE(trainer_args_json(trainer_args(setup(P::kFp32, C::kNone, O::kAdamW))).contains("lora_config"));
 }
 
+// QLoRA: the 4-bit BitsAndBytesConfig and the load in its compute dtype (fp16 under fp16-amp),
+// prepare_model_for_kbit_training with the row's checkpointing (which then needs no
+// gradient_checkpointing_enable() of its own before get_peft_model), a Llama by its class.
+TEST(TrainerArgs, QloraLoadsIn4BitAndPreparesForKbitTraining) {
+  TrainingSetup s = lora(setup(P::kBf16Amp, C::kBlock, O::kAdamW, false), Weights::kNf4);
+  s.family = "llama";
+  s.lora_targets = {"q_proj", "v_proj"};
+  const TrainerArgs a = trainer_args(s);
+  ASSERT_EQ(a.model_code.size(), 3u);
+  EXPECT_EQ(a.model_code[0],
+            "model = AutoModelForCausalLM.from_pretrained(name, quantization_config=BitsAndBytesConfig("
+            "load_in_4bit=True, bnb_4bit_quant_type=\"nf4\", bnb_4bit_use_double_quant=True, "
+            "bnb_4bit_compute_dtype=torch.bfloat16), dtype=torch.bfloat16, device_map={\"\": 0})");
+  EXPECT_EQ(a.model_code[1], "model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=True)");
+  EXPECT_EQ(a.model_code[2].rfind("model = get_peft_model(model, LoraConfig(", 0), 0u) << a.model_code[2];
+  EXPECT_EQ(a.training_arguments.at("gradient_checkpointing"), true);
+  EXPECT_EQ(a.bnb_config, Json::parse(R"({"load_in_4bit":true,"bnb_4bit_quant_type":"nf4",)"
+                                      R"("bnb_4bit_use_double_quant":true,"bnb_4bit_compute_dtype":"bfloat16"})"));
+  const TrainerArgs f = trainer_args(lora(setup(P::kFp16Amp, C::kNone, O::kAdamW), Weights::kFp4));
+  EXPECT_NE(f.model_code[0].find("bnb_4bit_quant_type=\"fp4\""), std::string::npos) << f.model_code[0];
+  EXPECT_NE(f.model_code[0].find("bnb_4bit_compute_dtype=torch.float16), dtype=torch.float16"),
+            std::string::npos) << f.model_code[0];
+  EXPECT_EQ(f.model_code[1], "model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)");
+  EXPECT_EQ(f.from_pretrained, Json::parse(R"({"dtype":"float16","device_map":{"":0}})"));
+}
+
 TEST(TrainerArgs, PrecisionNamesExplainThemselves) {
   EXPECT_EQ(precision_words(P::kBf16Amp), "bf16 autocast (Trainer bf16=True)");
   EXPECT_EQ(precision_words(P::kBf16), "bf16 weights (model.to(bfloat16))");
