@@ -220,5 +220,25 @@ TEST(Nf4, Llama70BQloraOnAnEmulatedH100) {
   EXPECT_LT(q.at("peak_reserved_bytes").get<double>(), 80e9) << "fits an 80 GB card";
 }
 
+// Issue 34 item 6: the CPU device refuses, before it starts, a model whose weights alone
+// exceed the machine's memory (the CPU builds them in fp32 first: 70.6B parameters are 282 GB),
+// with the file, the models line and the emulated device as the way out; nothing is written.
+TEST(Nf4, TheCpuRefusesAModelLargerThanItsMemoryBeforeItStarts) {
+  const auto dir = testing::temp_dir("cpu-too-big");
+  const auto path = testing::write_file(dir / "big.yaml",
+                                        "name: big\ndevice: cpu\nout: " + (dir / "out").string() +
+                                            "\ngrid: {seq: 128, adapter: lora, weights: nf4}\n"
+                                            "sweeps:\n  - models: [gpt2-test]\n"
+                                            "  - models: [meta-llama/Llama-3.1-70B]\n");
+  for (const char* extra : {" --dry-run", ""}) {
+    const auto r = testing::run_sweep_cli("run " + path + extra);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find(path + ":7: models"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("llama-3.1-70b: its weights alone are"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("--device emulated"), std::string::npos) << r.output;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir / "out" / "results.csv"));
+}
+
 }  // namespace
 }  // namespace sweep

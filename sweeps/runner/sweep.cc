@@ -24,6 +24,7 @@
 #include <sstream>
 #include <thread>
 
+#include "models/zoo.h"
 #include "reports/results/rows.h"
 #include "sweep_version.h"
 #include "sweeps/runner/budget.h"
@@ -479,6 +480,35 @@ void run_lanes(const std::vector<std::string>& lanes, std::size_t count,
 
 }  // namespace
 
+// The CPU device builds each model's weights in fp32 in this machine's memory before anything
+// else (then casts or quantises them, as from_pretrained would have loaded them): a model whose
+// fp32 weights alone exceed the machine's memory cannot start there. Refused before the first
+// point (a dry run too), naming the model's line.
+namespace {
+void check_cpu_memory(const Config& cfg, const std::vector<Point>& points) {
+  const int64_t host = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  std::set<std::string> seen;
+  for (const auto& p : points) {
+    if (!seen.insert(p.model).second) continue;
+    const auto* spec = models::find_model(p.model);
+    if (!spec || spec->parameters * 4 <= host) continue;
+    int line = 0;
+    for (const auto& g : cfg.sweeps)
+      for (const auto& m : g.models)
+        if (!line && models::find_model(m) == spec) line = g.line;
+    const int64_t need = spec->parameters * 4;
+    throw UserError(cfg.path, line, "models",
+                    p.model + ": its weights alone are " + reports::format_bytes(need) + " (" +
+                        std::to_string(spec->parameters) +
+                        " parameters in fp32, as the CPU device builds them before any cast or "
+                        "quantisation), more than this machine's " + reports::format_bytes(host) +
+                        " of memory",
+                    "predict it instead: `--device emulated` with a `gpu:` card builds no weights "
+                    "(`sweep fit " + p.model + " --gpu CARD`)");
+  }
+}
+}  // namespace
+
 RunOutcome run_sweep(const RunOptions& opt) {
   std::string out;
   Config cfg = load_run_config(opt, out);
@@ -501,6 +531,7 @@ RunOutcome run_sweep(const RunOptions& opt) {
   run = run_settings(cfg, run.device, budget);
   run.max_points = opt.max_points;
   auto points = expand_grid(cfg, run);
+  if (run.device == Device::kCpu) check_cpu_memory(cfg, points);
   auto combos = combinations(points);
   const bool search = cfg.search == "max_batch";
   // A Slurm array task runs its own share of the combinations into its own shard file.
