@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <map>
 
 #include "models/emulation.h"
 #include "models/gpt2.h"
