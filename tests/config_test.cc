@@ -44,7 +44,7 @@ TEST(Config, EnumeratedAxesOfferTheVocabularysNames) {
       {"mode", choices<Mode>()},           {"precision", choices<Precision>()},
       {"checkpointing", choices<Checkpointing>()}, {"adapter", choices<Adapter>()},
       {"offload", choices<Offload>()},     {"weights", choices<Weights>()},
-      {"optimizer", "adamw, adamw-fused, sgd, adafactor, adamw8bit"},
+      {"optimizer", "adamw, adamw-fused, sgd, adafactor, adamw8bit, paged-adamw8bit, paged-adamw32bit"},
   };
   for (const auto& [axis, names] : axes) {
     auto e = error_of("vocab_" + axis, "models: [gpt2-test]\ngrid:\n  " + axis + ": [nonesuch]\n");

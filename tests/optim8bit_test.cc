@@ -5,16 +5,20 @@
 #include <gtest/gtest.h>
 
 #include <cuda_runtime_api.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAStream.h>
 
 #include <cmath>
 #include <limits>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "models/zoo.h"
 #include "sweeps/worker/burst.h"
 #include "sweeps/worker/optim8bit.h"
 #include "pickle_fixture.h"
+#include "test_util.h"
 
 namespace sweep {
 namespace {
@@ -142,7 +146,7 @@ TEST(AdamW8bit, ParametersAfterStepsMatchBitsandbytesOnTheCpu) {
 
 // The Ledger's optimizer bytes after the first step of a burst equal bnb's rules applied to
 // each tiny model's trainable parameters.
-class StateBytes : public testing::TestWithParam<std::string> {};
+class StateBytes : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(StateBytes, OfTheTinyModelsFollowBitsandbytesRules) {
   auto model = models::find_model(GetParam())->make();
@@ -160,7 +164,7 @@ TEST_P(StateBytes, OfTheTinyModelsFollowBitsandbytesRules) {
   EXPECT_EQ(m.optimizer_bytes, bnb_state_bytes(numels));
 }
 
-INSTANTIATE_TEST_SUITE_P(Zoo, StateBytes, testing::Values("gpt2-test", "t5-test", "whisper-test"),
+INSTANTIATE_TEST_SUITE_P(Zoo, StateBytes, ::testing::Values("gpt2-test", "t5-test", "whisper-test"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (auto& ch : n)
@@ -180,7 +184,7 @@ TEST(AdamW8bit, SynchronisesAfterEachParameterAsBitsandbytes) {
   for (const auto& p : params) before.push_back(p.detach().clone());
   std::vector<std::size_t> synced;
   auto changed = [&](std::size_t i) { return !torch::equal(params[i].detach(), before[i]); };
-  auto opt = make_adamw8bit(1e-2, 0.0, params, [&](const torch::Tensor& t) {
+  auto opt = make_bnb_adamw(1e-2, 0.0, params, {8, false}, [&](const torch::Tensor& t) {
     std::size_t i = 0;
     while (i < params.size() && !params[i].is_same(t)) ++i;
     ASSERT_LT(i, params.size()) << "synced on a tensor that is no parameter";
@@ -193,6 +197,86 @@ TEST(AdamW8bit, SynchronisesAfterEachParameterAsBitsandbytes) {
   EXPECT_EQ(synced, (std::vector<std::size_t>{0, 2}));
 }
 
+// Paged optimizers on the CPU: bitsandbytes' get_state_buffer falls back to ordinary zeros
+// there ("Paged optimizers are not supported on CPU"), so the 8-bit one's state is AdamW8bit's
+// to the byte and nothing is paged; the 32-bit one keeps two float moments for every
+// parameter, stepped as kOptimizer32bit2State: the Adam step with eps scaled by the bias
+// correction, then decoupled weight decay (written out here in double).
+TEST(PagedAdamW, OnTheCpuTheStateIsOrdinaryMemoryAndThe32BitStepIsTheKernels) {
+  const std::vector<int64_t> numels = {200000, 5000, 10};
+  for (const int bits : {8, 32}) {
+    torch::manual_seed(3);
+    std::vector<torch::Tensor> params;
+    for (int64_t n : numels) params.push_back(torch::randn({n}).requires_grad_(true));
+    std::vector<torch::Tensor> before;
+    for (const auto& p : params) before.push_back(p.detach().to(torch::kDouble));
+    const double lr = 1e-2, wd = 0.1;
+    auto opt = make_bnb_adamw(lr, wd, params, {bits, true});
+    auto loss = torch::zeros({});
+    for (const auto& p : params) loss = loss + (p * p).sum();
+    loss.backward();
+    opt->step();
+    EXPECT_TRUE(opt->paged());
+    EXPECT_EQ(opt->paged_bytes(), 0) << bits;
+    int64_t all = 0;
+    for (int64_t n : numels) all += n;
+    EXPECT_EQ(opt->state_bytes(), bits == 8 ? bnb_state_bytes(numels) : 8 * all) << bits;
+    if (bits != 32) continue;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      const auto g = 2 * before[i];
+      const double b1 = 0.9, b2 = 0.999, eps = 1e-8, c1 = 1 - b1, c2 = std::sqrt(1 - b2);
+      const auto m = (1 - b1) * g, v = (1 - b2) * g * g;
+      const auto expected = (before[i] + (-lr * c2 / c1) * m / (v.sqrt() + eps * c2)) * (1 - lr * wd);
+      EXPECT_TRUE(torch::allclose(params[i].detach().to(torch::kDouble), expected, 1e-6, 1e-6))
+          << "parameter " << i;
+    }
+  }
+}
+
+// On an emulated card (an H100) the states of parameters of 1e5 elements or more go to
+// unified memory: out of the allocator's peaks and of optimizer_bytes, into paged_bytes and the
+// device's use. GPT-2 (124M) trains all of its weights: its 124,318,464 elements in matrices
+// (wte, wpe and the four of each block) are paged, the biases and norms are not.
+nlohmann::json emulated_gpt2(const std::string& optimizer) {
+  const nlohmann::json p = {
+      {"model", "gpt2"}, {"family", "gpt2"}, {"batch", 1}, {"seq", 128}, {"precision", "fp32"},
+      {"checkpointing", "none"}, {"optimizer", optimizer}, {"device", "emulated"}, {"steps", 1},
+      {"warmup_steps", 1}, {"repetitions", 1},
+      {"card", {{"name", "H100"}, {"memory_bytes", 85017493504}, {"context_bytes", 536870912},
+                {"cc_major", 9}, {"cc_minor", 0}, {"sms", 132}}}};
+  const auto run = testing::run_sweep_cli_split("worker --point '" + p.dump() + "' --result-fd 1");
+  EXPECT_EQ(run.exit_code, 0) << run.out << run.err;
+  if (run.exit_code != 0) return {};
+  auto m = nlohmann::json::parse(run.out.substr(run.out.rfind('{')));
+  EXPECT_EQ(m.at("status"), "ok") << m.dump();
+  return m;
+}
+
+TEST(PagedAdamW, OnAnEmulatedCardLargeStatesLeaveTheAllocator) {
+  constexpr int64_t kPagedElements = 124318464;
+  const auto plain = emulated_gpt2("adamw8bit");
+  const auto paged8 = emulated_gpt2("paged-adamw8bit");
+  const auto paged32 = emulated_gpt2("paged-adamw32bit");
+  ASSERT_TRUE(plain.contains("optimizer_bytes") && paged8.contains("paged_bytes") &&
+              paged32.contains("paged_bytes"));
+  EXPECT_FALSE(plain.contains("paged_bytes"));
+  auto i = [](const nlohmann::json& j, const char* k) { return j.at(k).get<int64_t>(); };
+  EXPECT_EQ(i(paged8, "paged_bytes"), 2 * kPagedElements);
+  EXPECT_EQ(i(paged8, "optimizer_bytes") + i(paged8, "paged_bytes"), i(plain, "optimizer_bytes"));
+  EXPECT_EQ(i(paged32, "paged_bytes"), 8 * kPagedElements);
+  // fp32 training of every weight: the gradients are the parameters' bytes, the 32-bit moments twice that.
+  EXPECT_EQ(i(paged32, "optimizer_bytes") + i(paged32, "paged_bytes"), 2 * i(paged32, "grads_bytes"));
+  for (const auto* j : {&paged8, &paged32}) {
+    EXPECT_EQ(i(*j, "at_peak_optimizer_bytes"), i(*j, "optimizer_bytes")) << j->dump();
+    EXPECT_EQ(i(*j, "device_used_bytes"),
+              i(*j, "peak_reserved_bytes") + 536870912 + i(*j, "paged_bytes")) << j->dump();
+  }
+  // The peak drops by the paged state, give or take what the allocator's blocks carry beyond
+  // their requests (a block keeps a remainder of up to 1 MiB unsplit: 8 MiB apart here).
+  EXPECT_NEAR(i(plain, "peak_allocated_bytes") - i(paged8, "peak_allocated_bytes"), i(paged8, "paged_bytes"),
+              16 << 20);
+}
+
 // On a GPU the sync is the device's: when step() returns, the last parameter's kernel (and
 // every one before it) has finished, though a parameter of 64 Mi elements takes milliseconds.
 TEST(AdamW8bit, StepReturnsWithTheDeviceIdle_CUDA) {
@@ -203,6 +287,31 @@ TEST(AdamW8bit, StepReturnsWithTheDeviceIdle_CUDA) {
   params[0].sum().backward();
   opt->step();
   EXPECT_EQ(cudaStreamQuery(c10::cuda::getCurrentCUDAStream().stream()), cudaSuccess);
+}
+
+// On a GPU a paged state is unified memory: the caching allocator grows by the rest of the
+// state only, and the parameters step exactly as with the same state in the allocator.
+TEST(PagedAdamW, LargeStatesOutsideTheCachingAllocator_CUDA) {
+  const auto dev = torch::Device(torch::kCUDA, 0);
+  auto allocated = [] {
+    return c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].current;
+  };
+  for (const int bits : {8, 32}) {
+    torch::manual_seed(4);
+    auto a = torch::randn({300000}, torch::TensorOptions().device(dev)).requires_grad_(true);
+    auto b = a.detach().clone().requires_grad_(true);
+    auto paged = make_bnb_adamw(1e-3, 0.01, {a}, {bits, true});
+    auto plain = make_bnb_adamw(1e-3, 0.01, {b}, {bits, false});
+    (a * a).sum().backward();
+    (b * b).sum().backward();
+    const int64_t before = allocated();
+    paged->step();
+    EXPECT_EQ(allocated() - before, paged->state_bytes()) << bits;
+    plain->step();
+    EXPECT_TRUE(torch::equal(a.detach(), b.detach())) << bits;
+    EXPECT_EQ(paged->paged_bytes(), (bits == 8 ? 2 : 8) * 300000) << bits;
+    EXPECT_EQ(paged->state_bytes() + paged->paged_bytes(), plain->state_bytes()) << bits;
+  }
 }
 
 // The kernels exist for every architecture the torch 2.11.0+cu130 wheel runs on

@@ -68,6 +68,14 @@ const std::vector<Case>& cases() {
        R"({"per_device_train_batch_size":31,"gradient_accumulation_steps":2,"bf16":false,"fp16":true,)"
        R"("gradient_checkpointing":false,"optim":"adamw_bnb_8bit","use_cache":true})",
        {}},
+      {"paged 8-bit AdamW", setup(P::kFp16Amp, C::kNone, O::kPagedAdamW8bit),
+       R"({"per_device_train_batch_size":31,"gradient_accumulation_steps":2,"bf16":false,"fp16":true,)"
+       R"("gradient_checkpointing":false,"optim":"paged_adamw_8bit","use_cache":true})",
+       {}},
+      {"paged 32-bit AdamW", setup(P::kFp16Amp, C::kNone, O::kPagedAdamW32bit),
+       R"({"per_device_train_batch_size":31,"gradient_accumulation_steps":2,"bf16":false,"fp16":true,)"
+       R"("gradient_checkpointing":false,"optim":"paged_adamw_32bit","use_cache":true})",
+       {}},
       {"bf16 weights are a cast, not a flag", setup(P::kBf16, C::kBlock, O::kAdafactor, false),
        R"({"per_device_train_batch_size":31,"gradient_accumulation_steps":2,"bf16":false,"fp16":false,)"
        R"("gradient_checkpointing":true,"optim":"adafactor","use_cache":false})",
@@ -136,7 +144,8 @@ TEST(TrainerArgs, SaysWhatIsNoTrainerFlag) {
   EXPECT_NE(notes(setup(P::kBf16, C::kNone, O::kAdamWFused)).find("not Trainer's bf16=True"), std::string::npos);
   EXPECT_NE(notes(setup(P::kFp32, C::kNone, O::kAdamW)).find("adamw_torch_fused"), std::string::npos);
   EXPECT_NE(notes(setup(P::kFp32, C::kNone, O::kAdafactor)).find("torch.optim.Adafactor"), std::string::npos);
-  EXPECT_NE(notes(setup(P::kFp32, C::kNone, O::kAdamW8bit)).find("paged_adamw_8bit"), std::string::npos);
+  EXPECT_NE(notes(setup(P::kFp32, C::kNone, O::kAdamW8bit)).find("AdamW8bit, as measured"), std::string::npos);
+  EXPECT_NE(notes(setup(P::kFp32, C::kNone, O::kPagedAdamW8bit)).find("paged_bytes"), std::string::npos);
   EXPECT_NE(notes(offloaded(setup(P::kFp32, C::kNone, O::kAdamW))).find("DeepSpeed ZeRO-Offload"),
             std::string::npos);
   EXPECT_EQ(notes(offloaded(setup(P::kFp32, C::kNone, O::kAdamW, false))).find("adamw_torch"),

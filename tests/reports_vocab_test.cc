@@ -42,7 +42,8 @@ TEST(Vocabulary, NamesAreThoseResultsFilesHold) {
   EXPECT_EQ(choices<Mode>(), "train, eval");
   EXPECT_EQ(choices<Precision>(), "fp32, fp16-amp, bf16-amp, bf16");
   EXPECT_EQ(choices<Checkpointing>(), "none, block");
-  EXPECT_EQ(choices<OptimizerKind>(), "adamw, adamw-fused, sgd, adafactor, adamw8bit, none");
+  EXPECT_EQ(choices<OptimizerKind>(),
+            "adamw, adamw-fused, sgd, adafactor, adamw8bit, paged-adamw8bit, paged-adamw32bit, none");
   EXPECT_EQ(choices<Adapter>(), "none, lora");
   EXPECT_EQ(choices<Offload>(), "none, optimizer");
   EXPECT_EQ(choices<Weights>(), "full, int8, nf4, fp4");

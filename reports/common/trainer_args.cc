@@ -53,9 +53,16 @@ void add_optimizer(const TrainingSetup& s, TrainerArgs& a) {
     case OptimizerKind::kAdamW8bit:
       // _get_bitsandbytes_optimizer: bnb.optim.AdamW(optim_bits=8, is_paged=False) = AdamW8bit.
       t["optim"] = "adamw_bnb_8bit";
-      a.notes.push_back("optim=\"adamw_bnb_8bit\" is bitsandbytes' AdamW8bit, as measured; "
-                        "\"paged_adamw_8bit\" pages its state to host memory under pressure, which "
-                        "no row measured");
+      a.notes.push_back("optim=\"adamw_bnb_8bit\" is bitsandbytes' AdamW8bit, as measured");
+      break;
+    case OptimizerKind::kPagedAdamW8bit:
+    case OptimizerKind::kPagedAdamW32bit:
+      // bnb.optim.AdamW(optim_bits=8 or 32, is_paged=True): the moments of parameters of 1e5
+      // elements or more in CUDA unified memory, which the driver pages to the host under pressure.
+      t["optim"] = s.optimizer == OptimizerKind::kPagedAdamW8bit ? "paged_adamw_8bit" : "paged_adamw_32bit";
+      a.notes.push_back("optim=\"" + t["optim"].get<std::string>() +
+                        "\" keeps the moments of large parameters in CUDA unified memory, outside "
+                        "PyTorch's allocator: the row's paged_bytes, not in its peaks");
       break;
     case OptimizerKind::kNone:
       break;

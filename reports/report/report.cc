@@ -90,6 +90,7 @@ Point parse_point(const Row& r) {
   for (auto [field, col] : text) *field = r.at(col);
   p.use_cache = r.at(column("use_cache")) != "0";
   p.host_peak_bytes = r.number(column("host_peak_bytes"));
+  p.paged_bytes = r.number(column("paged_bytes"));
   if (p.adapter == Adapter::kLora) {
     r.number(column("lora_r"));  // numeric when present
     p.lora_r = r.at(column("lora_r"));
@@ -376,7 +377,8 @@ int precision_rank(std::optional<Precision> precision) {
 
 int optimizer_rank(std::optional<OptimizerKind> optimizer) {
   using enum OptimizerKind;
-  static constexpr std::array kOrder = {kAdamW, kAdamWFused, kAdamW8bit, kSgd, kAdafactor};
+  static constexpr std::array kOrder = {kAdamW, kAdamWFused, kAdamW8bit, kPagedAdamW8bit,
+                                        kPagedAdamW32bit, kSgd, kAdafactor};
   auto it = std::find(kOrder.begin(), kOrder.end(), optimizer);
   return static_cast<int>(it - kOrder.begin());
 }

@@ -389,6 +389,10 @@ void breakdown_table(Document& doc, const Group& g, const std::vector<Point>& pt
   if (std::any_of(pts.begin(), pts.end(), [](const Point& p) { return p.host_peak_bytes.value_or(0) > 0; }))
     fields.push_back(right<Point>(u.header("host memory (offload)"),
                                   [&u](const Point& p) { return u.text(p.host_peak_bytes); }));
+  // Paged optimizers keep their large states in CUDA unified memory, outside the peaks too.
+  if (std::any_of(pts.begin(), pts.end(), [](const Point& p) { return p.paged_bytes.value_or(0) > 0; }))
+    fields.push_back(right<Point>(u.header("paged optimizer state"),
+                                  [&u](const Point& p) { return u.text(p.paged_bytes); }));
   fields.push_back(right<Point>(
       "activations share", [&](const Point& p) { return percent(activation_share(p)); }, true));
   doc.table(make_table(fields, pts));

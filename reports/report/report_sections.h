@@ -46,7 +46,7 @@ struct Point {
   bool predicted = false;
   std::string card;
   std::optional<double> device_memory_bytes, weights, grads, optimizer_state, activations,
-      peak_allocated, peak_reserved, tokens_per_s, samples_per_s, host_peak_bytes;
+      peak_allocated, peak_reserved, tokens_per_s, samples_per_s, host_peak_bytes, paged_bytes;
   std::optional<double> step_ms, step_ms_cv;  // from the raw samples when the row has them
   unsigned line = 0;
 
@@ -115,7 +115,7 @@ std::vector<Group> make_groups(const std::vector<Point>& points);
 std::string percent(double fraction);         // 0.423 -> "42%"
 std::string signed_percent(double fraction);  // -0.42 -> "-42%", 0.1 -> "+10%"
 // Sort orders: precision fp32 first (the enum's order); optimizer adamw, adamw-fused,
-// adamw8bit, sgd, adafactor; unknown last.
+// adamw8bit, paged-adamw8bit, paged-adamw32bit, sgd, adafactor; unknown last.
 int precision_rank(std::optional<Precision> precision);
 int optimizer_rank(std::optional<OptimizerKind> optimizer);
 // The value seen most often; ties go to the one seen first.

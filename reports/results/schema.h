@@ -38,7 +38,8 @@ inline constexpr std::array kColumns = std::to_array<std::string_view>({
     "precision",          // "fp32" | "fp16-amp" | "bf16-amp" | "bf16"
     "checkpointing",      // "none" | "block"
     "accumulation",       // micro-batches per optimizer step
-    "optimizer",          // "adamw" | "adamw-fused" | "sgd" | "adafactor" | "adamw8bit"
+    "optimizer",          // "adamw" | "adamw-fused" | "sgd" | "adafactor" | "adamw8bit" |
+                          // "paged-adamw8bit" | "paged-adamw32bit"
     "use_cache",          // 1: transformers' default cache (off under checkpointing); 0: use_cache=False
     "adapter",            // "none" (every weight trains) | "lora" (PEFT's LoRA: base frozen)
     "lora_r",             // LoRA rank; empty unless adapter is lora
@@ -69,7 +70,8 @@ inline constexpr std::array kColumns = std::to_array<std::string_view>({
     "budget_emulated",    // 1 when the budget emulates a smaller card than the one measuring
     "weights_bytes",      // parameters (and buffers) after the model is built
     "grads_bytes",        // .grad tensors after the first backward
-    "optimizer_bytes",    // optimizer state on the device after the first step (0 offloaded)
+    "optimizer_bytes",    // optimizer state in the device's allocator after the first step
+                          // (0 offloaded; paged state: paged_bytes)
     "activations_bytes",  // peak during forward/backward above what persists
     "peak_allocated_bytes",
     "peak_reserved_bytes",  // caching allocator's reserved peak (= allocated on the CPU)
@@ -89,6 +91,14 @@ inline constexpr std::array kColumns = std::to_array<std::string_view>({
     "host_peak_bytes",      // offload: host memory the technique held at most (master weights,
                             // gradient buffer, moments, the CPU step's temporaries; pinned
                             // blocks as the CUDA host allocator rounds them); empty otherwise
+    "paged_bytes",          // paged optimizers: the state bitsandbytes puts in CUDA unified
+                            // memory (cudaMallocManaged, parameters of 1e5 elements or more),
+                            // outside the caching allocator: in neither peak_allocated_bytes,
+                            // peak_reserved_bytes nor optimizer_bytes; in device_used_bytes
+                            // while it is resident on the GPU (the driver pages it to the host
+                            // when the allocator needs the room, so it never runs a card out
+                            // of memory); 0 on the CPU (bnb keeps it in ordinary memory there,
+                            // in optimizer_bytes); empty for other optimizers
     // time
     "step_ms",           // median over repetitions of the mean optimizer-step time
     "step_ms_mean",
@@ -150,7 +160,7 @@ inline constexpr std::array kNumberColumns = std::to_array<std::string_view>({
     "optimizer_peak_bytes", "leak_bytes_per_step",
     "oom_retries", "oom_gap_bytes", "step_ms", "step_ms_mean", "step_ms_stddev", "step_ms_cv",
     "tokens_per_s", "samples_per_s", "tflops", "wall_s", "device_memory_bytes",
-    "host_peak_bytes", "offload_transfer_ms",
+    "host_peak_bytes", "paged_bytes", "offload_transfer_ms",
 });
 constexpr bool is_number_column(std::string_view name) {
   for (auto c : kNumberColumns)
@@ -169,7 +179,7 @@ inline constexpr std::array kIntegerColumns = std::to_array<std::string_view>({
     "at_peak_weights_bytes", "at_peak_grads_bytes", "at_peak_optimizer_bytes",
     "at_peak_activations_bytes", "forward_peak_bytes", "backward_peak_bytes",
     "optimizer_peak_bytes", "leak_bytes_per_step", "oom_retries", "oom_gap_bytes",
-    "device_memory_bytes", "host_peak_bytes",
+    "device_memory_bytes", "host_peak_bytes", "paged_bytes",
 });
 // Cells every row has: a row without them measured nothing any command can place. The
 // columns are required in the header too; batch and accumulation are at least 1.

@@ -17,8 +17,11 @@ namespace sweep {
 enum class Mode { kTrain, kEval };
 enum class Precision { kFp32, kFp16Amp, kBf16Amp, kBf16 };
 enum class Checkpointing { kNone, kBlock };
-// kNone: an eval point trains nothing (its row says optimizer "none"); configs cannot ask for it.
-enum class OptimizerKind { kAdamW, kAdamWFused, kSgd, kAdafactor, kAdamW8bit, kNone };
+// kPagedAdamW8bit, kPagedAdamW32bit: bitsandbytes' paged AdamW (QLoRA's recipes), whose state
+// of large parameters lives in CUDA unified memory. kNone: an eval point trains nothing (its
+// row says optimizer "none"); configs cannot ask for it.
+enum class OptimizerKind { kAdamW, kAdamWFused, kSgd, kAdafactor, kAdamW8bit, kPagedAdamW8bit,
+                           kPagedAdamW32bit, kNone };
 enum class Adapter { kNone, kLora };
 enum class Offload { kNone, kOptimizer };
 // kNf4, kFp4: the frozen base in 4 bit (QLoRA: bitsandbytes' Linear4bit, double quantisation).
@@ -44,7 +47,7 @@ SWEEP_VOCABULARY(Mode, kEval, "mode", "train", "eval")
 SWEEP_VOCABULARY(Precision, kBf16, "precision", "fp32", "fp16-amp", "bf16-amp", "bf16")
 SWEEP_VOCABULARY(Checkpointing, kBlock, "checkpointing", "none", "block")
 SWEEP_VOCABULARY(OptimizerKind, kNone, "optimizer", "adamw", "adamw-fused", "sgd", "adafactor",
-                 "adamw8bit", "none")
+                 "adamw8bit", "paged-adamw8bit", "paged-adamw32bit", "none")
 SWEEP_VOCABULARY(Adapter, kLora, "adapter", "none", "lora")
 SWEEP_VOCABULARY(Offload, kOptimizer, "offload", "none", "optimizer")
 SWEEP_VOCABULARY(Weights, kFp4, "weights", "full", "int8", "nf4", "fp4")

@@ -8,6 +8,7 @@
 #include <c10/core/Allocator.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -41,12 +42,18 @@ class EmulatedAllocator final : public c10::Allocator {
     // Zero bytes: no block (CUDACachingAllocator allocates nothing for size 0).
     if (n == 0) return {nullptr, nullptr, &release, c10::Device(c10::kMeta)};
     // Host scope: host memory on a real GPU (the model's build before it moves, an offloaded
-    // optimizer's state), counted as the host's, never the device's. The context carries the
-    // size, tagged in its lowest bit; a device allocation's carries its handle shifted.
+    // optimizer's state), counted as the host's, never the device's. Unified scope: a paged
+    // optimizer's state, outside the card's allocator. The context carries the size, tagged in
+    // its two lowest bits; a device allocation's carries its handle shifted.
     if (in_host_scope()) {
       count_host_bytes(static_cast<int64_t>(n));
-      return {nullptr, reinterpret_cast<void*>(static_cast<uintptr_t>(n) << 1 | 1), &release,
-              c10::Device(c10::kMeta)};
+      return {nullptr, reinterpret_cast<void*>(static_cast<uintptr_t>(n) << 2 | kHostTag),
+              &release, c10::Device(c10::kMeta)};
+    }
+    if (in_unified_scope()) {
+      unified_ += static_cast<int64_t>(n);
+      return {nullptr, reinterpret_cast<void*>(static_cast<uintptr_t>(n) << 2 | kUnifiedTag),
+              &release, c10::Device(c10::kMeta)};
     }
     std::lock_guard lock(mu_);
     TORCH_CHECK(mem_, "the emulated device is not set up (make_emulated_tracker)");
@@ -66,19 +73,21 @@ class EmulatedAllocator final : public c10::Allocator {
       peak_seen_ = mem_->allocated();
       if (ledger_) at_peak_ = {ledger_->weights.load(), ledger_->grads.load(), ledger_->optimizer.load()};
     }
-    return {nullptr, reinterpret_cast<void*>(static_cast<uintptr_t>(*handle) << 1), &release,
+    return {nullptr, reinterpret_cast<void*>(static_cast<uintptr_t>(*handle) << 2), &release,
             c10::Device(c10::kMeta)};
   }
   static void release(void* ctx) {
     if (!ctx) return;
     const auto tagged = reinterpret_cast<uintptr_t>(ctx);
-    if (tagged & 1) {
-      count_host_bytes(-static_cast<int64_t>(tagged >> 1));
-      return;
-    }
+    const auto value = tagged >> 2;
     auto& a = instance();
+    switch (tagged & 3) {
+      case kHostTag: count_host_bytes(-static_cast<int64_t>(value)); return;
+      case kUnifiedTag: a.unified_ -= static_cast<int64_t>(value); return;
+      default: break;
+    }
     std::lock_guard lock(a.mu_);
-    const auto handle = static_cast<uint64_t>(tagged >> 1);
+    const auto handle = static_cast<uint64_t>(value);
     if (FILE* t = trace()) std::fprintf(t, "-%lld\n", static_cast<long long>(a.mem_->size_of(handle)));
     a.mem_->free(handle);
   }
@@ -94,8 +103,10 @@ class EmulatedAllocator final : public c10::Allocator {
     return f;
   }
 
+  static constexpr uintptr_t kHostTag = 1, kUnifiedTag = 2;
   std::mutex mu_;
   std::unique_ptr<emu::DeviceMemory> mem_;
+  std::atomic<int64_t> unified_{0};  // bytes made in UnifiedScopes and alive
   int64_t peak_seen_ = 0;
   std::atomic<int64_t> gap_at_oom_{-1};  // -1: no failure since forget_oom()
   const Ledger* ledger_ = nullptr;
@@ -135,8 +146,13 @@ class EmulatedTracker final : public MemoryTracker {
     std::lock_guard lock(a.mu_);
     return a.at_peak_;
   }
-  // What the card would show in use: the context and what the allocator reserves.
-  int64_t device_used() override { return reserved() + context_; }
+  // What the card would show in use: the context, what the allocator reserves and the unified
+  // memory resident beside them (the driver evicts it to the host where the allocator needs
+  // the room, so at most what the card has left).
+  int64_t device_used() override {
+    const int64_t held = reserved() + context_;
+    return std::max(held, std::min(held + unified_allocated(), memory_));
+  }
   void set_budget(int64_t bytes) override {
     locked([&](auto& m) { m.set_budget(bytes); return 0; });
   }
@@ -167,12 +183,21 @@ class EmulatedTracker final : public MemoryTracker {
     locked([&](auto& m) { m.write_snapshot(path); return 0; });
   }
 
-  int64_t context_ = 0;
+  int64_t context_ = 0, memory_ = 0;
   std::string settings_;
 
 };
 
+thread_local bool t_unified_scope = false;
+
 }  // namespace
+
+bool in_unified_scope() { return t_unified_scope; }
+UnifiedScope::UnifiedScope() : outer_(!t_unified_scope) { t_unified_scope = true; }
+UnifiedScope::~UnifiedScope() {
+  if (outer_) t_unified_scope = false;
+}
+int64_t unified_allocated() { return EmulatedAllocator::instance().unified_.load(); }
 
 std::unique_ptr<MemoryTracker> make_emulated_tracker(const EmulatedCard& card,
                                                      const std::string& alloc_conf) {
@@ -182,6 +207,7 @@ std::unique_ptr<MemoryTracker> make_emulated_tracker(const EmulatedCard& card,
   EmulatedAllocator::instance().reset(emu::make_device_memory(card, alloc_conf));
   auto t = std::make_unique<EmulatedTracker>();
   t->context_ = card.cpu ? 0 : card.context_bytes;
+  t->memory_ = card.memory_bytes;
   t->settings_ = card.cpu ? "" : alloc_conf;
   return t;
 }

@@ -107,6 +107,27 @@ int64_t host_allocated();
 int64_t host_peak();
 void reset_host_peak();
 
+// Unified memory (cudaMallocManaged) that bitsandbytes' paged optimizers keep their large
+// states in: outside the caching allocator, so in none of its counters, peaks or budget, and
+// never the reason a card runs out of memory (the driver pages it to the host when cudaMalloc
+// needs the room). While a UnifiedScope is alive on a thread, the emulated device's allocator
+// counts that thread's allocations as unified memory; its device_used() adds what is alive, up
+// to the card's memory. The CUDA device needs no scope: the optimizer calls cudaMallocManaged
+// itself, and cudaMemGetInfo sees the pages while they are resident.
+class UnifiedScope {
+ public:
+  UnifiedScope();
+  ~UnifiedScope();
+  UnifiedScope(const UnifiedScope&) = delete;
+  UnifiedScope& operator=(const UnifiedScope&) = delete;
+
+ private:
+  bool outer_;
+};
+bool in_unified_scope();
+// Unified bytes the emulated device's allocator made in UnifiedScopes and still alive.
+int64_t unified_allocated();
+
 // Installs the tracking allocator as c10's CPU allocator, once per process (make_cpu_tracker
 // calls it). Tensors that exist already keep the allocator they were made with.
 void install_cpu_tracking();

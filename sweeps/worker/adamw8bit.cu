@@ -196,4 +196,24 @@ cudaError_t adamw32bit(DType dtype, void* p, const void* g, float* state1, float
   return cudaErrorInvalidValue;
 }
 
+cudaError_t paged_zeros(void** ptr, std::size_t bytes) {
+  if (const auto e = cudaMallocManaged(ptr, bytes, cudaMemAttachHost); e != cudaSuccess) return e;
+  if (const auto e = cudaMemsetAsync(*ptr, 0, bytes, 0); e != cudaSuccess) return e;
+  return cudaDeviceSynchronize();
+}
+
+cudaError_t paged_prefetch(const void* ptr, std::size_t bytes, int device) {
+  int concurrent = 0;
+  if (const auto e = cudaDeviceGetAttribute(&concurrent, cudaDevAttrConcurrentManagedAccess, device);
+      e != cudaSuccess)
+    return e;
+  if (concurrent == 0) return cudaSuccess;
+  cudaMemLocation loc{};
+  loc.type = cudaMemLocationTypeDevice;
+  loc.id = device;
+  return cudaMemPrefetchAsync(ptr, bytes, loc, 0u, 0);
+}
+
+cudaError_t paged_free(void* ptr) { return cudaFree(ptr); }
+
 }  // namespace sweep::cuda8bit

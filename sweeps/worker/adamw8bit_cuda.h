@@ -6,6 +6,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace sweep::cuda8bit {
@@ -27,5 +28,15 @@ cudaError_t adamw8bit_blockwise(DType dtype, void* p, const void* g, std::uint8_
 // 32-bit state for parameters below min_8bit_size.
 cudaError_t adamw32bit(DType dtype, void* p, const void* g, float* state1, float* state2,
                        const Hyper& h, std::int64_t n, cudaStream_t stream);
+
+// Paged state, as bitsandbytes makes it: get_paged (csrc/pythonInterface.cpp cget_managed_ptr:
+// cudaMallocManaged with cudaMemAttachHost), then F.fill(buff, 0) (its fill kernel on the legacy
+// default stream, then torch.cuda.synchronize()); and prefetch (cprefetch: to `device` on the
+// legacy default stream, where the device supports concurrent managed access), which
+// Optimizer8bit.prefetch_state does before each update. paged_free is ours: bnb never frees a
+// paged buffer (the process's end does).
+cudaError_t paged_zeros(void** ptr, std::size_t bytes);
+cudaError_t paged_prefetch(const void* ptr, std::size_t bytes, int device);
+cudaError_t paged_free(void* ptr);
 
 }  // namespace sweep::cuda8bit

@@ -77,9 +77,12 @@ class PeakMeter {
     m.backward_peak_bytes = get("backward");
     m.optimizer_peak_bytes = get("optimizer");
     // Whole-device use had the reserved peak been held: what the device uses besides the
-    // allocator (context, workspaces) is (used now - reserved now), read once, after the steps.
-    m.device_used_bytes = mem_.device_used() - mem_.reserved() + peak_reserved_;
+    // allocator (context, workspaces, a paged optimizer's resident state) is (used now -
+    // reserved now), read once: after the steps while a paged optimizer is alive
+    // (note_outside_allocator), else here.
+    m.device_used_bytes = outside_.value_or(mem_.device_used() - mem_.reserved()) + peak_reserved_;
   }
+  void note_outside_allocator() { outside_ = mem_.device_used() - mem_.reserved(); }
 
  private:
   MemoryTracker& mem_;
@@ -88,6 +91,7 @@ class PeakMeter {
   std::string peak_phase_;
   std::map<std::string, int64_t> phase_peaks_;
   int64_t peak_allocated_ = 0, peak_reserved_ = 0;
+  std::optional<int64_t> outside_;
   Breakdown at_peak_;
 };
 
@@ -439,7 +443,10 @@ void train_step(Workload& w, Ledger& ledger, MemoryTracker& mem, PeakMeter& mete
     w.opt->zero_grad();
     w.grad_counts->reset();
     meter.enter("idle");
-    if (s.first) m.optimizer_bytes = ledger.optimizer;
+    if (s.first) {
+      m.optimizer_bytes = ledger.optimizer;
+      if (w.opt->paged()) m.paged_bytes = w.opt->paged_bytes();
+    }
   }
   s.last_loss = loss.detach();
   s.first = false;
@@ -536,6 +543,10 @@ Measurement run_burst(const Point& p, MemoryTracker& mem, StepTimer& timer,
         m.offload_transfer_ms = w.offload->transfer_ms() / static_cast<double>(w.offload->transfer_steps());
     }
     meter.close();
+    // A paged optimizer's unified memory goes with the workload: read the device while it is
+    // alive. (Elsewhere the reading stays after the workload, as the CPU's resident set has
+    // always been read.)
+    if (w.opt && w.opt->paged()) meter.note_outside_allocator();
     // The loss is read once, after the timed steps: a read per micro-batch would add a device
     // sync to every step that the reference loop does not have.
     if (state.last_loss.defined() && !w.emulated)

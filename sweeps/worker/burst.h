@@ -41,6 +41,8 @@ struct Measurement {
   // its transfers (gradients to the host, parameters back) over the timed steps.
   std::optional<int64_t> host_peak_bytes;
   std::optional<double> offload_transfer_ms;
+  // Paged optimizers: the state in CUDA unified memory after the first step (schema.h).
+  std::optional<int64_t> paged_bytes;
   int64_t skipped_steps = 0;  // fp16-amp steps skipped for inf/nan gradients
   double loss = 0;            // last loss, read once after the timed steps (sanity)
 };

@@ -287,7 +287,13 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& o,
     case OptimizerKind::kAdafactor:
       return std::make_unique<Adafactor>(std::move(params), o.lr, o.weight_decay);
     case OptimizerKind::kAdamW8bit:
-      return make_adamw8bit(o.lr, o.weight_decay, std::move(params));
+      return make_bnb_adamw(o.lr, o.weight_decay, std::move(params), {8, false});
+    case OptimizerKind::kPagedAdamW8bit:
+      return make_bnb_adamw(o.lr, o.weight_decay, std::move(params), {8, true});
+    case OptimizerKind::kPagedAdamW32bit:
+      return make_bnb_adamw(o.lr, o.weight_decay, std::move(params), {32, true});
+    case OptimizerKind::kNone:
+      break;
   }
   SWEEP_CHECK(false, "an optimizer kind without a factory");
 }

@@ -25,8 +25,12 @@ class Optimizer {
   virtual bool takes_amp_scaling() const { return false; }
   // zero_grad(set_to_none=True), PyTorch's default.
   void zero_grad();
-  // Bytes of optimizer state tensors (device side).
+  // Bytes of optimizer state tensors in the device's allocator.
   virtual int64_t state_bytes() const = 0;
+  // Whether the state may live in CUDA unified memory (bitsandbytes' paged optimizers), and
+  // the bytes of it that do: in none of the allocator's counters, nor in state_bytes().
+  virtual bool paged() const { return false; }
+  virtual int64_t paged_bytes() const { return 0; }
   const std::vector<torch::Tensor>& params() const { return params_; }
   // Parameters that have gradients, and those gradients.
   std::vector<torch::Tensor> grads() const;

@@ -17,15 +17,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #ifdef SWEEP_CUDA_KERNELS
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
-#include "models/emulation.h"
 #include "sweeps/worker/adamw8bit_cuda.h"
 #endif
+#include "models/emulation.h"
+#include "sweeps/measure/trackers.h"
 #include "sweeps/worker/emulate/cost_record.h"
 
 namespace sweep {
@@ -139,23 +141,50 @@ void update_cuda(const torch::Tensor& p, const torch::Tensor& g, AdamW8bitState&
 }
 #endif
 
-class AdamW8bit final : public Optimizer {
+// get_paged + F.fill(buff, 0) on a GPU: zeroed unified memory of the parameter's shape, freed
+// with the tensor (bnb never frees it; within a burst the difference never shows).
+torch::Tensor paged_zeros(const torch::Tensor& p, c10::ScalarType dtype) {
+#ifdef SWEEP_CUDA_KERNELS
+  const c10::cuda::CUDAGuard guard(p.device());
+  void* ptr = nullptr;
+  C10_CUDA_CHECK(cuda8bit::paged_zeros(&ptr, p.numel() * c10::elementSize(dtype)));
+  return torch::from_blob(ptr, p.sizes(), [](void* q) { (void)cuda8bit::paged_free(q); },
+                          p.options().dtype(dtype));
+#else
+  TORCH_CHECK(false, "a paged optimizer on CUDA needs sweep built with a CUDA compiler (nvcc); "
+                     "this build found none. Its parameter: ", p.sizes(), " ", dtype);
+#endif
+}
+
+// Optimizer2State "adam" with optim_bits 8 or 32, paged or not (BnbAdamW).
+class BnbAdamWOptimizer final : public Optimizer {
  public:
-  AdamW8bit(std::vector<torch::Tensor> params, const AdamW8bitHyper& h, ParamSync sync)
-      : Optimizer(std::move(params)), h_(h), sync_(std::move(sync)), state_(params_.size()) {}
+  BnbAdamWOptimizer(std::vector<torch::Tensor> params, const AdamW8bitHyper& h, BnbAdamW kind,
+                    ParamSync sync)
+      : Optimizer(std::move(params)), h_(h), kind_(kind), sync_(std::move(sync)),
+        state_(params_.size()) {}
 
   int64_t state_bytes() const override {
     int64_t n = maps_.qmap1.defined() ? maps_.qmap1.nbytes() + maps_.qmap2.nbytes() : 0;
     for (const auto& s : state_)
       for (const auto* t : {&s.state1, &s.state2, &s.absmax1, &s.absmax2})
-        if (t->defined()) n += t->nbytes();
+        if (t->defined() && !is_paged(*t)) n += t->nbytes();
+    return n;
+  }
+  bool paged() const override { return kind_.paged; }
+  int64_t paged_bytes() const override {
+    int64_t n = 0;
+    for (const auto& s : state_)
+      for (const auto* t : {&s.state1, &s.state2})
+        if (t->defined() && is_paged(*t)) n += t->nbytes();
     return n;
   }
 
   // Optimizer8bit.step: one parameter at a time, its state created just before its first
-  // update (not all states first, as torch.optim's _init_group), and the device synchronised
-  // after each update (optim/optimizer.py Optimizer8bit.step: `self.update_step(...)` then
-  // `sync_gpu(p)` in the loop over parameters with a gradient), which the step time includes.
+  // update (not all states first, as torch.optim's _init_group), its paged state prefetched
+  // to the device (prefetch_state), and the device synchronised after each update
+  // (optim/optimizer.py Optimizer8bit.step: `self.update_step(...)` then `sync_gpu(p)` in the
+  // loop over parameters with a gradient), which the step time includes.
   void step(const torch::Tensor&, const torch::Tensor&) override {
     torch::NoGradGuard no_grad;
     for (std::size_t i = 0; i < params_.size(); ++i) {
@@ -164,6 +193,7 @@ class AdamW8bit final : public Optimizer {
       TORCH_CHECK(p.is_contiguous(), "adamw8bit: parameter ", i, " is not contiguous");
       auto& s = state_[i];
       if (!s.state1.defined()) init_state(p, s);
+      prefetch(p, s);
       ++s.step;
       adamw8bit_update(p, p.grad().contiguous(), s, maps_, h_);
       sync_(p);
@@ -171,25 +201,55 @@ class AdamW8bit final : public Optimizer {
   }
 
  private:
-  // Optimizer2State.init_state with optim_bits 8.
+  // Optimizer2State.init_state: float state below min_8bit_size or with optim_bits 32, else
+  // 8-bit codes with a float absmax per block (never paged: torch.zeros on the device).
   void init_state(const torch::Tensor& p, AdamW8bitState& s) {
-    if (p.numel() < kMin8bitSize) {
-      s.state1 = torch::zeros_like(p, torch::kFloat);
-      s.state2 = torch::zeros_like(p, torch::kFloat);
+    if (kind_.bits == 32 || p.numel() < kMin8bitSize) {
+      s.state1 = state_buffer(p, torch::kFloat);
+      s.state2 = state_buffer(p, torch::kFloat);
       return;
     }
     if (!maps_.qmap1.defined())
       maps_ = {dynamic_map(true).to(p.device()), dynamic_map(false).to(p.device())};
-    s.state1 = torch::zeros_like(p, torch::kByte);
-    s.state2 = torch::zeros_like(p, torch::kByte);
+    s.state1 = state_buffer(p, torch::kByte);
+    s.state2 = state_buffer(p, torch::kByte);
     s.absmax1 = torch::zeros({blocks_of(p.numel())}, p.options().dtype(torch::kFloat));
     s.absmax2 = torch::zeros({blocks_of(p.numel())}, p.options().dtype(torch::kFloat));
   }
 
+  // Optimizer8bit.get_state_buffer.
+  torch::Tensor state_buffer(const torch::Tensor& p, c10::ScalarType dtype) {
+    if (!kind_.paged || !models::acts_cuda(p) || p.numel() < kPagedMinNumel)
+      return torch::zeros_like(p, dtype);
+    torch::Tensor t;
+    if (p.is_meta()) {
+      const UnifiedScope unified;  // the emulated card: outside its allocator
+      t = torch::zeros_like(p, dtype);
+    } else {
+      t = paged_zeros(p, dtype);
+    }
+    paged_.insert(t.storage().unsafeGetStorageImpl());
+    return t;
+  }
+  bool is_paged(const torch::Tensor& t) const {
+    return paged_.count(t.storage().unsafeGetStorageImpl()) > 0;
+  }
+
+  // Optimizer8bit.prefetch_state: the paged states to the parameter's device before its update.
+  void prefetch(const torch::Tensor& p, const AdamW8bitState& s) {
+    if (!kind_.paged || !is_paged(s.state1) || p.is_meta()) return;
+#ifdef SWEEP_CUDA_KERNELS
+    for (const auto* t : {&s.state1, &s.state2})
+      C10_CUDA_CHECK(cuda8bit::paged_prefetch(t->data_ptr(), t->nbytes(), p.get_device()));
+#endif
+  }
+
   AdamW8bitHyper h_;
+  BnbAdamW kind_;
   ParamSync sync_;
   QMaps maps_;
   std::vector<AdamW8bitState> state_;
+  std::set<const c10::StorageImpl*> paged_;
 };
 
 }  // namespace
@@ -243,9 +303,11 @@ void adamw8bit_update(const torch::Tensor& p, const torch::Tensor& g, AdamW8bitS
     // An emulated card: bitsandbytes' kernel updates in place and allocates nothing. Its
     // time: one pass reading the parameter, the gradient and both 8-bit states, writing the
     // parameter and the states (kOptimizer8bitBlockwise, csrc/kernels.cu); absmax is 1/256 of that.
+    // The 32-bit kernel (kOptimizer32bit2State) reads and writes two float states instead.
     if (p.is_meta()) {
+      const int64_t state = s.state1.scalar_type() == torch::kFloat ? 16 : 4;
       emu::note_kernel({.kind = cost::Kind::kMemory,
-                        .bytes = static_cast<double>(2 * p.nbytes() + g.nbytes() + 4 * p.numel())});
+                        .bytes = static_cast<double>(2 * p.nbytes() + g.nbytes() + state * p.numel())});
       return;
     }
 #ifdef SWEEP_CUDA_KERNELS
@@ -270,12 +332,15 @@ void sync_device_of(const torch::Tensor& t) {
   else if (t.is_meta()) emu::note_sync();  // the emulated card's step waits there too
 }
 
-std::unique_ptr<Optimizer> make_adamw8bit(double lr, double weight_decay,
-                                          std::vector<torch::Tensor> params, ParamSync sync) {
+std::unique_ptr<Optimizer> make_bnb_adamw(double lr, double weight_decay,
+                                          std::vector<torch::Tensor> params, BnbAdamW kind,
+                                          ParamSync sync) {
+  TORCH_CHECK(kind.bits == 8 || kind.bits == 32, "bitsandbytes' AdamW has 8 or 32 bits, not ",
+              kind.bits);
   AdamW8bitHyper h;
   h.lr = static_cast<float>(lr);
   h.weight_decay = static_cast<float>(weight_decay);
-  return std::make_unique<AdamW8bit>(std::move(params), h, std::move(sync));
+  return std::make_unique<BnbAdamWOptimizer>(std::move(params), h, kind, std::move(sync));
 }
 
 }  // namespace sweep

@@ -1,7 +1,9 @@
-// AdamW8bit as bitsandbytes' bnb.optim.AdamW8bit (Optimizer2State "adam", optim_bits 8): both
-// moments quantised block-wise (256 elements a block) to 8-bit codes of bnb's dynamic maps,
-// a signed one for the first moment and an unsigned one for the second, with one float absmax
-// per block; parameters under min_8bit_size (4096) elements keep bnb's 32-bit state instead.
+// bitsandbytes' AdamW (Optimizer2State "adam"). AdamW8bit (optim_bits 8): both moments
+// quantised block-wise (256 elements a block) to 8-bit codes of bnb's dynamic maps, a signed
+// one for the first moment and an unsigned one for the second, with one float absmax per
+// block; parameters under min_8bit_size (4096) elements keep bnb's 32-bit state instead.
+// optim_bits 32: float moments for every parameter. Paged (PagedAdamW8bit, PagedAdamW32bit):
+// the same, with the moments of large parameters in CUDA unified memory.
 // The update is the arithmetic of bnb's CUDA kernels, on CUDA by a kernel of ours
 // (sweeps/worker/adamw8bit.cu), on the CPU with ATen ops (bnb's own CPU backend differs: see the .cc).
 #pragma once
@@ -28,8 +30,8 @@ torch::Tensor dynamic_map(bool is_signed);
 // x's shape.
 torch::Tensor quantize_codes(const torch::Tensor& x, const torch::Tensor& code);
 
-// Optimizer-state bytes bnb allocates for one parameter of `numel` elements on the first step
-// (state1/state2 and, when 8-bit, absmax1/absmax2; the step count is a Python int).
+// Optimizer-state bytes bnb's AdamW8bit allocates for one parameter of `numel` elements on
+// the first step (state1/state2 and, when 8-bit, absmax1/absmax2; the step count is a Python int).
 int64_t adamw8bit_param_state_bytes(int64_t numel);
 
 // The state of one parameter: 8-bit (state1/state2 uint8 of the parameter's shape, absmax1/2
@@ -59,9 +61,22 @@ void adamw8bit_update(const torch::Tensor& p, const torch::Tensor& g, AdamW8bitS
 using ParamSync = std::function<void(const torch::Tensor&)>;
 void sync_device_of(const torch::Tensor& t);
 
+// bitsandbytes' AdamW as transformers builds it (trainer_optimizer.py
+// _get_bitsandbytes_optimizer: bnb.optim.AdamW(optim_bits=8 if "8bit" in optim else 32,
+// is_paged="paged" in optim)): adamw_bnb_8bit {8, false}, paged_adamw_8bit {8, true},
+// paged_adamw_32bit {32, true}.
+struct BnbAdamW {
+  int bits = 8;
+  bool paged = false;
+};
+// Optimizer8bit.get_state_buffer: a parameter's state is paged (CUDA unified memory) when the
+// optimizer is paged, the parameter is on a GPU (on the CPU bnb warns and falls back) and it
+// has at least 1e5 elements; otherwise zeros in the device's allocator.
+constexpr int64_t kPagedMinNumel = 100000;
+
 // `sync` runs after each parameter's update (tests pass one that records the calls).
-std::unique_ptr<Optimizer> make_adamw8bit(double lr, double weight_decay,
-                                          std::vector<torch::Tensor> params,
+std::unique_ptr<Optimizer> make_bnb_adamw(double lr, double weight_decay,
+                                          std::vector<torch::Tensor> params, BnbAdamW kind = {},
                                           ParamSync sync = &sync_device_of);
 
 }  // namespace sweep

@@ -77,6 +77,7 @@ nlohmann::json to_record(const Measurement& m) {
   put(j, "tflops", m.tflops);
   put(j, "host_peak_bytes", m.host_peak_bytes);
   put(j, "offload_transfer_ms", m.offload_transfer_ms);
+  put(j, "paged_bytes", m.paged_bytes);
   return j;
 }
 
