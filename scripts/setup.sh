@@ -8,15 +8,19 @@
 #   scripts/setup.sh --tests    the same, and every test binary (what ctest runs)
 #   SWEEP_CACHE=DIR             where the torch venv and ccache live (default ~/.cache/sweep)
 #   SWEEP_BUILD_DIR=DIR         build folder (default ./build)
-#   SWEEP_WERROR=ON             a compiler warning in our code fails the build (on when CI is set)
+#   SWEEP_WERROR=ON|OFF         a compiler warning in our code fails the build (default: on with
+#                               --tests, so a developer's test build is CI's, compile flags and
+#                               ccache entries alike, and CI's build hits the cache the session
+#                               filled; off for the plain build, whose users may have another g++)
 #
 # The compiler's output goes to BUILD/setup.log; the terminal gets a progress line every
 # 30 s, and on a failure the log's errors.
 set -euo pipefail
 
 targets=(--target sweep)
+tests=
 case "${1:-}" in
-  --tests) targets=() ;;
+  --tests) targets=(); tests=ON ;;
   "") ;;
   *) echo "usage: scripts/setup.sh [--tests]" >&2; exit 2 ;;
 esac
@@ -85,7 +89,7 @@ fail() {
   say "the whole output: $log"
   exit 1
 }
-werror=${SWEEP_WERROR:-${CI:+ON}}
+werror=${SWEEP_WERROR:-${tests:-${CI:+ON}}}
 if [ ! -f "$build/CMakeCache.txt" ]; then
   say "configuring $build"
   cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=${SWEEP_BUILD_TYPE:-Release} \
