@@ -138,6 +138,35 @@ TEST(Tables, MarkdownRanksByMemoryAndSaysEveryCellIsPredicted) {
   EXPECT_EQ(rows[3][1], "none");
 }
 
+// The catalogue's section (issue 34 item 5): a table per length, a column per way; a cell is
+// the largest batch, or how far batch 1 is over the cap, or the model's context.
+TEST(Tables, TheCatalogueSectionGivesTheLargestBatchOrHowFarOver) {
+  json d = card_data();
+  auto cell = [](int64_t seq, const char* way, json largest, json first_oom) {
+    return json{{"seq", seq}, {"way", way}, {"largest_batch", largest}, {"first_oom", first_oom}};
+  };
+  json over = cell(2048, "full", nullptr, 1);
+  over["over_bytes"] = 3.5 * (int64_t{1} << 30);
+  json beyond = {{"seq", 4096}, {"way", "full"}, {"beyond_context", 2048}};
+  d["catalogue"] = {
+      {"lengths", {2048, 4096}},
+      {"ways", {{{"key", "full"}, {"label", "bf16 full fine-tune"}, {"flags", "--precision bf16"}},
+                {{"key", "qlora"}, {"label", "QLoRA, NF4 base"}, {"flags", "--weights nf4"}}}},
+      {"rows", {{{"model", "qwen2.5-7b"}, {"hf_id", "Qwen/Qwen2.5-7B"}, {"parameters", 7615616512},
+                 {"cells", {over, cell(2048, "qlora", 6, 7), beyond, cell(4096, "qlora", 3, nullptr)}}}}}};
+  const std::string md = card_markdown(d);
+  const auto at = md.find("## The Llama-family catalogue at 2048 and 4096 tokens (predicted)");
+  ASSERT_NE(at, std::string::npos) << md;
+  const auto first = markdown_rows(md, "## The Llama-family catalogue at 2048 and 4096 tokens (predicted)");
+  ASSERT_EQ(first.size(), 1u) << md.substr(at);
+  EXPECT_EQ(first[0], (std::vector<std::string>{"qwen2.5-7b", "7.62B", "does not fit at batch 1: 3.50 GiB over", "6"}));
+  const auto second = markdown_rows(md, "Sequence length 4096:");
+  ASSERT_EQ(second.size(), 1u) << md.substr(at);
+  EXPECT_EQ(second[0], (std::vector<std::string>{"qwen2.5-7b", "7.62B", "beyond its 2048-token context",
+                                                 "3 (limit not reached)"}));
+  EXPECT_EQ(card_markdown(card_data()).find("catalogue"), std::string::npos);  // older data: no section
+}
+
 TEST(Tables, ThePageEmbedsTheSameCellsAndCannotBeClosedByData) {
   json d = card_data();
   d["entries"][0]["fit"]["techniques"][0]["label"] = "fp32 </script><b>x";

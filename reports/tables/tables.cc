@@ -105,6 +105,55 @@ void comparison_fields(const json& fit, json& v) {
   v["sure"] = sure_short(fit);
 }
 
+// A catalogue cell: the largest batch, or why there is none.
+std::string catalogue_cell(const json& c) {
+  if (c.contains("beyond_context"))
+    return "beyond its " + std::to_string(c.at("beyond_context").get<int64_t>()) + "-token context";
+  if (c.value("largest_batch", json()).is_number()) {
+    std::string s = std::to_string(c.at("largest_batch").get<int64_t>());
+    if (!c.value("first_oom", json()).is_number()) s += " (limit not reached)";
+    return s;
+  }
+  if (c.contains("over_bytes"))
+    return "does not fit at batch 1: " + format_bytes(c.at("over_bytes").get<double>()) + " over";
+  return "does not fit at batch 1";
+}
+
+// The catalogue's section: a table per length, a row per model, a column per way.
+void catalogue_section(Document& doc, const json& d) {
+  const json& c = d.at("catalogue");
+  const std::string key = d.at("card").at("key");
+  doc.heading(2, "The Llama-family catalogue at " + std::to_string(c.at("lengths").front().get<int64_t>()) +
+                     " and " + std::to_string(c.at("lengths").back().get<int64_t>()) + " tokens (predicted)");
+  std::string ways;
+  for (const json& w : c.at("ways"))
+    ways += std::string(ways.empty() ? "" : "; ") + w.at("label").get<std::string>() + ": sweep fit MODEL --gpu " +
+            key + " --device emulated --seq N " + w.at("flags").get<std::string>();
+  doc.paragraph("The decoders of sweep models read from their config.json, fine-tuned three ways, "
+                "each with gradient checkpointing and AdamW (" + ways + "). A cell is the largest "
+                "micro-batch that fits under the cap; where batch 1 does not, how far over the cap "
+                "batch 1's peak reserved memory is (that batch predicted on this card without its "
+                "memory limit).");
+  std::vector<std::string> headers = {"model", "parameters"};
+  for (const json& w : c.at("ways")) headers.push_back(w.at("label"));
+  for (const json& len : c.at("lengths")) {
+    const int64_t seq = len.get<int64_t>();
+    std::vector<std::vector<std::string>> rows;
+    for (const json& r : c.at("rows")) {
+      std::vector<std::string> row = {r.at("model"), fixed(r.at("parameters").get<double>() / 1e9, 2) + "B"};
+      for (const json& w : c.at("ways"))
+        for (const json& cell : r.at("cells"))
+          if (cell.at("seq") == seq && cell.at("way") == w.at("key")) row.push_back(catalogue_cell(cell));
+      row.resize(headers.size());
+      rows.push_back(row);
+    }
+    doc.paragraph("Sequence length " + std::to_string(seq) + ":");
+    std::vector<Align> align(headers.size(), Align::kRight);
+    align.front() = Align::kLeft;
+    doc.table(make_table(headers, align, std::vector<bool>(headers.size(), true), rows));
+  }
+}
+
 }  // namespace
 
 json measured_beside_predicted(const Results& measured, const Results& predicted) {
@@ -354,6 +403,7 @@ std::string card_markdown(const json& d) {
       doc.table(make_table(mh, align, std::vector<bool>(mh.size(), true), mrows));
     }
   }
+  if (d.contains("catalogue")) catalogue_section(doc, d);
   return head + "\n" + doc.markdown();
 }
 

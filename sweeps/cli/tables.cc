@@ -23,6 +23,7 @@
 #include "sweeps/cli/fit_question.h"
 #include "reports/results/files.h"
 #include "sweeps/runner/progress.h"
+#include "sweeps/runner/sweep.h"
 
 namespace sweep {
 namespace {
@@ -228,6 +229,134 @@ json collect(const CardSpec& card, const TablesOptions& o, const std::vector<con
   return d;
 }
 
+// The catalogue's section (issue 34 item 5): each decoder of models/catalogue/ at 2048 and 4096
+// tokens, fine-tuned the three ways people do, each with gradient checkpointing and AdamW:
+// every weight in bf16 (loaded in bf16, Trainer's bf16=True: our precision bf16), LoRA on that
+// bf16 base, and QLoRA (the base in NF4, bf16 compute: bf16-amp; fp16 where the card has no
+// bf16 tensor cores). A cell is fit's largest batch, or, where batch 1 does not fit, how far
+// over the cap batch 1's peak is: that batch on the card without its memory limit.
+const std::vector<int64_t> kCatalogueLengths = {2048, 4096};
+
+struct Way {
+  std::string key, label, precision, adapter, weights;
+};
+
+std::vector<Way> ways_on(const CardSpec& card) {
+  const std::string amp = lacks_bf16(card) ? "fp16-amp" : "bf16-amp";
+  return {{"full", "bf16 full fine-tune", "bf16", "none", "full"},
+          {"lora", "LoRA, bf16 base", "bf16", "lora", "full"},
+          {"qlora", "QLoRA, NF4 base", amp, "lora", "nf4"}};
+}
+
+std::string way_flags(const Way& w) {
+  return "--precision " + w.precision + " --checkpointing block --optimizer adamw --offload none" +
+         (w.adapter == "none" ? "" : " --adapter lora") +
+         (w.weights == "full" ? "" : " --weights " + w.weights);
+}
+
+// Batch 1's peak reserved bytes on `card` with no memory limit: an emulated run of one point on
+// the card written out with the most memory a config takes.
+std::optional<double> unlimited_batch1_peak(const CardSpec& card, const models::ModelSpec& spec,
+                                            const Way& w, int64_t seq, const fs::path& dir) {
+  char cc[16];
+  std::snprintf(cc, sizeof cc, "\"%d.%d\"", card.cc_major, card.cc_minor);
+  const std::string yaml =
+      "name: batch1-unlimited\ndevice: emulated\nout: " + json(dir.string()).dump() + "\n" +
+      "gpu: {name: " + json(std::string(card.name) + ", memory unlimited").dump() +
+      ", memory_gib: 1048576, compute_capability: " + cc + ", sms: " + std::to_string(card.sms) + "}\n" +
+      "steps: 1\nwarmup_steps: 1\nrepetitions: 1\nmodels: [" + json(spec.name).dump() + "]\n" +
+      "grid: {batch: 1, seq: " + std::to_string(seq) + ", precision: " + w.precision +
+      ", checkpointing: block, optimizer: adamw, adapter: " + w.adapter + ", weights: " + w.weights + "}\n";
+  fs::create_directories(dir);
+  const fs::path config = dir / "config.yaml";
+  install_file(config, yaml, "the batch-1 config", "--results", "give --results a directory you can write");
+  RunOptions r;
+  r.config = config.string();
+  r.quiet = true;
+  r.search = "none";
+  r.force = true;
+  run_sweep(r);
+  const auto results = reports::read_results((dir / "results.csv").string());
+  for (const auto& row : results.rows)
+    if (row.status == Status::kOk) return row.number(schema::column("peak_reserved_bytes"));
+  return std::nullopt;
+}
+
+// One catalogue cell: fit's answer for one way at one length.
+json catalogue_cell(const FitOptions& base, const CardSpec& card, const models::ModelSpec& spec,
+                    const Way& w, int64_t seq, const fs::path& dir, std::size_t& searches) {
+  json cell = {{"seq", seq}, {"way", w.key}};
+  if (spec.max_seq > 0 && seq > spec.max_seq) {
+    cell["beyond_context"] = spec.max_seq;
+    return cell;
+  }
+  FitOptions f = base;
+  f.model = spec.name;
+  f.seq = seq;
+  f.effective_batch.reset();
+  f.precisions = {w.precision};
+  f.checkpointing = {"block"};
+  f.optimizers = {"adamw"};
+  f.offloads = {"none"};
+  f.adapters = {w.adapter};
+  f.weights = {w.weights};
+  f.out = (dir / (spec.name + "-seq" + std::to_string(seq) + "-" + w.key)).string();
+  json answer;
+  if (const int rc = run_fit(f, &answer); rc != 0)
+    throw UserError("", 0, "--card",
+                    "the fit of " + spec.name + ", seq " + std::to_string(seq) + ", " + w.label + " on " +
+                        std::string(card.name) + " failed (exit " + std::to_string(rc) + ")",
+                    "run it alone to see why: sweep fit " + spec.name + " --gpu " + std::string(card.key) +
+                        " --device emulated --seq " + std::to_string(seq) + " " + way_flags(w));
+  // Its best technique (fit may try use_cache both ways): the largest batch.
+  auto largest = [](const json& t) {
+    return t.at("largest_batch").is_null() ? int64_t{0} : t.at("largest_batch").get<int64_t>();
+  };
+  const json* best = nullptr;
+  for (const json& t : answer.at("techniques")) {
+    ++searches;
+    if (!best || largest(t) > largest(*best)) best = &t;
+  }
+  if (!best) return cell;
+  for (const char* k : {"largest_batch", "first_oom", "peak_reserved_bytes", "probes"})
+    if (best->contains(k)) cell[k] = best->at(k);
+  if (cell.value("largest_batch", json()).is_null()) {
+    const auto need = unlimited_batch1_peak(card, spec, w, seq, fs::path(f.out) / "batch1-unlimited");
+    if (need) {
+      cell["batch1_peak_reserved_bytes"] = *need;
+      cell["over_bytes"] = *need - static_cast<double>(reports::FitRule{card_memory_bytes(card),
+                                                                       card_context_bytes(card), base.margin}
+                                                           .cap_bytes());
+    }
+  }
+  return cell;
+}
+
+json collect_catalogue(const CardSpec& card, const TablesOptions& o,
+                       const std::vector<const models::ModelSpec*>& models, Progress& progress) {
+  FitOptions base;
+  base.gpu = std::string(card.key);
+  base.device = "emulated";
+  base.quiet = true;
+  json c = {{"lengths", kCatalogueLengths}, {"ways", json::array()}, {"rows", json::array()}};
+  for (const Way& w : ways_on(card))
+    c["ways"].push_back({{"key", w.key}, {"label", w.label}, {"flags", way_flags(w)}});
+  const fs::path dir = fs::path(o.results) / card.key / "catalogue";
+  for (const auto* spec : models) {
+    const std::string what = std::string(card.key) + ", " + spec->name + ", the catalogue's lengths";
+    const auto start = std::chrono::steady_clock::now();
+    std::size_t searches = 0;
+    progress.start_work(what);
+    json row = {{"model", spec->name}, {"hf_id", spec->hf_id}, {"parameters", spec->parameters},
+                {"cells", json::array()}};
+    for (const int64_t seq : kCatalogueLengths)
+      for (const Way& w : ways_on(card)) row["cells"].push_back(catalogue_cell(base, card, *spec, w, seq, dir, searches));
+    c["rows"].push_back(row);
+    progress.finish_work(what, searches_text(searches, std::chrono::steady_clock::now() - start));
+  }
+  return c;
+}
+
 // A card's data already in OUT (its .json), or nullopt where there is none. Read as every file
 // sweep reads (files.h: a FIFO is refused, not waited on), and checked by printing it, so that
 // data this sweep cannot draw is refused with its file before any fit runs.
@@ -247,9 +376,9 @@ std::optional<json> card_data_in(const fs::path& out, const CardSpec& card) {
   return d;
 }
 
-// `--model` regenerates only those models' sections: the card's other sections come from its
-// data already in OUT, in the zoo's order, and none is ever dropped (an entry of a model the
-// zoo no longer has stays, last).
+// `--model` regenerates only those models' sections: the card's other sections (and catalogue
+// rows) come from its data already in OUT, in the zoo's order, and none is ever dropped (an
+// entry of a model the zoo no longer has stays, last).
 json merged(const json& fresh, const json& previous, const std::vector<const models::ModelSpec*>& chosen) {
   auto is_chosen = [&](const std::string& model) {
     return std::any_of(chosen.begin(), chosen.end(), [&](const auto* m) { return m->name == model; });
@@ -264,6 +393,15 @@ json merged(const json& fresh, const json& previous, const std::vector<const mod
   for (const auto& e : d["entries"])
     if (e.contains("measured") && !d.contains("measured_note") && previous.contains("measured_note"))
       d["measured_note"] = previous["measured_note"];
+  if (previous.contains("catalogue")) {
+    json rows = json::array();
+    for (const auto& m : models::zoo())
+      for (const auto& r : (is_chosen(m.name) && fresh.contains("catalogue") ? fresh : previous)
+                               .at("catalogue").at("rows"))
+        if (r.at("model") == m.name) rows.push_back(r);
+    d["catalogue"] = fresh.contains("catalogue") ? fresh.at("catalogue") : previous.at("catalogue");
+    d["catalogue"]["rows"] = rows;
+  }
   return d;
 }
 
@@ -285,31 +423,34 @@ std::vector<const CardSpec*> chosen_cards(const TablesOptions& o) {
 }
 
 // The models of --model, by name or Hugging Face id (`sweep models` prints both); every model
-// of the zoo but the -test ones without it.
-std::vector<const models::ModelSpec*> chosen_models(const TablesOptions& o) {
-  std::vector<const models::ModelSpec*> zoo;
+// of the zoo but the -test ones without it. The catalogue's decoders have the catalogue's
+// section; the others a section each per input.
+struct ChosenModels {
+  std::vector<const models::ModelSpec*> sections, catalogue;
+};
+ChosenModels chosen_models(const TablesOptions& o) {
   for (const auto& name : o.models) {
     const auto* m = models::find_model(name);
     if (!m || m->test_only)
       throw UserError("", 0, "--model", "unknown model '" + name + "'",
                       "`sweep models` lists them (the -test models have no table)");
   }
-  for (const auto& m : models::zoo())
-    // The catalogue's models (models/catalogue/) only when named: the tables' sections for them
-    // (issue 34 item 5) are not written yet.
-    // The encoder-classifiers (whisper-*-cls) too: the whole Whisper is what people train.
-    if (!m.test_only && (o.models.empty() ? !m.catalogue && m.family != "whisper-cls" : std::any_of(o.models.begin(), o.models.end(), [&](const std::string& n) {
-                           return models::find_model(n) == &m;
-                         })))
-      zoo.push_back(&m);
-  return zoo;
+  ChosenModels chosen;
+  for (const auto& m : models::zoo()) {
+    const bool named = std::any_of(o.models.begin(), o.models.end(),
+                                   [&](const std::string& n) { return models::find_model(n) == &m; });
+    // The encoder-classifiers (whisper-*-cls) only when named: the whole Whisper is what people train.
+    if (m.test_only || !(o.models.empty() ? m.family != "whisper-cls" : named)) continue;
+    (m.catalogue ? chosen.catalogue : chosen.sections).push_back(&m);
+  }
+  return chosen;
 }
 
 }  // namespace
 
 int run_tables(const TablesOptions& o) {
   const std::vector<const CardSpec*> chosen = chosen_cards(o);
-  const std::vector<const models::ModelSpec*> zoo = chosen_models(o);
+  const ChosenModels models = chosen_models(o);
   // Every card's data in OUT is read (and checked) before the first fit: the page needs them
   // all, and a refusal after minutes of fits would waste them.
   std::map<std::string, json> data;
@@ -317,14 +458,20 @@ int run_tables(const TablesOptions& o) {
     if (auto d = card_data_in(o.out, c)) data[std::string(c.key)] = std::move(*d);
   make_output_directory(o.out, "--out");
   std::size_t units = 0;  // [k/N]: each card's models and inputs
-  for (const auto* spec : zoo) units += inputs_of(*spec).size();
+  for (const auto* spec : models.sections) units += inputs_of(*spec).size();
+  units += models.catalogue.size();
   Progress progress(units * chosen.size(), o.quiet);
   for (const CardSpec* card : chosen) {
     const auto start = std::chrono::steady_clock::now();
-    json d = collect(*card, o, zoo, progress);
-    const std::size_t inputs = d["entries"].size();
+    json d = collect(*card, o, models.sections, progress);
+    if (!models.catalogue.empty()) d["catalogue"] = collect_catalogue(*card, o, models.catalogue, progress);
+    const std::size_t inputs = d["entries"].size() + models.catalogue.size();
     const std::string key(card->key);
-    if (!o.models.empty() && data.count(key)) d = merged(d, data.at(key), zoo);
+    if (!o.models.empty() && data.count(key)) {
+      std::vector<const models::ModelSpec*> all = models.sections;
+      all.insert(all.end(), models.catalogue.begin(), models.catalogue.end());
+      d = merged(d, data.at(key), all);
+    }
     write(fs::path(o.out) / (key + ".json"), d.dump(1) + "\n", "the table's data");
     write(fs::path(o.out) / (key + ".md"), reports::card_markdown(d), "the table");
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

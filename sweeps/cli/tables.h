@@ -5,6 +5,9 @@
 // written as OUT/<card>.json (the data), OUT/<card>.md and, from every OUT/*.json, the one page
 // OUT/index.html (reports/tables/tables.h prints both). The RTX 3060's measured rows
 // (OUT/rtx3060-results.csv) sit beside its prediction, emulated once more under their cap.
+// The Llama-family decoders of models/catalogue/ get one section of their own: each at 2048
+// and 4096 tokens, as a bf16 full fine-tune, LoRA and QLoRA (AdamW, gradient checkpointing),
+// the largest batch, or how far batch 1 is over the cap.
 #pragma once
 
 #include <string>
@@ -14,7 +17,8 @@ namespace sweep {
 
 struct TablesOptions {
   std::vector<std::string> cards;   // empty: every card of the table
-  std::vector<std::string> models;  // empty: every model of the zoo (not the -test ones)
+  std::vector<std::string> models;  // empty: every model of the zoo (not the -test ones), the
+                                    // catalogue's in its own section
   std::string out = "docs/tables";
   std::string results = "results/tables";  // the fits' results directories, per card
   bool quiet = false;
