@@ -18,7 +18,8 @@ What the reference does, per point (fresh process, CUDA):
   * weights full | int8 (from_pretrained with BitsAndBytesConfig(load_in_8bit=True): the
     linear layers become bitsandbytes' Linear8bitLt; use with --adapter lora);
   * precision fp32 | fp16-amp (torch.autocast + torch.amp.GradScaler) | bf16-amp (autocast) |
-    bf16 (model.to(bfloat16));
+    bf16 (model.to(bfloat16) after the move; a Llama-family decoder cast first, as
+    from_pretrained(dtype=torch.bfloat16) loads it);
   * optimizer torch.optim.AdamW (PyTorch's default implementation choice), fused AdamW, SGD
     (momentum 0.9) or torch.optim.Adafactor, lr 1e-3, weight decay 0.01;
   * synthetic batches as sweep's: uniform token ids, labels = inputs (GPT-2), random labels
@@ -258,6 +259,10 @@ def burst(a, device, phase=None):
             model = load_int8(model, a, device)
         elif weights in ("nf4", "fp4"):
             model = load_4bit(model, a, device)
+        elif a.precision == "bf16" and family in ("llama", "phi3"):
+            # A decoder as its users load it: from_pretrained(name, dtype=torch.bfloat16).
+            model.to(torch.bfloat16)
+            model.to(device)
         else:
             model.to(device)
             if a.precision == "bf16":

@@ -226,6 +226,20 @@ TEST(TrainerArgs, QloraLoadsIn4BitAndPreparesForKbitTraining) {
   EXPECT_EQ(f.from_pretrained, Json::parse(R"({"dtype":"float16","device_map":{"":0}})"));
 }
 
+// bf16 weights of a decoder read from its config.json are loaded in bf16, as sweep's burst
+// loads them; GPT-2's are cast after the load, as its measured reference does.
+TEST(TrainerArgs, ADecoderLoadsItsBf16WeightsWithFromPretrained) {
+  TrainingSetup s = setup(P::kBf16, C::kBlock, O::kAdamW, false);
+  s.family = "llama";
+  const TrainerArgs a = trainer_args(s);
+  ASSERT_EQ(a.model_code.size(), 1u);
+  EXPECT_EQ(a.model_code[0],
+            "model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.bfloat16)  # bf16 weights: no Trainer flag");
+  EXPECT_EQ(a.from_pretrained, Json::parse(R"({"dtype":"bfloat16"})"));
+  s.family = "gpt2";
+  EXPECT_EQ(trainer_args(s).model_code.at(0), "model = model.to(torch.bfloat16)  # bf16 weights: no Trainer flag");
+}
+
 TEST(TrainerArgs, PrecisionNamesExplainThemselves) {
   EXPECT_EQ(precision_words(P::kBf16Amp), "bf16 autocast (Trainer bf16=True)");
   EXPECT_EQ(precision_words(P::kBf16), "bf16 weights (model.to(bfloat16))");

@@ -88,6 +88,17 @@ Json zero_offload(const TrainingSetup& s) {
   return ds;
 }
 
+// The transformers class that loads a family's checkpoint as the zoo builds it (scripts/
+// hf_reference.py build): GPT-2 with its LM head, T5 and Whisper for generation, Whisper's
+// encoder-classifier.
+std::string auto_class(const std::string& family) {
+  if (family == "gpt2" || family == "llama" || family == "phi3") return "AutoModelForCausalLM";
+  if (family == "t5") return "AutoModelForSeq2SeqLM";
+  if (family == "whisper") return "AutoModelForSpeechSeq2Seq";
+  if (family == "whisper-cls") return "AutoModelForAudioClassification";
+  return "AutoModel";
+}
+
 void add_precision(const TrainingSetup& s, TrainerArgs& a) {
   Json& t = a.training_arguments;
   const bool offload = s.offload == Offload::kOptimizer;
@@ -99,21 +110,17 @@ void add_precision(const TrainingSetup& s, TrainerArgs& a) {
   if (s.mode == Mode::kEval) {
     t["bf16_full_eval"] = true;  // trainer.py evaluation_loop: model.to(torch.bfloat16)
   } else if (s.weights == Weights::kFull) {
-    a.model_code.push_back("model = model.to(torch.bfloat16)  # bf16 weights: no Trainer flag");
+    if (s.family == "llama" || s.family == "phi3") {
+      // A decoder from its config.json: sweeps/worker/burst.cc loads it in bf16 from the start.
+      a.from_pretrained = {{"dtype", "bfloat16"}};
+      a.model_code.push_back("model = " + auto_class(s.family) +
+                             ".from_pretrained(name, dtype=torch.bfloat16)  # bf16 weights: no Trainer flag");
+    } else {
+      a.model_code.push_back("model = model.to(torch.bfloat16)  # bf16 weights: no Trainer flag");
+    }
     a.notes.push_back("bf16 weights are not Trainer's bf16=True: that is autocast over fp32 weights "
                       "(the bf16-amp rows), which holds more memory");
   }
-}
-
-// The transformers class that loads a family's checkpoint as the zoo builds it (scripts/
-// hf_reference.py build): GPT-2 with its LM head, T5 and Whisper for generation, Whisper's
-// encoder-classifier.
-std::string auto_class(const std::string& family) {
-  if (family == "gpt2" || family == "llama" || family == "phi3") return "AutoModelForCausalLM";
-  if (family == "t5") return "AutoModelForSeq2SeqLM";
-  if (family == "whisper") return "AutoModelForSpeechSeq2Seq";
-  if (family == "whisper-cls") return "AutoModelForAudioClassification";
-  return "AutoModel";
 }
 
 bool four_bit(Weights w) { return w == Weights::kNf4 || w == Weights::kFp4; }

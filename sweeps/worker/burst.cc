@@ -166,6 +166,10 @@ void prepare_model_for_kbit_training(models::ModelImpl& model, MemoryTracker& me
   mem.empty_cache();
 }
 
+// The families whose bf16 checkpoints people load with from_pretrained(dtype=torch.bfloat16):
+// the Llama-family decoders read from a config.json.
+bool loads_in_its_dtype(const std::string& family) { return family == "llama" || family == "phi3"; }
+
 // The model onto its device as from_pretrained loads it: in full (moved, then cast for a bf16
 // point), or in 8 or 4 bit (bitsandbytes' layers, quantised as they load), before PEFT adds its
 // adapters.
@@ -186,9 +190,20 @@ void load(Workload& w, const Point& p, bool from_host, MemoryTracker& mem) {
     const auto s = quant4_settings(p);
     load_4bit(*w.model, p.family, w.device, s.compute_dtype, s);
   } else {
+    // bf16 weights: GPT-2, T5 and Whisper as the measured references cast them, on the device
+    // after the move (model.to(cuda).to(torch.bfloat16)); a decoder read from its config.json
+    // as its users load it, from_pretrained(name, dtype=torch.bfloat16), so the card never
+    // holds it in fp32 (cast on the host, then moved).
+    const bool bf16 = p.precision == Precision::kBf16 && !four_bit;
+    const bool cast_first = bf16 && from_host && loads_in_its_dtype(p.family);
+    if (cast_first) {
+      std::optional<HostScope> host;
+      if (w.emulated) host.emplace();
+      w.model->to(torch::kBFloat16);
+    }
     if (w.emulated && from_host) emu::move_to_device(*w.model);
     else w.model->to(w.device);
-    if (p.precision == Precision::kBf16 && !four_bit) w.model->to(torch::kBFloat16);
+    if (bf16 && !cast_first) w.model->to(torch::kBFloat16);
     // On the CPU the loader converts in place (models/int8.h, nf4.h), host and device being one.
     if (p.weights == Weights::kInt8) models::quantize_int8(*w.model, p.family);
     if (four_bit) {
