@@ -196,12 +196,7 @@ nlohmann::json emulated_point(const std::string& model, const std::string& weigh
       {"weights", weights}, {"device", "emulated"}, {"steps", 1}, {"warmup_steps", 1},
       {"repetitions", 1},
       {"card", {{"name", "H100"}, {"memory_bytes", 85017493504}, {"cc_major", 9}, {"cc_minor", 0}, {"sms", 132}}}};
-  const auto run = testing::run_sweep_cli_split("worker --point '" + p.dump() + "' --result-fd 1");
-  EXPECT_EQ(run.exit_code, 0) << run.out << run.err;
-  if (run.exit_code != 0) return {};
-  auto m = nlohmann::json::parse(run.out.substr(run.out.rfind('{')));
-  EXPECT_EQ(m.at("status"), "ok") << m.dump();
-  return m;
+  return testing::run_worker_point(p);
 }
 
 // Zero compute for big models: Llama 3.1 70B (its rope_scaling llama3 included) in QLoRA on an

@@ -244,12 +244,7 @@ nlohmann::json emulated_gpt2(const std::string& optimizer) {
       {"warmup_steps", 1}, {"repetitions", 1},
       {"card", {{"name", "H100"}, {"memory_bytes", 85017493504}, {"context_bytes", 536870912},
                 {"cc_major", 9}, {"cc_minor", 0}, {"sms", 132}}}};
-  const auto run = testing::run_sweep_cli_split("worker --point '" + p.dump() + "' --result-fd 1");
-  EXPECT_EQ(run.exit_code, 0) << run.out << run.err;
-  if (run.exit_code != 0) return {};
-  auto m = nlohmann::json::parse(run.out.substr(run.out.rfind('{')));
-  EXPECT_EQ(m.at("status"), "ok") << m.dump();
-  return m;
+  return testing::run_worker_point(p);
 }
 
 TEST(PagedAdamW, OnAnEmulatedCardLargeStatesLeaveTheAllocator) {

@@ -10,6 +10,9 @@
 #include <iterator>
 #include <string>
 
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
 #include "temp_tree.h"
 
 namespace sweep::testing {
@@ -67,6 +70,17 @@ inline SplitResult run_sweep_cli_split(const std::string& args, const std::strin
   s.err.assign(std::istreambuf_iterator<char>(f), {});
   std::filesystem::remove(err_path);
   return s;
+}
+
+// One point through `sweep worker --point JSON` (a process of its own, as a run's): the row's
+// JSON, which the test expects to say "ok"; empty where the worker failed (reported).
+inline nlohmann::json run_worker_point(const nlohmann::json& point) {
+  const auto run = run_sweep_cli_split("worker --point '" + point.dump() + "' --result-fd 1");
+  EXPECT_EQ(run.exit_code, 0) << run.out << run.err;
+  if (run.exit_code != 0) return {};
+  auto m = nlohmann::json::parse(run.out.substr(run.out.rfind('{')));
+  EXPECT_EQ(m.at("status"), "ok") << m.dump();
+  return m;
 }
 
 }  // namespace sweep::testing
