@@ -21,7 +21,9 @@ What the reference does, per point (fresh process, CUDA):
     bf16 (model.to(bfloat16) after the move; a Llama-family decoder cast first, as
     from_pretrained(dtype=torch.bfloat16) loads it);
   * optimizer torch.optim.AdamW (PyTorch's default implementation choice), fused AdamW, SGD
-    (momentum 0.9) or torch.optim.Adafactor, lr 1e-3, weight decay 0.01;
+    (momentum 0.9), torch.optim.Adafactor, or bitsandbytes' AdamW (8-bit, paged 8-bit, paged
+    32-bit, as Trainer builds them; paged_bytes: their state in unified memory), lr 1e-3,
+    weight decay 0.01;
   * synthetic batches as sweep's: uniform token ids, labels = inputs (GPT-2), random labels
     (T5), Gaussian log-mel features and random class labels (Whisper); accumulation k with
     the loss scaled by 1/k;
@@ -175,7 +177,22 @@ def optimizer(name, params):
         return torch.optim.SGD(params, lr=1e-3, momentum=0.9, weight_decay=0.01)
     if name == "adafactor":
         return torch.optim.Adafactor(params, lr=1e-3, weight_decay=0.01)
+    if name in ("adamw8bit", "paged-adamw8bit", "paged-adamw32bit"):
+        # transformers' _get_bitsandbytes_optimizer for adamw_bnb_8bit, paged_adamw_8bit and
+        # paged_adamw_32bit: bnb.optim.AdamW(optim_bits=8 or 32, is_paged=...).
+        import bitsandbytes as bnb
+        return bnb.optim.AdamW(params, lr=1e-3, weight_decay=0.01,
+                               optim_bits=32 if name == "paged-adamw32bit" else 8,
+                               is_paged=name.startswith("paged"))
     raise SystemExit(f"unknown optimizer {name}")
+
+
+def paged_bytes(opt):
+    """The optimizer state bitsandbytes keeps in unified memory (its tensors marked is_paged)."""
+    if opt is None:
+        return 0
+    return sum(t.nbytes for state in opt.state.values() for t in state.values()
+               if getattr(t, "is_paged", False))
 
 
 def lora(model, family, a):
@@ -343,7 +360,8 @@ def point(a):
                 adapter=a.adapter, lora_r=a.lora_r, lora_alpha=a.lora_alpha,
                 lora_dropout=a.lora_dropout, lora_targets=a.lora_targets, weights=a.weights,
                 peak_allocated_bytes=torch.cuda.max_memory_allocated(),
-                peak_reserved_bytes=torch.cuda.max_memory_reserved(), step_ms=step_ms,
+                peak_reserved_bytes=torch.cuda.max_memory_reserved(), paged_bytes=paged_bytes(opt),
+                step_ms=step_ms,
                 tokens_per_s=tokens / (step_ms / 1000), device_name=torch.cuda.get_device_name(),
                 torch=torch.__version__, transformers=__import__("transformers").__version__)
 
@@ -407,7 +425,9 @@ def main():
     p.add_argument("--precision", default="fp32", choices=["fp32", "fp16-amp", "bf16-amp", "bf16"])
     p.add_argument("--checkpointing", default="none", choices=["none", "block"])
     p.add_argument("--accumulation", type=int, default=1)
-    p.add_argument("--optimizer", default="adamw", choices=["adamw", "adamw-fused", "sgd", "adafactor"])
+    p.add_argument("--optimizer", default="adamw",
+                   choices=["adamw", "adamw-fused", "sgd", "adafactor", "adamw8bit", "paged-adamw8bit",
+                            "paged-adamw32bit"])
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--repetitions", type=int, default=3)
