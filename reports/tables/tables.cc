@@ -154,6 +154,119 @@ void catalogue_section(Document& doc, const json& d) {
   }
 }
 
+// The table's header, written as Markdown (its emphasis and code spans): what the cells are,
+// the card's facts and the rule, how the data was made.
+std::string card_header(const json& d) {
+  const json& card = d.at("card");
+  const std::string name = card.at("name");
+  std::string head = "# " + name + ": what trains, predicted by emulation\n\n" + (
+      "The largest batch that trains on " + name + ", for each model of the zoo at the lengths "
+      "people train it and each technique combination `sweep fit` tries on a CUDA card. Every "
+      "cell is predicted by emulation of " + name + " (PyTorch's Meta device replaying CUDA's "
+      "caching allocator: docs/fidelity.md), not measured, unless a table says measured. "
+      "Other cards: [index.html](index.html) (open it in a browser; it works offline).") + "\n\n";
+  std::vector<std::string> facts;
+  const double sold = card.at("memory_gib_sold");
+  facts.push_back(
+      "**Card:** " + name + ", compute capability " + card.at("compute_capability").get<std::string>() + ", " +
+      std::to_string(card.at("sms").get<int>()) + " SMs; memory " +
+      format_bytes(card.at("memory_bytes").get<double>()) +
+      " as CUDA reports it, not the " + number_text(sold) + " GB sold (the lowest total seen: " +
+      card.at("memory_source").get<std::string>() + ")" +
+      "; CUDA context allowance " + format_bytes(card.at("context_bytes").get<double>()) + " (" +
+      card.at("context_source").get<std::string>() + ")" +
+      ". The rule (reports/common/fit_rule.h): a batch **fits** when it trains with no out-of-memory "
+      "error and peak reserved memory at most the cap, " + format_bytes(card.at("cap_bytes").get<double>()) +
+      " = memory - context; it is **recommended** only under the recommended ceiling, " +
+      format_bytes(card.at("ceiling_bytes").get<double>()) + " = memory x (1 - " +
+      number_text(card.at("margin").get<double>()) + ") - context.");
+  facts.push_back("**How generated:** `" + d.at("command").get<std::string>() +
+                  "`: for each model and input, `sweep fit MODEL --gpu " +
+                  card.at("key").get<std::string>() +
+                  " --device emulated --effective-batch " +
+                  std::to_string(d.value("effective_batch", 32)) +
+                  d.at("fit_flags").get<std::string>() +
+                  "` (a max-batch search per combination, each probe its own worker; the rows "
+                  "under results/tables/" + card.at("key").get<std::string>() + "/).");
+  facts.push_back("**Commit:** " + d.at("commit").get<std::string>() + " (sweep " +
+                  d.at("suite_version").get<std::string>() + ").");
+  int probes = 0, combinations = 0, most = 0;
+  for (const json& e : d.at("entries"))
+    for (const json& t : e.at("fit").at("techniques")) {
+      probes += t.at("probes").get<int>();
+      most = std::max(most, t.at("probes").get<int>());
+      ++combinations;
+    }
+  facts.push_back("**Probes:** " + std::to_string(probes) + " over " +
+                  std::to_string(combinations) + " combinations, " +
+                  (combinations ? fixed(static_cast<double>(probes) / combinations, 1) : "0") +
+                  " per combination on average, at most " + std::to_string(most) + ".");
+  facts.push_back(
+      "**Ranking:** by memory, not speed: an emulated card computes nothing, so no throughput is "
+      "predicted. Rows: the largest batch first; the recommendation is `fit`'s (the fewest "
+      "changes from plain training that reach the effective batch, at its largest micro-batch)." +
+      std::string(d.contains("measured_note") ? " " + d.at("measured_note").get<std::string>() : ""));
+  facts.push_back("**Columns:** largest batch: the largest that fits; peak reserved: the caching "
+                  "allocator's peak at it; headroom: what is left under the cap at that peak; first OOM: "
+                  "the smallest batch that did not fit (empty: none up to the search's limit).");
+  if (d.contains("precision_note")) facts.push_back("**Precision:** " + d.at("precision_note").get<std::string>());
+  for (const auto& f : facts) head += "- " + f + "\n";
+  return head;
+}
+
+// The summary: one line per model and input, its recommendation.
+void summary_section(Document& doc, const json& d, const json& view) {
+  std::vector<std::vector<std::string>> summary;
+  for (const json& v : view.at("entries")) {
+    const json& fit = [&]() -> const json& {
+      for (const json& e : d.at("entries"))
+        if (e.at("model") == v.at("model") && e.at("input") == v.at("input")) return e.at("fit");
+      return d;  // unreachable: the view is built from these entries
+    }();
+    const json& r = fit.at("recommendation");
+    summary.push_back({v.at("model"), v.at("input"), r.is_null() ? "nothing fits" : r.at("label").get<std::string>(),
+                       r.is_null() ? "" : std::to_string(r.at("batch").get<int64_t>()) + " x " +
+                                              std::to_string(r.at("accumulation").get<int64_t>()),
+                       r.is_null() ? "" : bytes_cell(r.at("peak_reserved_bytes"))});
+  }
+  doc.heading(2, "Summary: the recommendation for an effective batch of " +
+                     std::to_string(d.value("effective_batch", 32)) + " (predicted)");
+  const std::vector<std::string> sh = {"model", "input", "recommended technique",
+                                       "micro-batch x accumulation", "peak reserved"};
+  doc.table(make_table(sh, {Align::kLeft, Align::kLeft, Align::kLeft, Align::kRight, Align::kRight},
+                       std::vector<bool>(sh.size(), true), summary));
+
+}
+
+// A section per model and input: the recommendation, its Trainer arguments, every technique
+// and, where there are some, the measured rows beside the prediction.
+void entry_sections(Document& doc, const json& view) {
+  for (const json& v : view.at("entries")) {
+    doc.heading(2, v.at("model").get<std::string>() + ", " + v.at("input").get<std::string>());
+    doc.paragraph(v.at("recommendation"));
+    if (v.contains("trainer_args")) {
+      doc.paragraph("In your training script (Hugging Face transformers):");
+      doc.code("python", v.at("trainer_args"));
+    }
+    if (v.contains("how_sure")) doc.paragraph(v.at("how_sure"));
+    std::vector<std::vector<std::string>> rows(v.at("rows").begin(), v.at("rows").end());
+    const std::vector<std::string> headers = v.at("headers");
+    doc.table(make_table(headers,
+                         {Align::kLeft, Align::kRight, Align::kRight, Align::kRight, Align::kRight,
+                          Align::kRight, Align::kLeft},
+                         std::vector<bool>(headers.size(), true), rows));
+    if (v.contains("measured")) {
+      const json& m = v.at("measured");
+      doc.paragraph(m.at("title"));
+      std::vector<std::vector<std::string>> mrows(m.at("rows").begin(), m.at("rows").end());
+      const std::vector<std::string> mh = m.at("headers");
+      std::vector<Align> align(mh.size(), Align::kRight);
+      align.front() = align.back() = Align::kLeft;
+      doc.table(make_table(mh, align, std::vector<bool>(mh.size(), true), mrows));
+    }
+  }
+}
+
 }  // namespace
 
 json measured_beside_predicted(const Results& measured, const Results& predicted) {
@@ -299,112 +412,13 @@ json table_view(const json& d) {
 }
 
 std::string card_markdown(const json& d) {
-  const json& card = d.at("card");
   const json view = table_view(d);
-  const std::string name = card.at("name");
-  // The header is written as Markdown (its emphasis and code spans); the tables below through
-  // the one table builder, which escapes their cells.
-  std::string head = "# " + name + ": what trains, predicted by emulation\n\n" + (
-      "The largest batch that trains on " + name + ", for each model of the zoo at the lengths "
-      "people train it and each technique combination `sweep fit` tries on a CUDA card. Every "
-      "cell is predicted by emulation of " + name + " (PyTorch's Meta device replaying CUDA's "
-      "caching allocator: docs/fidelity.md), not measured, unless a table says measured. "
-      "Other cards: [index.html](index.html) (open it in a browser; it works offline).") + "\n\n";
-  std::vector<std::string> facts;
-  const double sold = card.at("memory_gib_sold");
-  facts.push_back(
-      "**Card:** " + name + ", compute capability " + card.at("compute_capability").get<std::string>() + ", " +
-      std::to_string(card.at("sms").get<int>()) + " SMs; memory " +
-      format_bytes(card.at("memory_bytes").get<double>()) +
-      " as CUDA reports it, not the " + number_text(sold) + " GB sold (the lowest total seen: " +
-      card.at("memory_source").get<std::string>() + ")" +
-      "; CUDA context allowance " + format_bytes(card.at("context_bytes").get<double>()) + " (" +
-      card.at("context_source").get<std::string>() + ")" +
-      ". The rule (reports/common/fit_rule.h): a batch **fits** when it trains with no out-of-memory "
-      "error and peak reserved memory at most the cap, " + format_bytes(card.at("cap_bytes").get<double>()) +
-      " = memory - context; it is **recommended** only under the recommended ceiling, " +
-      format_bytes(card.at("ceiling_bytes").get<double>()) + " = memory x (1 - " +
-      number_text(card.at("margin").get<double>()) + ") - context.");
-  facts.push_back("**How generated:** `" + d.at("command").get<std::string>() +
-                  "`: for each model and input, `sweep fit MODEL --gpu " +
-                  card.at("key").get<std::string>() +
-                  " --device emulated --effective-batch " +
-                  std::to_string(d.value("effective_batch", 32)) +
-                  d.at("fit_flags").get<std::string>() +
-                  "` (a max-batch search per combination, each probe its own worker; the rows "
-                  "under results/tables/" + card.at("key").get<std::string>() + "/).");
-  facts.push_back("**Commit:** " + d.at("commit").get<std::string>() + " (sweep " +
-                  d.at("suite_version").get<std::string>() + ").");
-  int probes = 0, combinations = 0, most = 0;
-  for (const json& e : d.at("entries"))
-    for (const json& t : e.at("fit").at("techniques")) {
-      probes += t.at("probes").get<int>();
-      most = std::max(most, t.at("probes").get<int>());
-      ++combinations;
-    }
-  facts.push_back("**Probes:** " + std::to_string(probes) + " over " +
-                  std::to_string(combinations) + " combinations, " +
-                  (combinations ? fixed(static_cast<double>(probes) / combinations, 1) : "0") +
-                  " per combination on average, at most " + std::to_string(most) + ".");
-  facts.push_back(
-      "**Ranking:** by memory, not speed: an emulated card computes nothing, so no throughput is "
-      "predicted. Rows: the largest batch first; the recommendation is `fit`'s (the fewest "
-      "changes from plain training that reach the effective batch, at its largest micro-batch)." +
-      std::string(d.contains("measured_note") ? " " + d.at("measured_note").get<std::string>() : ""));
-  facts.push_back("**Columns:** largest batch: the largest that fits; peak reserved: the caching "
-                  "allocator's peak at it; headroom: what is left under the cap at that peak; first OOM: "
-                  "the smallest batch that did not fit (empty: none up to the search's limit).");
-  if (d.contains("precision_note")) facts.push_back("**Precision:** " + d.at("precision_note").get<std::string>());
-  for (const auto& f : facts) head += "- " + f + "\n";
+  // The tables go through the one table builder, which escapes their cells.
   Document doc;
-
-  // The summary: one line per model and input.
-  std::vector<std::vector<std::string>> summary;
-  for (const json& v : view.at("entries")) {
-    const json& fit = [&]() -> const json& {
-      for (const json& e : d.at("entries"))
-        if (e.at("model") == v.at("model") && e.at("input") == v.at("input")) return e.at("fit");
-      return d;  // unreachable: the view is built from these entries
-    }();
-    const json& r = fit.at("recommendation");
-    summary.push_back({v.at("model"), v.at("input"), r.is_null() ? "nothing fits" : r.at("label").get<std::string>(),
-                       r.is_null() ? "" : std::to_string(r.at("batch").get<int64_t>()) + " x " +
-                                              std::to_string(r.at("accumulation").get<int64_t>()),
-                       r.is_null() ? "" : bytes_cell(r.at("peak_reserved_bytes"))});
-  }
-  doc.heading(2, "Summary: the recommendation for an effective batch of " +
-                     std::to_string(d.value("effective_batch", 32)) + " (predicted)");
-  const std::vector<std::string> sh = {"model", "input", "recommended technique",
-                                       "micro-batch x accumulation", "peak reserved"};
-  doc.table(make_table(sh, {Align::kLeft, Align::kLeft, Align::kLeft, Align::kRight, Align::kRight},
-                       std::vector<bool>(sh.size(), true), summary));
-
-  for (const json& v : view.at("entries")) {
-    doc.heading(2, v.at("model").get<std::string>() + ", " + v.at("input").get<std::string>());
-    doc.paragraph(v.at("recommendation"));
-    if (v.contains("trainer_args")) {
-      doc.paragraph("In your training script (Hugging Face transformers):");
-      doc.code("python", v.at("trainer_args"));
-    }
-    if (v.contains("how_sure")) doc.paragraph(v.at("how_sure"));
-    std::vector<std::vector<std::string>> rows(v.at("rows").begin(), v.at("rows").end());
-    const std::vector<std::string> headers = v.at("headers");
-    doc.table(make_table(headers,
-                         {Align::kLeft, Align::kRight, Align::kRight, Align::kRight, Align::kRight,
-                          Align::kRight, Align::kLeft},
-                         std::vector<bool>(headers.size(), true), rows));
-    if (v.contains("measured")) {
-      const json& m = v.at("measured");
-      doc.paragraph(m.at("title"));
-      std::vector<std::vector<std::string>> mrows(m.at("rows").begin(), m.at("rows").end());
-      const std::vector<std::string> mh = m.at("headers");
-      std::vector<Align> align(mh.size(), Align::kRight);
-      align.front() = align.back() = Align::kLeft;
-      doc.table(make_table(mh, align, std::vector<bool>(mh.size(), true), mrows));
-    }
-  }
+  summary_section(doc, d, view);
+  entry_sections(doc, view);
   if (d.contains("catalogue")) catalogue_section(doc, d);
-  return head + "\n" + doc.markdown();
+  return card_header(d) + "\n" + doc.markdown();
 }
 
 }  // namespace sweep::reports
