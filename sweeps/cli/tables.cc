@@ -98,25 +98,23 @@ void write(const fs::path& path, const std::string& text, const std::string& wha
   install_file(path, text, what, "--out", "give --out a directory you can write");
 }
 
-// The fit answers one card's table needs, collected into the card's data (reports/tables/tables.h).
-// `progress` counts one unit per model and input (its fits), as the search counts probes.
-json collect(const CardSpec& card, const TablesOptions& o, const std::vector<const models::ModelSpec*>& zoo,
-             Progress& progress) {
-  const bool measured_card = card.key == "rtx3060";
-  const fs::path measured_file = fs::path(o.out) / "rtx3060-results.csv";
-  std::optional<reports::Results> measured;
-  if (measured_card && names_something(measured_file)) measured = reports::read_results(measured_file.string());
-
-  json d;
-  d["tables_json_version"] = reports::kTablesJsonVersion;
+// The fit options every fit of a card's table starts from.
+FitOptions table_fit_base(const CardSpec& card) {
   FitOptions base;
   base.gpu = std::string(card.key);
   base.device = "emulated";
   base.effective_batch = kEffectiveBatch;
   base.quiet = true;
   if (lacks_bf16(card)) base.precisions = {"fp32", "fp16-amp", "bf16"};
+  return base;
+}
+
+// A card's data before its entries: the card's facts as `sweep gpus --json` gives them, the
+// two figures of the rule, and how the table was made.
+json card_head(const CardSpec& card, const FitOptions& base) {
   const reports::FitRule rule{card_memory_bytes(card), card_context_bytes(card), base.margin};
-  // The card's facts as `sweep gpus --json` gives them, and the two figures of the rule.
+  json d;
+  d["tables_json_version"] = reports::kTablesJsonVersion;
   const json gpus = reports::gpus_json();
   for (const auto& g : gpus.at("gpus"))
     if (g.at("key") == card.key) d["card"] = g;
@@ -132,94 +130,118 @@ json collect(const CardSpec& card, const TablesOptions& o, const std::vector<con
   d["effective_batch"] = kEffectiveBatch;
   if (lacks_bf16(card)) d["precision_note"] = precision_note(card);
   d["entries"] = json::array();
+  return d;
+}
+
+// A technique's (or the recommendation's) label as fit prints it.
+std::string technique_label(const json& t) {
+  FitTechnique x;
+  x.precision = *parse_as<Precision>(t.at("precision").get<std::string>());
+  x.checkpointing = *parse_as<Checkpointing>(t.at("checkpointing").get<std::string>());
+  x.optimizer = *parse_as<OptimizerKind>(t.at("optimizer").get<std::string>());
+  x.use_cache = t.at("use_cache");
+  x.adapter = *parse_as<Adapter>(t.at("adapter").get<std::string>());
+  x.offload = *parse_as<Offload>(t.at("offload").get<std::string>());
+  x.weights = *parse_as<Weights>(t.at("weights").get<std::string>());
+  return x.label();
+}
+
+// The RTX 3060's measured rows of one model and input beside the emulation under their cap
+// (fit once more with the cap as the budget), or nothing where no row measured them.
+std::optional<json> measured_beside(const CardSpec& card, const reports::Results& measured,
+                                    const models::ModelSpec& spec, const Input& in, const FitOptions& f,
+                                    std::size_t& searches) {
+  const auto budget = [&]() -> std::optional<double> {
+    for (const auto& r : measured.rows)
+      if (r.at(schema::column("model")) == spec.name &&
+          (!in.seq || r.number(schema::column("seq")) == static_cast<double>(*in.seq)))
+        if (const auto b = r.number(schema::column("budget_bytes"))) return *b;
+    return std::nullopt;
+  }();
+  if (!budget) return std::nullopt;
+  FitOptions capped = f;
+  capped.margin = 0;  // the cap is the budget: memory - context = the measured cap
+  capped.context_gib = (static_cast<double>(card_memory_bytes(card)) - *budget) / reports::kGiB;
+  capped.effective_batch.reset();
+  capped.adapters = {"none"};
+  capped.weights = {"full"};
+  capped.offloads = {"none"};
+  capped.optimizers = {"adamw", "adafactor"};
+  capped.out = f.out + "-cap";
+  json capped_answer;
+  if (run_fit(capped, &capped_answer) != 0) return std::nullopt;
+  searches += capped_answer["techniques"].size();
+  const auto rows = reports::measured_beside_predicted(
+      measured, reports::read_results((fs::path(capped.out) / "results.csv").string()));
+  const std::string key = spec.name + "|" + in.label;
+  if (!rows.contains(key)) return std::nullopt;
+  return json{{"where",
+               "Measured on an " + rows[key][0]["measured_on"].get<std::string>() + " under a " +
+                   reports::format_bytes(*budget) + " cap (the 3060's memory less its context; the rows: "
+                   "rtx3060-results.csv, the write-up: rtx3060-measured.md), beside the "
+                   "emulation of RTX 3060 under the same cap. Ranked by tokens/s measured on "
+                   "that H100 under the cap: a ranking of techniques, not a 3060's speed."},
+              {"rows", rows[key]}};
+}
+
+// One model at one input: fit's answer (full fine-tuning, then LoRA and int8 with LoRA), each
+// technique labelled, and the measured rows where there are some.
+json entry_of(const CardSpec& card, const FitOptions& base, const fs::path& results,
+              const models::ModelSpec& spec, const Input& in,
+              const std::optional<reports::Results>& measured, std::size_t& searches) {
+  FitOptions f = base;
+  f.model = spec.name;
+  f.seq = in.seq;
+  f.target_seq = in.target_seq;
+  f.audio_s = in.audio_s;
+  f.out = (results / card.key / (spec.name + "-" + in.slug)).string();
+  auto fit = [&](const FitOptions& x) {
+    json answer;
+    if (const int rc = run_fit(x, &answer); rc != 0)
+      throw UserError("", 0, "--card",
+                      "the fit of " + spec.name + ", " + in.label + " on " + std::string(card.name) +
+                          " failed (exit " + std::to_string(rc) + ")",
+                      "run it alone to see why: sweep fit " + spec.name + " --gpu " +
+                          std::string(card.key) + " --device emulated --out " + x.out);
+    searches += answer["techniques"].size();  // one max-batch search per technique
+    return answer;
+  };
+  json answer = fit(f);
+  FitOptions lora = f;
+  lora.adapters = kLoraAdapters;
+  lora.weights = kLoraWeights;
+  lora.optimizers = {"adamw"};
+  lora.offloads = {"none"};
+  lora.effective_batch.reset();
+  lora.out = f.out + "-lora";
+  for (const auto& t : fit(lora)["techniques"]) answer["techniques"].push_back(t);
+  for (auto& t : answer["techniques"]) t["label"] = technique_label(t);
+  if (!answer["recommendation"].is_null())
+    answer["recommendation"]["label"] = technique_label(answer["recommendation"]);
+  answer.erase("results");  // a path of this machine, not a fact of the table
+  json entry = {{"model", spec.name}, {"input", in.label}, {"fit", answer}};
+  if (measured)
+    if (auto m = measured_beside(card, *measured, spec, in, f, searches)) entry["measured"] = std::move(*m);
+  return entry;
+}
+
+// The fit answers one card's table needs, collected into the card's data (reports/tables/tables.h).
+// `progress` counts one unit per model and input (its fits), as the search counts probes.
+json collect(const CardSpec& card, const TablesOptions& o, const std::vector<const models::ModelSpec*>& zoo,
+             Progress& progress) {
+  const fs::path measured_file = fs::path(o.out) / "rtx3060-results.csv";
+  std::optional<reports::Results> measured;
+  if (card.key == "rtx3060" && names_something(measured_file))
+    measured = reports::read_results(measured_file.string());
+  const FitOptions base = table_fit_base(card);
+  json d = card_head(card, base);
   for (const auto* spec : zoo)
     for (const Input& in : inputs_of(*spec)) {
       const std::string what = std::string(card.key) + ", " + spec->name + ", " + in.label;
       const auto start = std::chrono::steady_clock::now();
       std::size_t searches = 0;
       progress.start_work(what);
-      FitOptions f = base;
-      f.model = spec->name;
-      f.seq = in.seq;
-      f.target_seq = in.target_seq;
-      f.audio_s = in.audio_s;
-      f.out = (fs::path(o.results) / card.key / (spec->name + "-" + in.slug)).string();
-      auto fit = [&](const FitOptions& x) {
-        json answer;
-        if (const int rc = run_fit(x, &answer); rc != 0)
-          throw UserError("", 0, "--card",
-                          "the fit of " + spec->name + ", " + in.label + " on " +
-                              std::string(card.name) + " failed (exit " + std::to_string(rc) + ")",
-                          "run it alone to see why: sweep fit " + spec->name + " --gpu " +
-                              std::string(card.key) + " --device emulated --out " + x.out);
-        searches += answer["techniques"].size();  // one max-batch search per technique
-        return answer;
-      };
-      json answer = fit(f);
-      FitOptions lora = f;
-      lora.adapters = kLoraAdapters;
-      lora.weights = kLoraWeights;
-      lora.optimizers = {"adamw"};
-      lora.offloads = {"none"};
-      lora.effective_batch.reset();
-      lora.out = f.out + "-lora";
-      for (const auto& t : fit(lora)["techniques"]) answer["techniques"].push_back(t);
-      // Each technique (and the recommendation) with the label fit prints.
-      auto label = [](const json& t) {
-        FitTechnique x;
-        x.precision = *parse_as<Precision>(t.at("precision").get<std::string>());
-        x.checkpointing = *parse_as<Checkpointing>(t.at("checkpointing").get<std::string>());
-        x.optimizer = *parse_as<OptimizerKind>(t.at("optimizer").get<std::string>());
-        x.use_cache = t.at("use_cache");
-        x.adapter = *parse_as<Adapter>(t.at("adapter").get<std::string>());
-        x.offload = *parse_as<Offload>(t.at("offload").get<std::string>());
-        x.weights = *parse_as<Weights>(t.at("weights").get<std::string>());
-        return x.label();
-      };
-      for (auto& t : answer["techniques"]) t["label"] = label(t);
-      if (!answer["recommendation"].is_null())
-        answer["recommendation"]["label"] = label(answer["recommendation"]);
-      answer.erase("results");  // a path of this machine, not a fact of the table
-      json entry = {{"model", spec->name}, {"input", in.label}, {"fit", answer}};
-
-      // The measured rows of this model and input, beside the emulation under their cap.
-      if (measured) {
-        const auto budget = [&]() -> std::optional<double> {
-          for (const auto& r : measured->rows)
-            if (r.at(schema::column("model")) == spec->name &&
-                (!in.seq || r.number(schema::column("seq")) == static_cast<double>(*in.seq)))
-              if (const auto b = r.number(schema::column("budget_bytes"))) return *b;
-          return std::nullopt;
-        }();
-        if (budget) {
-          FitOptions capped = f;
-          capped.margin = 0;  // the cap is the budget: memory - context = the measured cap
-          capped.context_gib = (static_cast<double>(card_memory_bytes(card)) - *budget) / reports::kGiB;
-          capped.effective_batch.reset();
-          capped.adapters = {"none"};
-          capped.weights = {"full"};
-          capped.offloads = {"none"};
-          capped.optimizers = {"adamw", "adafactor"};
-          capped.out = f.out + "-cap";
-          json capped_answer;
-          if (run_fit(capped, &capped_answer) == 0) {
-            searches += capped_answer["techniques"].size();
-            const auto rows = reports::measured_beside_predicted(
-                *measured, reports::read_results((fs::path(capped.out) / "results.csv").string()));
-            const std::string key = spec->name + "|" + in.label;
-            if (rows.contains(key))
-              entry["measured"] = {
-                  {"where",
-                   "Measured on an " + rows[key][0]["measured_on"].get<std::string>() + " under a " +
-                       reports::format_bytes(*budget) + " cap (the 3060's memory less its context; the rows: "
-                       "rtx3060-results.csv, the write-up: rtx3060-measured.md), beside the "
-                       "emulation of RTX 3060 under the same cap. Ranked by tokens/s measured on "
-                       "that H100 under the cap: a ranking of techniques, not a 3060's speed."},
-                  {"rows", rows[key]}};
-          }
-        }
-      }
-      d["entries"].push_back(entry);
+      d["entries"].push_back(entry_of(card, base, o.results, *spec, in, measured, searches));
       progress.finish_work(what, searches_text(searches, std::chrono::steady_clock::now() - start));
     }
   if (measured)
@@ -334,10 +356,7 @@ json catalogue_cell(const FitOptions& base, const CardSpec& card, const models::
 
 json collect_catalogue(const CardSpec& card, const TablesOptions& o,
                        const std::vector<const models::ModelSpec*>& models, Progress& progress) {
-  FitOptions base;
-  base.gpu = std::string(card.key);
-  base.device = "emulated";
-  base.quiet = true;
+  const FitOptions base = table_fit_base(card);
   json c = {{"lengths", kCatalogueLengths}, {"ways", json::array()}, {"rows", json::array()}};
   for (const Way& w : ways_on(card))
     c["ways"].push_back({{"key", w.key}, {"label", w.label}, {"flags", way_flags(w)}});
