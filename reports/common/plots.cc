@@ -116,6 +116,38 @@ double nice_step(double max) {
   return (norm <= 1 ? 1 : norm <= 2 ? 2 : norm <= 2.5 ? 2.5 : norm <= 5 ? 5 : 10) * mag;
 }
 
+// A chart's data file: row, label, then per panel its segments, the bar's end and the note.
+// `first_col` gets each panel's column of its first segment, `ends` each panel's bar ends.
+std::string bar_data(const BarChart& c, std::vector<int>& first_col, std::vector<std::vector<double>>& ends) {
+  const std::size_t rows = c.labels.size();
+  std::ostringstream data;
+  data << "# " << c.title << "\n# row\tlabel";
+  int col = 3;
+  for (const Panel& p : c.panels) {
+    first_col.push_back(col);
+    for (const Segment& s : p.segments) data << "\t" << s.title;
+    data << "\tbar end\tnote";
+    col += static_cast<int>(p.segments.size()) + 2;
+  }
+  data << "\n";
+  ends.assign(c.panels.size(), std::vector<double>(rows, 0));
+  for (std::size_t r = 0; r < rows; ++r) {
+    data << r << "\t" << field(c.labels[r]);
+    for (std::size_t p = 0; p < c.panels.size(); ++p) {
+      const Panel& panel = c.panels[p];
+      double end = 0;
+      for (const Segment& s : panel.segments) {
+        data << "\t" << num(s.values[r]);
+        if (!std::isnan(s.values[r])) end += s.values[r];
+      }
+      ends[p][r] = end;
+      data << "\t" << num(end) << "\t" << field(r < panel.notes.size() ? panel.notes[r] : "");
+    }
+    data << "\n";
+  }
+  return data.str();
+}
+
 }  // namespace
 
 std::vector<double> thin_tics(const std::vector<double>& tics, bool log2) {
@@ -240,33 +272,9 @@ bool Plotter::draw(const LineChart& c) {
 bool Plotter::draw(const BarChart& c) {
   const std::size_t rows = c.labels.size();
   if (rows == 0 || c.panels.empty()) return false;
-  // Data: row, label, then per panel its segments, the bar's end and the note.
-  std::ostringstream data;
-  data << "# " << c.title << "\n# row\tlabel";
   std::vector<int> first_col;  // per panel, the column of its first segment
-  int col = 3;
-  for (const Panel& p : c.panels) {
-    first_col.push_back(col);
-    for (const Segment& s : p.segments) data << "\t" << s.title;
-    data << "\tbar end\tnote";
-    col += static_cast<int>(p.segments.size()) + 2;
-  }
-  data << "\n";
-  std::vector<std::vector<double>> ends(c.panels.size(), std::vector<double>(rows, 0));
-  for (std::size_t r = 0; r < rows; ++r) {
-    data << r << "\t" << field(c.labels[r]);
-    for (std::size_t p = 0; p < c.panels.size(); ++p) {
-      const Panel& panel = c.panels[p];
-      double end = 0;
-      for (const Segment& s : panel.segments) {
-        data << "\t" << num(s.values[r]);
-        if (!std::isnan(s.values[r])) end += s.values[r];
-      }
-      ends[p][r] = end;
-      data << "\t" << num(end) << "\t" << field(r < panel.notes.size() ? panel.notes[r] : "");
-    }
-    data << "\n";
-  }
+  std::vector<std::vector<double>> ends;  // per panel, each bar's end
+  const std::string data = bar_data(c, first_col, ends);
 
   // Layout: the labels take the left, panels share the rest; rows ~26 px apart.
   std::size_t longest = 0;
@@ -339,7 +347,7 @@ bool Plotter::draw(const BarChart& c) {
   }
   body << "  unset multiplot\n";
 
-  write_file(fs::path(out_dir_) / (c.stem + ".dat"), data.str());
+  write_file(fs::path(out_dir_) / (c.stem + ".dat"), data);
   write_file(fs::path(out_dir_) / (c.stem + ".gp"), script(c.stem, height, body.str()));
   return run(c.stem);
 }

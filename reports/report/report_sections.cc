@@ -163,13 +163,95 @@ void memory_section(Document& doc, Plotter& plotter, const Group& g) {
   doc.table(make_table(fields, sel.points));
 }
 
-void technique_section(Document& doc, Plotter& plotter, const Group& g) {
-  doc.heading(3, "Techniques compared at the same batch size");
-  // The baseline: fp32, no checkpointing, accumulation 1, the lines' optimizer, no other technique.
-  const std::optional<OptimizerKind> base_optimizer = select_lines(g).optimizer;
+namespace {
+
+// One batch's techniques against the baseline (fp32, no checkpointing, accumulation 1, the
+// lines' optimizer, no other technique): a chart when `charted`, else a folded table.
+void technique_batch(Document& doc, Plotter& plotter, const Group& g, int batch,
+                     const std::vector<Point>& pts, bool charted,
+                     std::optional<OptimizerKind> base_optimizer) {
   const std::string base_name = to_string(Precision::kFp32) + " / " +
                                 to_string(Checkpointing::kNone) + " / acc 1 / " +
                                 to_string(base_optimizer);
+  const Point* base = nullptr;
+  for (const Point& p : pts)
+    if (p.ok() && p.precision == Precision::kFp32 && p.checkpointing == Checkpointing::kNone &&
+        p.accumulation == 1 && p.optimizer == base_optimizer && p.adapter == Adapter::kNone &&
+        p.use_cache && p.offload == Offload::kNone && p.weights_axis == Weights::kFull &&
+        p.peak_allocated && (p.tokens_per_s || p.predicted))
+      base = &p;
+  auto saving = [&](const Point& p) -> std::optional<double> {
+    if (!base || !p.ok() || !p.peak_allocated) return std::nullopt;
+    return 1 - *p.peak_allocated / *base->peak_allocated;
+  };
+  auto speed = [&](const Point& p) -> std::optional<double> {
+    if (!base || !p.ok() || !p.tokens_per_s || !base->tokens_per_s) return std::nullopt;
+    return *p.tokens_per_s / *base->tokens_per_s - 1;
+  };
+
+  BarChart chart{.stem = g.stem + "-techniques-b" + std::to_string(batch),
+                 .title = g.title() + ", batch " + std::to_string(batch) +
+                          ": memory and throughput by technique (" + g.measured_by() + ")"};
+  Panel memory{.xlabel = g.unit.header("peak allocated memory")};
+  Panel speed_panel{.xlabel = "throughput (tokens/s)"};
+  Segment mem{.title = "peak allocated", .color = palette(0)};
+  Segment tps{.title = "tokens/s", .color = palette(2)};
+  for (const Point& p : pts) {
+    chart.labels.push_back(p.technique());
+    bool has_mem = p.ok() && p.peak_allocated;
+    mem.values.push_back(has_mem ? g.unit.of(*p.peak_allocated) : kMissing);
+    tps.values.push_back(p.ok() && p.tokens_per_s ? *p.tokens_per_s : kMissing);
+    std::string failed = p.ok() ? "" : p.out_of_memory() ? "out of memory" : to_string(p.status);
+    auto s = saving(p);
+    auto v = speed(p);
+    memory.notes.push_back(!failed.empty() ? failed
+                           : &p == base    ? "baseline"
+                           : s             ? signed_percent(-*s)
+                                           : "");
+    speed_panel.notes.push_back(!failed.empty()    ? failed
+                                : &p == base || !v ? ""
+                                                   : signed_percent(*v));
+  }
+  memory.segments.push_back(mem);
+  speed_panel.segments.push_back(tps);
+  chart.panels = {memory, speed_panel};
+  if (charted) {
+    doc.heading(4, "Batch " + std::to_string(batch));
+    add_plot(doc, plotter.draw(chart), chart.stem, chart.title);
+  } else {
+    doc.begin_details("Batch " + std::to_string(batch) + ": " +
+                      std::to_string(pts.size()) + " techniques");
+  }
+  doc.paragraph(base ? "Labels: change against the baseline " + base_name +
+                           " (memory: negative is a saving; throughput: negative is the cost)."
+                     : "The baseline " + base_name + " has no successful measurement at batch " +
+                           std::to_string(batch) + ", so no savings are computed.");
+
+  auto fields = technique_fields();
+  fields.erase(fields.begin());  // the batch is in the heading
+  fields.push_back(right<Point>(
+      g.unit.header("peak allocated"), [&g](const Point& p) { return g.unit.text(p.peak_allocated); }, true));
+  // The chart's sign convention: a change against the baseline, negative memory is a saving.
+  fields.push_back(right<Point>(
+      "memory change",
+      [&](const Point& p) {
+        auto s = saving(p);
+        return &p == base ? "baseline" : s ? signed_percent(-*s) : "";
+      },
+      base != nullptr));
+  fields.push_back(right<Point>("tokens/s", tokens_of, true));
+  fields.push_back(right<Point>("throughput change", [&](const Point& p) {
+    auto v = speed(p);
+    return &p == base ? "baseline" : v ? signed_percent(*v) : "";
+  }));
+  doc.table(make_table(fields, pts));
+  if (!charted) doc.end();
+}
+
+}  // namespace
+
+void technique_section(Document& doc, Plotter& plotter, const Group& g) {
+  doc.heading(3, "Techniques compared at the same batch size");
   std::map<int, std::map<decltype(technique_key(g.points.front())), Point>> by_batch;
   for (const Point& p : g.points) by_batch[p.batch][technique_key(p)] = p;  // last row wins
   // One chart, at the batch that compares the most techniques (the smallest of equals); the
@@ -181,86 +263,14 @@ void technique_section(Document& doc, Plotter& plotter, const Group& g) {
       most = techniques.size();
       chart_batch = batch;
     }
+  const std::optional<OptimizerKind> base_optimizer = select_lines(g).optimizer;
   int shown = 0;
   for (const auto& [batch, techniques] : by_batch) {
     if (techniques.size() < 2) continue;
     ++shown;
-    const bool charted = batch == chart_batch;
     std::vector<Point> pts;
     for (const auto& [key, p] : techniques) pts.push_back(p);
-    const Point* base = nullptr;
-    for (const Point& p : pts)
-      if (p.ok() && p.precision == Precision::kFp32 && p.checkpointing == Checkpointing::kNone &&
-          p.accumulation == 1 && p.optimizer == base_optimizer && p.adapter == Adapter::kNone &&
-          p.use_cache && p.offload == Offload::kNone && p.weights_axis == Weights::kFull &&
-          p.peak_allocated && (p.tokens_per_s || p.predicted))
-        base = &p;
-    auto saving = [&](const Point& p) -> std::optional<double> {
-      if (!base || !p.ok() || !p.peak_allocated) return std::nullopt;
-      return 1 - *p.peak_allocated / *base->peak_allocated;
-    };
-    auto speed = [&](const Point& p) -> std::optional<double> {
-      if (!base || !p.ok() || !p.tokens_per_s || !base->tokens_per_s) return std::nullopt;
-      return *p.tokens_per_s / *base->tokens_per_s - 1;
-    };
-
-    BarChart chart{.stem = g.stem + "-techniques-b" + std::to_string(batch),
-                   .title = g.title() + ", batch " + std::to_string(batch) +
-                            ": memory and throughput by technique (" + g.measured_by() + ")"};
-    Panel memory{.xlabel = g.unit.header("peak allocated memory")};
-    Panel speed_panel{.xlabel = "throughput (tokens/s)"};
-    Segment mem{.title = "peak allocated", .color = palette(0)};
-    Segment tps{.title = "tokens/s", .color = palette(2)};
-    for (const Point& p : pts) {
-      chart.labels.push_back(p.technique());
-      bool has_mem = p.ok() && p.peak_allocated;
-      mem.values.push_back(has_mem ? g.unit.of(*p.peak_allocated) : kMissing);
-      tps.values.push_back(p.ok() && p.tokens_per_s ? *p.tokens_per_s : kMissing);
-      std::string failed = p.ok() ? "" : p.out_of_memory() ? "out of memory" : to_string(p.status);
-      auto s = saving(p);
-      auto v = speed(p);
-      memory.notes.push_back(!failed.empty() ? failed
-                             : &p == base    ? "baseline"
-                             : s             ? signed_percent(-*s)
-                                             : "");
-      speed_panel.notes.push_back(!failed.empty()    ? failed
-                                  : &p == base || !v ? ""
-                                                     : signed_percent(*v));
-    }
-    memory.segments.push_back(mem);
-    speed_panel.segments.push_back(tps);
-    chart.panels = {memory, speed_panel};
-    if (charted) {
-      doc.heading(4, "Batch " + std::to_string(batch));
-      add_plot(doc, plotter.draw(chart), chart.stem, chart.title);
-    } else {
-      doc.begin_details("Batch " + std::to_string(batch) + ": " +
-                        std::to_string(techniques.size()) + " techniques");
-    }
-    doc.paragraph(base ? "Labels: change against the baseline " + base_name +
-                             " (memory: negative is a saving; throughput: negative is the cost)."
-                       : "The baseline " + base_name + " has no successful measurement at batch " +
-                             std::to_string(batch) + ", so no savings are computed.");
-
-    auto fields = technique_fields();
-    fields.erase(fields.begin());  // the batch is in the heading
-    fields.push_back(right<Point>(
-        g.unit.header("peak allocated"), [&g](const Point& p) { return g.unit.text(p.peak_allocated); }, true));
-    // The chart's sign convention: a change against the baseline, negative memory is a saving.
-    fields.push_back(right<Point>(
-        "memory change",
-        [&](const Point& p) {
-          auto s = saving(p);
-          return &p == base ? "baseline" : s ? signed_percent(-*s) : "";
-        },
-        base != nullptr));
-    fields.push_back(right<Point>("tokens/s", tokens_of, true));
-    fields.push_back(right<Point>("throughput change", [&](const Point& p) {
-      auto v = speed(p);
-      return &p == base ? "baseline" : v ? signed_percent(*v) : "";
-    }));
-    doc.table(make_table(fields, pts));
-    if (!charted) doc.end();
+    technique_batch(doc, plotter, g, batch, pts, batch == chart_batch, base_optimizer);
   }
   if (shown == 0)
     doc.paragraph(
@@ -422,6 +432,57 @@ void breakdown_section(Document& doc, Plotter& plotter, const Group& g) {
   breakdown_table(doc, g, pts, any_other);
 }
 
+namespace {
+
+// What a "token" is differs by family; the input shape names the family.
+std::string tokens_counted(const std::string& shape) {
+  if (shape.rfind("audio", 0) == 0)
+    return shape.find("labels") != std::string::npos
+               ? " For Whisper a token is an encoder position or a label token: the conv stem "
+                 "makes 50 positions per second of audio (1500 for 30 s), plus the labels per "
+                 "sample."
+               : " For Whisper a token is an encoder position: the conv stem makes 50 per second "
+                 "of audio (1500 for 30 s), so tokens/s is samples/s x 50 x seconds.";
+  if (shape.find("target") != std::string::npos)
+    return " For T5 a token is an encoder or a decoder token: seq + target per sample.";
+  return "";
+}
+
+void noisy_step_warning(Document& doc, const std::vector<Point>& points) {
+  int noisy = 0;
+  double worst = 0;
+  for (const Point& p : points)
+    if (p.ok() && p.step_ms_cv && *p.step_ms_cv > kNoisyStepCv) {
+      ++noisy;
+      worst = std::max(worst, *p.step_ms_cv);
+    }
+  if (noisy > 0)
+    doc.paragraph("Warning: step times vary by more than 10% between repetitions at " +
+                  std::to_string(noisy) + (noisy == 1 ? " point" : " points") + " (up to " +
+                  percent(worst) + "); raise warmup_steps or repetitions and measure them again.");
+}
+
+// The successful points' speed: tokens and samples per second, the step's median and spread.
+void throughput_table(Document& doc, const std::vector<Point>& points) {
+  std::vector<Point> ok;
+  for (const Point& p : points)
+    if (p.ok()) ok.push_back(p);
+  auto fields = technique_fields();
+  fields.pop_back();
+  fields.push_back(right<Point>(
+      "tokens/s", [](const Point& p) { return tokens(p.tokens_per_s); }, true));
+  fields.push_back(
+      right<Point>("samples/s", [](const Point& p) { return tokens(p.samples_per_s); }));
+  fields.push_back(right<Point>(
+      "step (ms, median)", [](const Point& p) { return p.step_ms ? fixed(*p.step_ms, 1) : ""; }));
+  fields.push_back(right<Point>("step CV", [](const Point& p) {
+    return p.step_ms_cv ? fixed(100 * *p.step_ms_cv, 1) + "%" : "";
+  }));
+  doc.table(make_table(fields, ok));
+}
+
+}  // namespace
+
 void throughput_section(Document& doc, Plotter& plotter, const Group& g) {
   Selection sel = select_lines(g);
   doc.heading(3, "Throughput vs batch size");
@@ -480,53 +541,16 @@ void throughput_section(Document& doc, Plotter& plotter, const Group& g) {
   chart.series.push_back(frontier);
   const std::string off_scale = clip_outliers(chart);
   add_plot(doc, plotter.draw(chart), chart.stem, chart.title);
-  // What a "token" is differs by family; the input shape names the family.
-  const std::string counted =
-      g.shape.rfind("audio", 0) == 0
-          ? (g.shape.find("labels") != std::string::npos
-                 ? " For Whisper a token is an encoder position or a label token: the conv stem "
-                   "makes 50 positions per second of audio (1500 for 30 s), plus the labels per "
-                   "sample."
-                 : " For Whisper a token is an encoder position: the conv stem makes 50 per second "
-                   "of audio (1500 for 30 s), so tokens/s is samples/s x 50 x seconds.")
-      : g.shape.find("target") != std::string::npos
-          ? " For T5 a token is an encoder or a decoder token: seq + target per sample."
-          : "";
-  doc.paragraph("Tokens per second over all micro-batches." + counted + " Held fixed: " + sel.held + "." +
+  doc.paragraph("Tokens per second over all micro-batches." + tokens_counted(g.shape) +
+                " Held fixed: " + sel.held + "." +
                 (frontier.points.empty()
                      ? ""
                      : " A red cross marks the first batch that ran out of "
                        "memory, at the throughput of the last batch that fit.") +
                 off_scale);
   doc.list(frontier_text);
-
-  int noisy = 0;
-  double worst = 0;
-  for (const Point& p : sel.points)
-    if (p.ok() && p.step_ms_cv && *p.step_ms_cv > kNoisyStepCv) {
-      ++noisy;
-      worst = std::max(worst, *p.step_ms_cv);
-    }
-  if (noisy > 0)
-    doc.paragraph("Warning: step times vary by more than 10% between repetitions at " +
-                  std::to_string(noisy) + (noisy == 1 ? " point" : " points") + " (up to " +
-                  percent(worst) + "); raise warmup_steps or repetitions and measure them again.");
-
-  std::vector<Point> ok;
-  for (const Point& p : sel.points)
-    if (p.ok()) ok.push_back(p);
-  auto fields = technique_fields();
-  fields.pop_back();
-  fields.push_back(right<Point>(
-      "tokens/s", [](const Point& p) { return tokens(p.tokens_per_s); }, true));
-  fields.push_back(
-      right<Point>("samples/s", [](const Point& p) { return tokens(p.samples_per_s); }));
-  fields.push_back(right<Point>(
-      "step (ms, median)", [](const Point& p) { return p.step_ms ? fixed(*p.step_ms, 1) : ""; }));
-  fields.push_back(right<Point>("step CV", [](const Point& p) {
-    return p.step_ms_cv ? fixed(100 * *p.step_ms_cv, 1) + "%" : "";
-  }));
-  doc.table(make_table(fields, ok));
+  noisy_step_warning(doc, sel.points);
+  throughput_table(doc, sel.points);
 }
 
 std::vector<SearchAnswer> search_answers(const std::vector<Point>& points) {

@@ -615,6 +615,50 @@ bool plain_name(const std::string& name) {
          control_character(name).empty();
 }
 
+// The config's sweeps: its top-level `models` as one, or each entry of `sweeps:` with its own
+// grid and excludes; one of the two, never both.
+std::vector<SweepGroup> parse_sweeps(const YAML::Node& root, const Ctx& c) {
+  std::vector<SweepGroup> sweeps;
+  if (root["models"] && root["sweeps"])
+    c.fail(root["sweeps"], "sweeps", "give either top-level `models` or `sweeps`, not both",
+           "move the top-level models into a `sweeps:` entry, or drop `sweeps:`");
+  if (root["models"]) {
+    SweepGroup g;
+    g.line = c.line(root["models"]);
+    g.models = parse_models(c, root["models"], "models");
+    sweeps.push_back(g);
+  } else if (root["sweeps"]) {
+    const auto& s = root["sweeps"];
+    if (!s.IsSequence() || s.size() == 0) c.fail(s, "sweeps", "expected a non-empty list", "e.g. sweeps: [{models: [gpt2]}]");
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      const std::string where = "sweeps[" + std::to_string(i) + "]";
+      c.only_keys(s[i], where, {"models", "grid", "exclude"});
+      SweepGroup g;
+      g.line = c.line(s[i]);
+      if (!s[i]["models"]) c.fail(s[i], where + ".models", "missing", "each sweeps entry names its models, e.g. models: [gpt2]");
+      g.models = parse_models(c, s[i]["models"], where + ".models");
+      if (s[i]["grid"]) g.grid = parse_grid(c, s[i]["grid"], where + ".grid");
+      if (s[i]["exclude"]) g.exclude = parse_excludes(c, s[i]["exclude"], where + ".exclude");
+      sweeps.push_back(g);
+    }
+  } else {
+    throw UserError(c.file, 1, "models", "missing: a config names the models to sweep",
+                    "add e.g. `models: [gpt2]` (run `sweep models` for the list)");
+  }
+  return sweeps;
+}
+
+// A config without `name:` is named by its file: configs/rtx3060.yaml is rtx3060.
+std::string name_from_file(const std::string& path) {
+  auto slash = path.find_last_of('/');
+  auto base = path.substr(slash == std::string::npos ? 0 : slash + 1);
+  std::string name = base.substr(0, base.find_last_of('.'));
+  if (!plain_name(name))
+    throw UserError(path, 0, "name", "the file's name '" + base + "' gives no plain name for results/NAME",
+                    "add `name: NAME` to the config, or pass --out");
+  return name;
+}
+
 Config parse_config(const YAML::Node& root, const Ctx& c) {
   const std::string& path = c.file;
   c.only_keys(root, "", {"name", "device", "out", "gpu", "budget_gib", "timeout_s", "steps",
@@ -688,40 +732,8 @@ Config parse_config(const YAML::Node& root, const Ctx& c) {
     } else if (key == "grid") cfg.grid = parse_grid(c, v, "grid");
     else if (key == "exclude") cfg.exclude = parse_excludes(c, v, "exclude");
   }
-  if (root["models"] && root["sweeps"])
-    c.fail(root["sweeps"], "sweeps", "give either top-level `models` or `sweeps`, not both",
-           "move the top-level models into a `sweeps:` entry, or drop `sweeps:`");
-  if (root["models"]) {
-    SweepGroup g;
-    g.line = c.line(root["models"]);
-    g.models = parse_models(c, root["models"], "models");
-    cfg.sweeps.push_back(g);
-  } else if (root["sweeps"]) {
-    const auto& s = root["sweeps"];
-    if (!s.IsSequence() || s.size() == 0) c.fail(s, "sweeps", "expected a non-empty list", "e.g. sweeps: [{models: [gpt2]}]");
-    for (std::size_t i = 0; i < s.size(); ++i) {
-      const std::string where = "sweeps[" + std::to_string(i) + "]";
-      c.only_keys(s[i], where, {"models", "grid", "exclude"});
-      SweepGroup g;
-      g.line = c.line(s[i]);
-      if (!s[i]["models"]) c.fail(s[i], where + ".models", "missing", "each sweeps entry names its models, e.g. models: [gpt2]");
-      g.models = parse_models(c, s[i]["models"], where + ".models");
-      if (s[i]["grid"]) g.grid = parse_grid(c, s[i]["grid"], where + ".grid");
-      if (s[i]["exclude"]) g.exclude = parse_excludes(c, s[i]["exclude"], where + ".exclude");
-      cfg.sweeps.push_back(g);
-    }
-  } else {
-    throw UserError(path, 1, "models", "missing: a config names the models to sweep",
-                      "add e.g. `models: [gpt2]` (run `sweep models` for the list)");
-  }
-  if (cfg.name.empty()) {
-    auto slash = path.find_last_of('/');
-    auto base = path.substr(slash == std::string::npos ? 0 : slash + 1);
-    cfg.name = base.substr(0, base.find_last_of('.'));
-    if (!plain_name(cfg.name))
-      throw UserError(path, 0, "name", "the file's name '" + base + "' gives no plain name for results/NAME",
-                      "add `name: NAME` to the config, or pass --out");
-  }
+  cfg.sweeps = parse_sweeps(root, c);
+  if (cfg.name.empty()) cfg.name = name_from_file(path);
   if (cfg.out.empty()) cfg.out = "results/" + cfg.name;
   return cfg;
 }
