@@ -107,7 +107,11 @@ std::pair<torch::Tensor, double> rope_inv_freq(const LlamaConfig& c) {
     const double orig = static_cast<double>(r.original_max_position_embeddings);
     const double factor = r.factor > 1.0 ? r.factor : static_cast<double>(c.max_position_embeddings) / orig;
     if (factor > 1.0) attention_factor = std::sqrt(1 + std::log(factor) / std::log(orig));
-    auto ext = torch::tensor(r.short_factor, torch::kDouble).to(torch::kFloat);
+    // torch.tensor(short_factor, dtype=torch.float32, device=device). from_blob is no factory:
+    // an emulated build (emu::MetaFactories) copies the values to Meta, keeping the size only.
+    auto ext = torch::from_blob(const_cast<double*>(r.short_factor.data()),
+                                {static_cast<int64_t>(r.short_factor.size())}, torch::kDouble)
+                   .to(exponent.device(), torch::kFloat);
     inv_freq = 1.0 / (ext * torch::pow(r.theta, exponent));
   }
   return {inv_freq.to(torch::kFloat), attention_factor};

@@ -13,6 +13,7 @@
 #include "models/zoo.h"
 #include "reports/results/error.h"
 #include "scratch_dir.h"
+#include "sweeps/worker/emulate/emulation.h"
 #include "test_util.h"
 
 namespace sweep::models {
@@ -191,6 +192,38 @@ TEST(Rope, Llama3InverseFrequenciesAsTransformers) {
   near(10, 0.016560440883040428);
   near(20, 8.570255886297673e-06);
   near(31, 9.418306490260875e-08);
+}
+
+// Phi-3.5-mini's longrope (head_dim 96, 48 short factors, 4096 -> 131072 positions) as
+// transformers 5.23's ROPE_INIT_FUNCTIONS["longrope"] gives it at a training length of 2048;
+// and the model builds on Meta, as the emulated device builds it (the factors, read from the
+// file, once reached a Meta tensor that had no data to copy them into).
+TEST(Rope, LongropeAsTransformersAndOnMeta) {
+  const auto* spec = find_model("microsoft/Phi-3.5-mini-instruct");
+  ASSERT_NE(spec, nullptr);
+  EmulatedCard cpu;  // the emulated device configured as the CPU, as Int8Load starts it
+  cpu.name = "cpu";
+  cpu.cpu = true;
+  emu::start_emulation(cpu);
+  LlamaConfig c;
+  {
+    emu::MetaFactories on_meta;
+    auto model = std::dynamic_pointer_cast<LlamaForCausalLMImpl>(spec->make());
+    ASSERT_NE(model, nullptr);
+    c = model->config();
+    auto [f, scaling] = rope_inv_freq(c);
+    EXPECT_TRUE(f.is_meta());
+    EXPECT_EQ(f.numel(), 48);
+  }
+  EXPECT_EQ(c.rope.type, "longrope");
+  auto [f, scaling] = rope_inv_freq(c);
+  ASSERT_EQ(f.numel(), 48);
+  EXPECT_NEAR(scaling, 1.1902380714238083, 1e-12);
+  auto near = [&](int i, double want) { EXPECT_NEAR(f[i].item<double>() / want, 1.0, 1e-6) << i; };
+  near(0, 1.0);
+  near(10, 0.13343630731105804);
+  near(30, 0.0015654843300580978);
+  near(47, 4.2659426981117576e-05);
 }
 
 TEST(ConfigJsonCli, ALocalConfigJsonIsAModelForFitAndModelsListsTheCatalogue) {
