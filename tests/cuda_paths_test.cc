@@ -236,8 +236,8 @@ TEST(ResultsStoreRows, ARePointsRerunAndSkippedRowsToo) {
   };
   {
     ResultsStore store(dir.string());
-    store.append(row("00000000000000aa", "crash"));
-    store.append(row("00000000000000aa", "crash"));  // re-run (--force)
+    store.append(row("00000000000000aa", "oom"));
+    store.append(row("00000000000000aa", "oom"));  // re-run (--force)
     store.append(row("00000000000000bb", "skipped"));
     EXPECT_EQ(store.rows(), 3u);
     EXPECT_EQ(store.recorded(), 2u);

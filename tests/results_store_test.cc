@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 
 #include <signal.h>
 #include <sys/file.h>
@@ -81,6 +82,39 @@ TEST(ResultsStore, AFailedAppendLeavesTheFileAsItWas) {
   // With space again, the next row lands whole after the first.
   store.append(row("00000000000000a3", "third"));
   EXPECT_EQ(reports::read_results(store.path()).rows.size(), 2u);
+}
+
+// A crash and a timeout are kept (the report shows them) but are no result on resume: their
+// cause may be gone (the answer of a fit they stopped says to fix it and run again), so a
+// resumed run measures them again; within the run that recorded them they are not retried.
+// An OOM and a skip are answers and stay.
+TEST(ResultsStore, ACrashOrATimeoutIsMeasuredAgainOnResume) {
+  const auto dir = testing::temp_dir("results_failed_again");
+  const std::map<std::string, std::string> statuses = {{"00000000000000b1", "ok"},
+                                                       {"00000000000000b2", "oom"},
+                                                       {"00000000000000b3", "skipped"},
+                                                       {"00000000000000b4", "crash"},
+                                                       {"00000000000000b5", "timeout"}};
+  {
+    ResultsStore store(dir.string());
+    for (const auto& [id, status] : statuses) {
+      auto r = row(id, status);
+      r["status"] = status;
+      store.append(r);
+      EXPECT_NE(store.outcome(id), nullptr) << status;  // this run does not retry it
+    }
+  }
+  ResultsStore resumed(dir.string());
+  for (const auto& [id, status] : statuses)
+    EXPECT_EQ(resumed.outcome(id) != nullptr, status != "crash" && status != "timeout") << status;
+  // An answer recorded before a failed re-run (--force) stays the point's result.
+  {
+    ResultsStore store(dir.string());
+    auto r = row("00000000000000b1", "forced");
+    r["status"] = "crash";
+    store.append(r);
+  }
+  EXPECT_NE(ResultsStore(dir.string()).outcome("00000000000000b1"), nullptr);
 }
 
 // A row whose worker never ran is kept (the failure is seen) but is no result: a resumed

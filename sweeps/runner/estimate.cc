@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "reports/results/stats.h"
+#include "sweeps/runner/results_store.h"
 #include "sweeps/runner/sweep.h"
 
 namespace sweep {
@@ -110,6 +111,7 @@ std::string combination_key(const Point& p) {
 
 void Recorded::add(const reports::Results& results) {
   for (const auto* r : reports::latest_per_point(results).rows) {
+    if (!result_on_resume(*r)) continue;  // measured again: it costs what a new point costs
     points[r->at(column("point_id"))] = r->status;
     if (r->at(column("search")).empty()) continue;
     const Point p = point_of(*r);
@@ -119,14 +121,14 @@ void Recorded::add(const reports::Results& results) {
 
 namespace {
 
-// The probes a search of [lo, hi] has left, given the statuses on record by batch: none when
-// its answer is there (or a probe that stops it), else about `expected` less those done.
+// The probes a search of [lo, hi] has left, given the statuses on record by batch (answers
+// only: a crash or a timeout runs again, Recorded::add): none when its answer is there, else
+// about `expected` less those done.
 int probes_left(const std::map<int64_t, Status>& done, int64_t lo, int64_t hi, int expected) {
   int in_range = 0;
   for (const auto& [batch, status] : done) {
     if (batch < lo || batch > hi) continue;
     ++in_range;
-    if (status == Status::kCrash || status == Status::kTimeout) return 0;
     if (status == Status::kOk && batch == hi) return 0;
     if (status == Status::kOom && batch == lo) return 0;
     if (status == Status::kOk) {

@@ -151,12 +151,17 @@ std::size_t ResultsStore::recall(const std::string& csv_path) {
   // The reader's errors name the file and line and say how to repair it; nothing is touched.
   const auto results = reports::read_results(csv_path);
   for (const auto& r : results.rows) {
-    if (r.at(schema::column("reason")) == kNotStartedReason) continue;  // no result: run it again
+    if (!result_on_resume(r)) continue;  // run it again
     recorded_[r.at(schema::column("point_id"))] = outcome_of(
         r.status, r.number(schema::column("peak_allocated_bytes")),
         r.number(schema::column("peak_reserved_bytes")));
   }
   return results.rows.size();
+}
+
+bool result_on_resume(const reports::Row& r) {
+  return r.at(schema::column("reason")) != kNotStartedReason && r.status != Status::kCrash &&
+         r.status != Status::kTimeout;
 }
 
 const ProbeOutcome* ResultsStore::outcome(const std::string& point_id) const {

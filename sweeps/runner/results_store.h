@@ -10,6 +10,7 @@
 #include <set>
 #include <string>
 
+#include "reports/results/rows.h"
 #include "sweeps/runner/search.h"
 
 namespace sweep {
@@ -17,6 +18,13 @@ namespace sweep {
 // The `reason` of a row whose worker never ran (it could not be exec'd): kept in the file so
 // the failure is seen, but no result: recall() skips it, and a resumed run runs the point again.
 inline constexpr const char* kNotStartedReason = "worker-not-started";
+
+// Whether a row on file is its point's result for a resumed run (and for a second `fit`, whose
+// answer says "fix what stopped them and run the same command again"). Not a row whose worker
+// never ran, nor a crash or a timeout: their cause (a bug since fixed, a driver reset, a busy
+// machine) may be gone, so the point is measured again, its new row beside the old one. Within
+// one run a failure is not retried. An OOM, a skip and an ok row are answers and stay.
+bool result_on_resume(const reports::Row& r);
 
 class ResultsStore {
  public:
