@@ -346,6 +346,11 @@ TEST(Tables, ThePageRendersInChromiumAndItsNumbersAreTheMarkdowns) {
   const auto rows1024 = dom_rows(chromium_dom("card=rtx3060&model=gpt2&seq=1024"), "techniques");
   EXPECT_EQ(rows1024, markdown_rows(md, "## gpt2, seq 1024"));
   EXPECT_NE(rows512, rows1024);
+  // The card's catalogue below whatever model is chosen: the Markdown's two tables.
+  const auto at2048 = dom_rows(dom512, "catalogue-2048");
+  ASSERT_FALSE(at2048.empty()) << "the page drew no catalogue";
+  EXPECT_EQ(at2048, markdown_rows(md, "## The Llama-family catalogue at 2048 and 4096 tokens (predicted)"));
+  EXPECT_EQ(dom_rows(dom512, "catalogue-4096"), markdown_rows(md, "Sequence length 4096:"));
 }
 
 // A card name, a technique label and a measured row's device (`measured_on`, the title of the

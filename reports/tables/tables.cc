@@ -119,38 +119,54 @@ std::string catalogue_cell(const json& c) {
   return "does not fit at batch 1";
 }
 
-// The catalogue's section: a table per length, a row per model, a column per way.
-void catalogue_section(Document& doc, const json& d) {
+// The catalogue as both outputs show it (the Markdown's section, the page's tables): its title,
+// what a cell is, the headers, and per length the rows of cell text, a row per model and a
+// column per way.
+json catalogue_view(const json& d) {
   const json& c = d.at("catalogue");
   const std::string key = d.at("card").at("key");
-  doc.heading(2, "The Llama-family catalogue at " + std::to_string(c.at("lengths").front().get<int64_t>()) +
-                     " and " + std::to_string(c.at("lengths").back().get<int64_t>()) + " tokens (predicted)");
   std::string ways;
   for (const json& w : c.at("ways"))
     ways += std::string(ways.empty() ? "" : "; ") + w.at("label").get<std::string>() + ": sweep fit MODEL --gpu " +
             key + " --device emulated --seq N " + w.at("flags").get<std::string>();
-  doc.paragraph("The decoders of sweep models read from their config.json, fine-tuned three ways, "
-                "each with gradient checkpointing and AdamW (" + ways + "). A cell is the largest "
-                "micro-batch that fits under the cap; where batch 1 does not, how far over the cap "
-                "batch 1's peak reserved memory is (that batch predicted on this card without its "
-                "memory limit).");
-  std::vector<std::string> headers = {"model", "parameters"};
-  for (const json& w : c.at("ways")) headers.push_back(w.at("label"));
+  json view = {
+      {"title", "The Llama-family catalogue at " + std::to_string(c.at("lengths").front().get<int64_t>()) +
+                    " and " + std::to_string(c.at("lengths").back().get<int64_t>()) + " tokens (predicted)"},
+      {"note", "The decoders of sweep models read from their config.json, fine-tuned three ways, "
+               "each with gradient checkpointing and AdamW (" + ways + "). A cell is the largest "
+               "micro-batch that fits under the cap; where batch 1 does not, how far over the cap "
+               "batch 1's peak reserved memory is (that batch predicted on this card without its "
+               "memory limit)."},
+      {"headers", {"model", "parameters"}},
+      {"tables", json::array()}};
+  for (const json& w : c.at("ways")) view["headers"].push_back(w.at("label"));
   for (const json& len : c.at("lengths")) {
     const int64_t seq = len.get<int64_t>();
-    std::vector<std::vector<std::string>> rows;
+    json rows = json::array();
     for (const json& r : c.at("rows")) {
       std::vector<std::string> row = {r.at("model"), fixed(r.at("parameters").get<double>() / 1e9, 2) + "B"};
       for (const json& w : c.at("ways"))
         for (const json& cell : r.at("cells"))
           if (cell.at("seq") == seq && cell.at("way") == w.at("key")) row.push_back(catalogue_cell(cell));
-      row.resize(headers.size());
+      row.resize(view["headers"].size());
       rows.push_back(row);
     }
-    doc.paragraph("Sequence length " + std::to_string(seq) + ":");
-    std::vector<Align> align(headers.size(), Align::kRight);
-    align.front() = Align::kLeft;
-    doc.table(make_table(headers, align, std::vector<bool>(headers.size(), true), rows));
+    view["tables"].push_back({{"seq", seq}, {"rows", rows}});
+  }
+  return view;
+}
+
+void catalogue_section(Document& doc, const json& d) {
+  const json v = catalogue_view(d);
+  doc.heading(2, v.at("title"));
+  doc.paragraph(v.at("note"));
+  const auto headers = v.at("headers").get<std::vector<std::string>>();
+  std::vector<Align> align(headers.size(), Align::kRight);
+  align.front() = Align::kLeft;
+  for (const json& t : v.at("tables")) {
+    doc.paragraph("Sequence length " + std::to_string(t.at("seq").get<int64_t>()) + ":");
+    doc.table(make_table(headers, align, std::vector<bool>(headers.size(), true),
+                         t.at("rows").get<std::vector<std::vector<std::string>>>()));
   }
 }
 
@@ -408,6 +424,7 @@ json table_view(const json& d) {
     }
     view["entries"].push_back(v);
   }
+  if (d.contains("catalogue")) view["catalogue"] = catalogue_view(d);
   return view;
 }
 
