@@ -73,8 +73,8 @@ TEST_P(FitEqualsExhaustiveGrid, OnTheCpuUnderAFiftyMibCard) {
               static_cast<double>(rule.ceiling_bytes()));
 
   // Against the grid, each burst measured here with the CPU tracker on the points of the
-  // config fit ran (same budget, inputs and steps but the repetitions, below). The plain technique (fp32, no checkpointing,
-  // AdamW) exhaustively: every batch from 1 until the first that runs out of memory. Every
+  // config fit ran (same budget, inputs and steps but the repetitions, below). The plain
+  // technique (fp32, no checkpointing, AdamW) exhaustively: every batch from 1 until the first that runs out of memory. Every
   // other technique at its boundary: fit's largest batch fits and the next one does not (an
   // exhaustive grid of all of them, up to batch 129 on whisper-test, would take CI an hour).
   Config cfg = load_config((dir / "out" / "fit.yaml").string());

@@ -107,14 +107,21 @@ TEST(ResultsStore, ACrashOrATimeoutIsMeasuredAgainOnResume) {
   ResultsStore resumed(dir.string());
   for (const auto& [id, status] : statuses)
     EXPECT_EQ(resumed.outcome(id) != nullptr, status != "crash" && status != "timeout") << status;
-  // An answer recorded before a failed re-run (--force) stays the point's result.
+  // The latest row counts, as in every reader: a re-run (--force) that crashed after an answer
+  // runs again; one that answered after a crash is the result.
   {
     ResultsStore store(dir.string());
-    auto r = row("00000000000000b1", "forced");
-    r["status"] = "crash";
-    store.append(r);
+    auto forced = row("00000000000000b1", "forced");
+    forced["status"] = "crash";
+    store.append(forced);
+    auto again = row("00000000000000b4", "again");
+    again["status"] = "oom";
+    store.append(again);
   }
-  EXPECT_NE(ResultsStore(dir.string()).outcome("00000000000000b1"), nullptr);
+  ResultsStore last(dir.string());
+  EXPECT_EQ(last.outcome("00000000000000b1"), nullptr);
+  ASSERT_NE(last.outcome("00000000000000b4"), nullptr);
+  EXPECT_EQ(last.outcome("00000000000000b4")->status, Status::kOom);
 }
 
 // A row whose worker never ran is kept (the failure is seen) but is no result: a resumed

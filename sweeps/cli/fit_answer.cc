@@ -108,7 +108,8 @@ void print_trainer_args(const FitRows& rows, const Pick& c) {
 void print_recommendation(const FitQuestion& q, const FitRows& rows, const FitPick& pick) {
   if (!pick.choice && !pick.no_answer.empty()) {
     std::printf("\nNo answer: %s. Fix what stopped them and run the same command again: every "
-                "probe already measured is reused, and the crashed or timed-out ones run again.\n", pick.no_answer.c_str());
+                "probe already measured is reused, and the crashed or timed-out ones run again.\n",
+                pick.no_answer.c_str());
     return;
   }
   if (!pick.choice) {

@@ -150,11 +150,15 @@ std::size_t ResultsStore::recall(const std::string& csv_path) {
                       "write to another --out directory, or move this results.csv away");
   // The reader's errors name the file and line and say how to repair it; nothing is touched.
   const auto results = reports::read_results(csv_path);
-  for (const auto& r : results.rows) {
-    if (!result_on_resume(r)) continue;  // run it again
-    recorded_[r.at(schema::column("point_id"))] = outcome_of(
-        r.status, r.number(schema::column("peak_allocated_bytes")),
-        r.number(schema::column("peak_reserved_bytes")));
+  // Each point's latest row, as every reader takes it; a failure there runs the point again.
+  for (const auto* r : reports::latest_per_point(results).rows) {
+    const std::string& id = r->at(schema::column("point_id"));
+    if (!result_on_resume(*r)) {
+      recorded_.erase(id);
+      continue;
+    }
+    recorded_[id] = outcome_of(r->status, r->number(schema::column("peak_allocated_bytes")),
+                               r->number(schema::column("peak_reserved_bytes")));
   }
   return results.rows.size();
 }

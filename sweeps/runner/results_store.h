@@ -23,7 +23,8 @@ inline constexpr const char* kNotStartedReason = "worker-not-started";
 // answer says "fix what stopped them and run the same command again"). Not a row whose worker
 // never ran, nor a crash or a timeout: their cause (a bug since fixed, a driver reset, a busy
 // machine) may be gone, so the point is measured again, its new row beside the old one. Within
-// one run a failure is not retried. An OOM, a skip and an ok row are answers and stay.
+// one run a failure is not retried. An OOM, a skip and an ok row are answers and stay. Applied
+// to each point's latest row (reports::latest_per_point), as every reader of results takes it.
 bool result_on_resume(const reports::Row& r);
 
 class ResultsStore {
