@@ -1,17 +1,33 @@
 #!/usr/bin/env bash
-# What only a GPU can show, in one command per lease: build on the GPU host, then any of
+# What only a GPU can show, in one command per lease: build on the GPU host (or unpack the
+# binaries built here, see below), then any of
 #   cuda       every *_CUDA test of sweep_tests (cuda_test, optim8bit_test, int8_test,
 #              offload_test, results_store_test, ...), listed first, then run
-#   fidelity   configs/fidelity.yaml, then scripts/hf_reference.py compare on its rows
+#   context    a one-point capped run whose probe measures this card's CUDA context allowance
+#   fidelity   configs/fidelity.yaml (FIDELITY_ARGS: overrides, e.g. repetitions=3), then scripts/hf_reference.py compare on its rows
+#              (fidelity-ours and fidelity-reference: the two halves; JOBS reference points
+#              at a time, default 1: with more, their peaks hold and their times do not)
+#   sdpa       scripts/gpu-sdpa-points.txt: transformers with SDPA's kernel forced
+#   reference  transformers at configs/fidelity.yaml's points and the sdpa ones, JOBS at a
+#              time (peaks only, see above), into $RES/reference.jsonl, without sweep's rows:
+#              `hf_reference.py compare DIR --load $RES/reference.jsonl` compares them later
 #   baseline   configs/ci-gpu.yaml twice, and `sweep compare` of the two runs (must exit 0)
+#   baseline-once  configs/ci-gpu.yaml once (step times on this card)
 #   table=CFG  configs/CFG.yaml with --search max-batch, then `sweep recommend`
 # in the order given, each logged to $RES/<stage>.log; a failing stage does not stop the next.
+# Stages joined by '+' run at the same time; STAGE@N stops that stage after N seconds. With
+# DEADLINE (seconds since the epoch), a stage is stopped at it and none starts after it.
 #
 #   scripts/gpu-check.sh cuda fidelity baseline table=rtx3060-table
-#   RES=DIR (default results/gpu)  BUILD=DIR (default build-gpu)
+#   scripts/gpu-check.sh context cuda@200+reference@200 fidelity-ours baseline-once
+#   RES=DIR (default results/gpu)  BUILD=DIR (default build-gpu)  JOBS=N
 # The GPU host has torch 2.11.0+cu130 in python3 but an older transformers and no libfccp:
 # wheels in .whl/ are installed into /tmp/site, and .deps/fccp (dpkg -x of libfccp-dev) is
-# used when present (docs/fidelity.md says how they were fetched).
+# used when present (docs/fidelity.md says how they were fetched). .gpu/sweep-bin.tar.xz, when
+# present, holds build/sweeps/sweep, build/tests/sweep_tests and lib/ (the Debian libraries
+# they link that the host lacks) as built here against the same torch wheel: they run there
+# once the paths compiled into them resolve (the wheel's site-packages under this machine's
+# cache, the checkout at its path here), which saves the build.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -31,19 +47,40 @@ fi
   g++ --version | head -1; cmake --version | head -1
 } 2>&1 | tee "$RES/environment.txt"
 
-if [ ! -f "$B/CMakeCache.txt" ]; then
-  log "configure $B"
-  cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTORCH_CUDA_ARCH_LIST=9.0 \
-    -DCMAKE_POLICY_VERSION_MINIMUM=3.5 -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
-    -DCMAKE_PREFIX_PATH="$(python3 -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')" \
-    >"$RES/configure.log" 2>&1 || { tail -40 "$RES/configure.log"; exit 1; }
+# The binaries built here, when they start there.
+prebuilt() {
+  [ -f .gpu/sweep-bin.tar.xz ] || return 1
+  tar -xJf .gpu/sweep-bin.tar.xz -C .gpu || return 1
+  local site here_site src
+  site=$(python3 -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
+  here_site=$(cat .gpu/site-packages)  # where the wheel's libraries were when they were linked
+  [ -e "$here_site" ] || { mkdir -p "$(dirname "$here_site")" && ln -s "$site" "$here_site"; }
+  src=$(cat .gpu/source-dir)           # SWEEP_SOURCE_DIR, SWEEP_BINARY of the tests
+  [ -e "$src" ] || { mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"; }
+  mkdir -p build/sweeps build/tests
+  cp .gpu/build/sweeps/sweep build/sweeps/ && cp .gpu/build/tests/sweep_tests build/tests/
+  export LD_LIBRARY_PATH=$root/.gpu/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  build/sweeps/sweep --version >>"$RES/environment.txt" 2>&1
+}
+if [ -z "${BUILD:-}" ] && prebuilt; then
+  B=build
+  log "prebuilt binaries: $(tail -1 "$RES/environment.txt")"
+else
+  if [ ! -f "$B/CMakeCache.txt" ]; then
+    log "configure $B"
+    cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTORCH_CUDA_ARCH_LIST=9.0 \
+      -DCMAKE_POLICY_VERSION_MINIMUM=3.5 -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
+      -DCMAKE_PREFIX_PATH="$(python3 -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')" \
+      >"$RES/configure.log" 2>&1 || { tail -40 "$RES/configure.log"; exit 1; }
+  fi
+  log "build"
+  cmake --build "$B" --target sweep sweep_tests -j "$(nproc)" >"$RES/build.log" 2>&1 ||
+    { grep -B2 -A12 'error' "$RES/build.log" | head -80; exit 1; }
 fi
-log "build"
-cmake --build "$B" --target sweep sweep_tests -j "$(nproc)" >"$RES/build.log" 2>&1 ||
-  { grep -B2 -A12 'error' "$RES/build.log" | head -80; exit 1; }
 sweep=$B/sweeps/sweep
 
-for stage in "$@"; do
+stage() {
+  local stage=$1
   log "stage $stage"
   case $stage in
     cuda)
@@ -52,18 +89,43 @@ for stage in "$@"; do
       "$B/tests/sweep_tests" --gtest_filter='*_CUDA*' >"$RES/cuda.log" 2>&1
       log "cuda tests exit $?"; grep -E '^\[  (PASSED|FAILED) |^\[  FAILED' "$RES/cuda.log" ;;
     fidelity)
-      "$sweep" run configs/fidelity.yaml --out "$RES/fidelity" >"$RES/fidelity.log" 2>&1
+      "$sweep" run configs/fidelity.yaml ${FIDELITY_ARGS:-} --out "$RES/fidelity" >"$RES/fidelity.log" 2>&1
       log "fidelity run exit $?"
       PYTHONUNBUFFERED=1 python3 scripts/hf_reference.py compare "$RES/fidelity" \
         >"$RES/fidelity-compare.md" 2>"$RES/fidelity-compare.err"
       log "reference compare exit $?"; cat "$RES/fidelity-compare.md" ;;
     fidelity-ours)
-      "$sweep" run configs/fidelity.yaml --out "$RES/fidelity" >"$RES/fidelity.log" 2>&1
+      "$sweep" run configs/fidelity.yaml ${FIDELITY_ARGS:-} --out "$RES/fidelity" >"$RES/fidelity.log" 2>&1
       log "fidelity run exit $?" ;;
     fidelity-reference)
-      PYTHONUNBUFFERED=1 python3 scripts/hf_reference.py compare "$RES/fidelity" \
-        >"$RES/fidelity-compare.md" 2>"$RES/fidelity-compare.err"
+      PYTHONUNBUFFERED=1 python3 scripts/hf_reference.py compare "$RES/fidelity" --jobs "${JOBS:-1}" \
+        --save "$RES/fidelity-reference.jsonl" >"$RES/fidelity-compare.md" 2>"$RES/fidelity-compare.err"
       log "reference compare exit $?"; cat "$RES/fidelity-compare.md" ;;
+    sdpa)
+      PYTHONUNBUFFERED=1 python3 scripts/hf_reference.py points scripts/gpu-sdpa-points.txt \
+        --jobs "${JOBS:-1}" --save "$RES/sdpa-reference.jsonl" >"$RES/sdpa.log" 2>&1
+      log "sdpa points exit $?" ;;
+    reference)
+      "$sweep" run configs/fidelity.yaml gpu=h100-80gb --device emulated --dry-run --json \
+        >"$RES/fidelity-dry-run.json" 2>"$RES/reference.log"
+      { python3 scripts/hf_reference.py plan "$RES/fidelity-dry-run.json" &&
+        grep -v '^#' scripts/gpu-sdpa-points.txt; } |
+        sed -E 's/ --(steps|warmup|repetitions) [0-9]+//g; s/$/ --steps 1 --warmup 2 --repetitions 1/' \
+        >"$RES/reference-points.txt"
+      log "reference points: $(grep -c . "$RES/reference-points.txt")"
+      PYTHONUNBUFFERED=1 python3 scripts/hf_reference.py points "$RES/reference-points.txt" \
+        --jobs "${JOBS:-1}" --save "$RES/reference.jsonl" >>"$RES/reference.log" 2>&1
+      log "reference points exit $?, $(grep -c '"error"' "$RES/reference.jsonl") failed" ;;
+    context)
+      # One small point under the RTX 3060's cap: the run's probe measures the context.
+      printf '%s\n' 'name: context' 'device: cuda' 'gpu: rtx3060' 'steps: 2' 'warmup_steps: 1' \
+        'repetitions: 1' 'grid: {seq: 128, batch: 2, precision: fp32}' 'models: [gpt2]' \
+        >"$RES/context.yaml"
+      "$sweep" run "$RES/context.yaml" --out "$RES/context" >"$RES/context.log" 2>&1
+      log "context run exit $?"; grep -i 'context' "$RES/context.log" | head -5 ;;
+    baseline-once)
+      "$sweep" run configs/ci-gpu.yaml --out "$RES/ci-gpu" >"$RES/baseline.log" 2>&1
+      log "ci-gpu run exit $?" ;;
     baseline)
       "$sweep" run configs/ci-gpu.yaml --out "$RES/ci-gpu" >"$RES/baseline.log" 2>&1
       log "ci-gpu run exit $?"
@@ -79,5 +141,21 @@ for stage in "$@"; do
       log "$cfg recommend exit $?" ;;
     *) log "unknown stage $stage" ;;
   esac
+}
+
+# Seconds left before DEADLINE (a day without one).
+left() { if [ -n "${DEADLINE:-}" ]; then echo $((DEADLINE - $(date +%s))); else echo 86400; fi; }
+
+export B RES sweep root JOBS FIDELITY_ARGS
+for group in "$@"; do
+  if [ "$(left)" -le 5 ]; then log "deadline: $group not started"; continue; fi
+  pids=()
+  for s in ${group//+/ }; do
+    limit=$(left)
+    if [[ $s == *@* ]]; then limit=$((${s#*@} < limit ? ${s#*@} : limit)); s=${s%@*}; fi
+    timeout --kill-after=10 "$limit" bash -c "$(declare -f log stage); stage $s" &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || log "a stage of $group ended with $?"; done
 done
 log "done"

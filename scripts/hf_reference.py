@@ -326,6 +326,20 @@ def burst(a, device, phase=None):
     return model, step, sum(t for _, t in batches)
 
 
+SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
+                 "cudnn": "CUDNN_ATTENTION", "math": "MATH"}
+
+
+def sdpa_forced(a):
+    """torch.nn.attention.sdpa_kernel(backend) for --sdpa, as a user forces one kernel (SDPA
+    raises "No available kernel" where that kernel cannot take the call); none for default."""
+    import contextlib
+    if a.sdpa == "default":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    return sdpa_kernel(getattr(SDPBackend, SDPA_BACKENDS[a.sdpa]))
+
+
 def point(a):
     import time
     import torch
@@ -333,7 +347,11 @@ def point(a):
     cuda = device.type == "cuda"
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    model, step, tokens = burst(a, device)
+    model, inner_step, tokens = burst(a, device)
+
+    def step():
+        with sdpa_forced(a):
+            inner_step()
     for _ in range(a.warmup):
         step()
     times = []
@@ -359,57 +377,152 @@ def point(a):
                 accumulation=a.accumulation, optimizer=a.optimizer, use_cache=a.use_cache,
                 adapter=a.adapter, lora_r=a.lora_r, lora_alpha=a.lora_alpha,
                 lora_dropout=a.lora_dropout, lora_targets=a.lora_targets, weights=a.weights,
-                peak_allocated_bytes=torch.cuda.max_memory_allocated(),
+                sdpa=a.sdpa, peak_allocated_bytes=torch.cuda.max_memory_allocated(),
                 peak_reserved_bytes=torch.cuda.max_memory_reserved(), paged_bytes=paged_bytes(opt),
                 step_ms=step_ms,
                 tokens_per_s=tokens / (step_ms / 1000), device_name=torch.cuda.get_device_name(),
                 torch=torch.__version__, transformers=__import__("transformers").__version__)
 
 
-def compare(results_dir, extra):
+def reference_args(r):
+    """The `point` arguments that measure a results row's point with transformers."""
+    args = ["--model", r["model"], "--batch", r["batch"],
+            "--precision", r["precision"], "--checkpointing", r["checkpointing"],
+            "--accumulation", r["accumulation"], "--optimizer", r["optimizer"],
+            "--steps", r["steps"], "--warmup", r["warmup_steps"],
+            "--repetitions", r["repetitions"], "--mode", r.get("mode") or "train",
+            "--use_cache", {"1": "true", "0": "false"}.get(r.get("use_cache") or "1",
+                                                            r.get("use_cache")),
+            "--adapter", r.get("adapter") or "none",
+            "--weights", r.get("weights") or "full"]
+    if r.get("adapter") == "lora":
+        args += ["--lora_r", r["lora_r"], "--lora_alpha", r["lora_alpha"],
+                 "--lora_dropout", r["lora_dropout"], "--lora_targets", r["lora_targets"]]
+    for axis in ("seq", "target_seq", "audio_s"):
+        if r[axis]:
+            args += ["--" + axis, r[axis]]
+    return args
+
+
+def point_key(args):
+    """What identifies a reference point: its arguments but the timing ones (steps, warmup,
+    repetitions), so that a saved measurement answers rows timed differently."""
+    timing = {"--steps", "--warmup", "--repetitions"}
+
+    def value(v):
+        try:
+            return repr(float(v))  # "30" and "30.0" alike
+        except ValueError:
+            return v
+    pairs = zip(args[::2], args[1::2])
+    return tuple(sorted((k, value(v)) for k, v in pairs if k not in timing))
+
+
+def plan(dry_run_json):
+    """The `point` arguments of every point of `sweep run CONFIG --dry-run --json`, one line
+    each (for `points`): the reference measured before, or beside, sweep's own run."""
+    import shlex
+    for p in json.load(open(dry_run_json))["points"]:
+        c = p["configuration"]
+        row = {k: str(c[k]) for k in ("model", "batch", "precision", "checkpointing", "accumulation",
+                                      "optimizer", "steps", "warmup_steps", "repetitions", "mode",
+                                      "adapter", "weights", "lora_r", "lora_alpha", "lora_dropout",
+                                      "alloc_conf")}
+        row.update(use_cache="1" if c["use_cache"] else "0", lora_targets=";".join(c["lora_targets"]))
+        for axis in ("seq", "target_seq", "audio_s"):
+            row[axis] = str(c[axis]) if c[axis] else ""
+        print(shlex.join(reference_args(row)))
+
+
+def measure(args, alloc_conf):
+    """One reference point in its own process: (the point's JSON, or None and the error)."""
+    # Both allocator variables, as the worker sets them (PYTORCH_ALLOC_CONF wins for the
+    # generic settings in torch 2.11).
+    env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=alloc_conf, PYTORCH_ALLOC_CONF=alloc_conf)
+    done = subprocess.run([sys.executable, __file__, "point"] + args, capture_output=True,
+                          text=True, env=env)
+    if done.returncode != 0:
+        return None, (done.stderr.strip().splitlines() or ["?"])[-1]
+    return json.loads(done.stdout.strip().splitlines()[-1]), None
+
+
+def compare(results_dir, jobs=1, save=None, load=None):
+    """A Markdown table of a results directory's ok rows against transformers at the same
+    points: measured now (CUDA rows; `jobs` at once, their peaks independent, their times not),
+    or read from a file `save` wrote earlier (then emulated rows are compared too)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+    lock = threading.Lock()
     path = os.path.join(results_dir, "results.csv") if os.path.isdir(results_dir) else results_dir
-    rows = [r for r in csv.DictReader(open(path)) if r["status"] == "ok" and r["device"] == "cuda"
+    devices = ("cuda", "emulated") if load else ("cuda",)
+    rows = [r for r in csv.DictReader(open(path)) if r["status"] == "ok" and r["device"] in devices
             and (r["model"] in ZOO or config_file(r["model"]))]
+    saved = {}
+    if load:
+        for line in open(load):
+            ref = json.loads(line)
+            saved[point_key(ref["args"])] = ref
+    if jobs > 1 and not load:
+        print(f"Measured {jobs} points at a time: the peaks are each process's own, the "
+              "transformers tokens/s are not timings.\n")
     print("| model | batch | input | technique | sweep peak GiB | transformers peak GiB | "
           "peak ratio | sweep tokens/s | transformers tokens/s | throughput ratio |")
     print("| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for r in rows:
-        args = [sys.executable, __file__, "point", "--model", r["model"], "--batch", r["batch"],
-                "--precision", r["precision"], "--checkpointing", r["checkpointing"],
-                "--accumulation", r["accumulation"], "--optimizer", r["optimizer"],
-                "--steps", r["steps"], "--warmup", r["warmup_steps"],
-                "--repetitions", r["repetitions"], "--mode", r.get("mode") or "train",
-                "--use_cache", {"1": "true", "0": "false"}.get(r.get("use_cache") or "1",
-                                                                r.get("use_cache")),
-                "--adapter", r.get("adapter") or "none",
-                "--weights", r.get("weights") or "full"] + extra
-        if r.get("adapter") == "lora":
-            args += ["--lora_r", r["lora_r"], "--lora_alpha", r["lora_alpha"],
-                     "--lora_dropout", r["lora_dropout"], "--lora_targets", r["lora_targets"]]
-        for axis in ("seq", "target_seq", "audio_s"):
-            if r[axis]:
-                args += ["--" + axis, r[axis]]
-        # Both allocator variables, as the worker sets them (PYTORCH_ALLOC_CONF wins for the
-        # generic settings in torch 2.11).
-        env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=r["alloc_conf"], PYTORCH_ALLOC_CONF=r["alloc_conf"])
-        done = subprocess.run(args, capture_output=True, text=True, env=env)
-        if done.returncode != 0:
-            tail = (done.stderr.strip().splitlines() or ["?"])[-1]
-            print(f"| {r['model']} | {r['batch']} | | failed: {tail} | | | | | | |")
-            continue
-        ref = json.loads(done.stdout.strip().splitlines()[-1])
-        ours = float(r["peak_allocated_bytes"])
-        mine_tps = float(r["tokens_per_s"])
-        shape = " ".join(f"{k} {r[k]}" for k in ("seq", "target_seq", "audio_s") if r[k])
-        tech = f"{r['precision']} / {r['checkpointing']} / acc {r['accumulation']} / {r['optimizer']}"
-        if r.get("adapter") == "lora":
-            tech += f" / lora r{r['lora_r']}"
-        if (r.get("weights") or "full") != "full":
-            tech += f" / weights {r['weights']}"
-        print(f"| {r['model']} | {r['batch']} | {shape} | {tech} | {ours / 2**30:.3f} | "
-              f"{ref['peak_allocated_bytes'] / 2**30:.3f} | {ours / ref['peak_allocated_bytes']:.3f} | "
-              f"{mine_tps:.0f} | {ref['tokens_per_s']:.0f} | {mine_tps / ref['tokens_per_s']:.3f} |",
-              flush=True)
+
+    def reference(r):
+        args = reference_args(r)
+        if load:
+            ref = saved.get(point_key(args))
+            return (ref, None) if ref else (None, "not in " + load)
+        ref, error = measure(args, r["alloc_conf"])
+        if ref and save:
+            with lock, open(save, "a") as f:
+                f.write(json.dumps(dict(ref, args=args)) + "\n")
+        return ref, error
+
+    with ThreadPoolExecutor(max_workers=max(jobs, 1)) as pool:
+        for r, (ref, error) in zip(rows, pool.map(reference, rows)):
+            if ref is None:
+                print(f"| {r['model']} | {r['batch']} | | failed: {error} | | | | | | |", flush=True)
+                continue
+            print(table_row(r, ref), flush=True)
+
+
+def table_row(r, ref):
+    ours = float(r["peak_allocated_bytes"])
+    shape = " ".join(f"{k} {r[k]}" for k in ("seq", "target_seq", "audio_s") if r[k])
+    tech = f"{r['precision']} / {r['checkpointing']} / acc {r['accumulation']} / {r['optimizer']}"
+    if r.get("adapter") == "lora":
+        tech += f" / lora r{r['lora_r']}"
+    if (r.get("weights") or "full") != "full":
+        tech += f" / weights {r['weights']}"
+    if r["device"] != "cuda":
+        tech += f" / {r['device']}"
+    mine_tps = float(r["tokens_per_s"]) if r.get("tokens_per_s") else float("nan")
+    return (f"| {r['model']} | {r['batch']} | {shape} | {tech} | {ours / 2**30:.3f} | "
+            f"{ref['peak_allocated_bytes'] / 2**30:.3f} | {ours / ref['peak_allocated_bytes']:.3f} | "
+            f"{mine_tps:.0f} | {ref['tokens_per_s']:.0f} | {mine_tps / ref['tokens_per_s']:.3f} |")
+
+
+def points(path, jobs, save):
+    """Each line of `path` is one point's arguments (# comments); measured `jobs` at a time,
+    each in its own process, one JSON line each (with its args, or its error) to `save`."""
+    import shlex
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+    lock = threading.Lock()
+    todo = [a for a in (shlex.split(line, comments=True) for line in open(path)) if a]
+
+    def one(args):
+        ref, error = measure(args, os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""))
+        out = dict(ref, args=args) if ref else dict(args=args, error=error)
+        with lock, open(save, "a") as f:
+            f.write(json.dumps(out) + "\n")
+        return out
+
+    with ThreadPoolExecutor(max_workers=max(jobs, 1)) as pool:
+        for out in pool.map(one, todo):
+            print(json.dumps(out), flush=True)
 
 
 def main():
@@ -446,8 +559,21 @@ def main():
                    help="int8: from_pretrained with BitsAndBytesConfig(load_in_8bit=True)")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
                    help="cpu: step time only (no peak: the CPU fixtures come from tests/fixtures/)")
+    p.add_argument("--sdpa", default="default", choices=["default"] + sorted(SDPA_BACKENDS),
+                   help="run the steps under torch.nn.attention.sdpa_kernel(that backend)")
     c = sub.add_parser("compare", help="reference for every ok CUDA row of a results directory")
     c.add_argument("results")
+    c.add_argument("--jobs", type=int, default=1, help="points measured at once (peaks only)")
+    c.add_argument("--save", help="append each reference point, as JSON lines, to this file")
+    c.add_argument("--load", help="read the reference points from a file --save wrote, measure "
+                                  "none, and compare emulated rows too")
+    n = sub.add_parser("plan", help="the points of a dry run (sweep run CONFIG --dry-run --json), "
+                                    "one line each, for `points`")
+    n.add_argument("dry_run_json")
+    m = sub.add_parser("points", help="measure the points a file lists, one per line")
+    m.add_argument("file")
+    m.add_argument("--jobs", type=int, default=1)
+    m.add_argument("--save", required=True)
     a = ap.parse_args()
     if a.cmd == "point":
         if a.model not in ZOO and not config_file(a.model):
@@ -457,8 +583,12 @@ def main():
         a.use_cache = a.use_cache == "true"
         a.lora_targets = [t for t in a.lora_targets.split(";") if t]
         print(json.dumps(point(a)))
+    elif a.cmd == "plan":
+        plan(a.dry_run_json)
+    elif a.cmd == "points":
+        points(a.file, a.jobs, a.save)
     else:
-        compare(a.results, [])
+        compare(a.results, a.jobs, a.save, a.load)
 
 
 if __name__ == "__main__":
