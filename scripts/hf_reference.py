@@ -323,6 +323,7 @@ def burst(a, device, phase=None):
                     opt.step()
                 opt.zero_grad(set_to_none=True)
 
+    step.optimizer = opt  # for point's paged_bytes
     return model, step, sum(t for _, t in batches)
 
 
@@ -369,19 +370,21 @@ def point(a):
         else:
             times.append((time.perf_counter() - t0) * 1000 / a.steps)
     step_ms = statistics.median(times)
-    if not cuda:  # the CPU: time only (bench/bench_zygote's whole-process comparison)
-        return dict(model=a.model, batch=a.batch, device="cpu", step_ms=step_ms,
-                    tokens_per_s=tokens / (step_ms / 1000), torch=torch.__version__,
-                    transformers=__import__("transformers").__version__)
-    return dict(model=a.model, batch=a.batch, precision=a.precision, checkpointing=a.checkpointing,
-                accumulation=a.accumulation, optimizer=a.optimizer, use_cache=a.use_cache,
-                adapter=a.adapter, lora_r=a.lora_r, lora_alpha=a.lora_alpha,
-                lora_dropout=a.lora_dropout, lora_targets=a.lora_targets, weights=a.weights,
-                sdpa=a.sdpa, peak_allocated_bytes=torch.cuda.max_memory_allocated(),
-                peak_reserved_bytes=torch.cuda.max_memory_reserved(), paged_bytes=paged_bytes(opt),
-                step_ms=step_ms,
-                tokens_per_s=tokens / (step_ms / 1000), device_name=torch.cuda.get_device_name(),
-                torch=torch.__version__, transformers=__import__("transformers").__version__)
+    # The same record on either device (so that the CPU runs every line of it); the peaks
+    # only on CUDA (the CPU's come from tests/fixtures/).
+    result = dict(model=a.model, batch=a.batch, device=device.type, precision=a.precision,
+                  checkpointing=a.checkpointing, accumulation=a.accumulation,
+                  optimizer=a.optimizer, use_cache=a.use_cache, adapter=a.adapter,
+                  lora_r=a.lora_r, lora_alpha=a.lora_alpha, lora_dropout=a.lora_dropout,
+                  lora_targets=a.lora_targets, weights=a.weights, sdpa=a.sdpa,
+                  paged_bytes=paged_bytes(inner_step.optimizer), step_ms=step_ms,
+                  tokens_per_s=tokens / (step_ms / 1000), torch=torch.__version__,
+                  transformers=__import__("transformers").__version__)
+    if cuda:
+        result.update(peak_allocated_bytes=torch.cuda.max_memory_allocated(),
+                      peak_reserved_bytes=torch.cuda.max_memory_reserved(),
+                      device_name=torch.cuda.get_device_name())
+    return result
 
 
 def reference_args(r):
@@ -558,7 +561,7 @@ def main():
     p.add_argument("--weights", default="full", choices=["full", "int8", "nf4", "fp4"],
                    help="int8: from_pretrained with BitsAndBytesConfig(load_in_8bit=True)")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
-                   help="cpu: step time only (no peak: the CPU fixtures come from tests/fixtures/)")
+                   help="cpu: no peaks (the CPU fixtures come from tests/fixtures/), the rest as on CUDA")
     p.add_argument("--sdpa", default="default", choices=["default"] + sorted(SDPA_BACKENDS),
                    help="run the steps under torch.nn.attention.sdpa_kernel(that backend)")
     c = sub.add_parser("compare", help="reference for every ok CUDA row of a results directory")
