@@ -156,6 +156,30 @@ TEST(EmulatedSdpa, ChoiceWithMasksShapesAndHeadDims) {
   EXPECT_EQ(choose(kA10G, at::kBFloat16, false, 0.0, true, std::nullopt, 200), kFlash);
 }
 
+// Grouped-query attention as transformers 5.23 hands it to SDPA (enable_gqa=True, no mask,
+// causal): TinyLlama's 32 query and 4 kv heads. sdp_utils.cpp instantiates
+// check_batch_size_and_num_heads_dense<true> for flash, <true, false> for cuDNN and <false> for
+// the memory-efficient kernel, so fp32 (neither flash nor cuDNN) falls through to math. On an
+// H200 (torch 2.11.0+cu130), our CUDA worker's TinyLlama QLoRA at fp32, b8 x 1024, peaked at
+// 46,626.7 MiB allocated: the emulator said 23,128.7 with the efficient kernel and says
+// 46,626.7 with math (docs/fidelity.md, "H200").
+TEST(EmulatedSdpa, GroupedQueryAttentionSkipsTheMemoryEfficientKernel) {
+  using enum SdpBackend;
+  auto gqa = [](const EmulatedCard& c, at::ScalarType dtype, int64_t kv_heads) {
+    auto q = at::empty({2, 32, 1024, 64}, meta(dtype)).requires_grad_();
+    auto k = at::empty({2, kv_heads, 1024, 64}, meta(dtype)).requires_grad_();
+    auto v = at::empty({2, kv_heads, 1024, 64}, meta(dtype)).requires_grad_();
+    return choose_sdp_backend(c, q, k, v, std::nullopt, 0.0, true, true);
+  };
+  for (const auto& c : {kT4, kA100, kA10G, k4090, kH100}) {
+    EXPECT_EQ(gqa(c, at::kFloat, 4), kMath) << c.name;
+    EXPECT_EQ(gqa(c, at::kFloat, 32), kEfficient) << c.name;  // equal heads: no grouping
+  }
+  EXPECT_EQ(gqa(kA100, at::kBFloat16, 4), kFlash);
+  EXPECT_EQ(gqa(kH100, at::kBFloat16, 4), kCudnn);
+  EXPECT_EQ(gqa(kT4, at::kHalf, 4), kMath);  // no flash below sm80, no GQA in mem-efficient
+}
+
 // Flash on A100, GPT-2 layout (2, 12, 128, 64) bf16, causal, dropout 0.1.
 // Forward, flash_api.cpp mha_fwd: out like q (2*128*12*64*2 = 393216), softmax_lse
 // (2, 12, 128) fp32 = 12288, no split-KV with dropout, rng_state uint64[2] = 16, unused 8, a

@@ -43,15 +43,22 @@ bool same_dtype_in(const Params& p, std::initializer_list<at::ScalarType> allowe
   return std::find(allowed.begin(), allowed.end(), t) != allowed.end();
 }
 
-// sdp_utils_cpp.h check_tensor_shapes (304), check_batch_size_and_num_heads_dense (379; GQA
-// supported, same kv heads), check_nonzero_sequence_lengths_dense (477),
+// What sdp_utils.cpp instantiates check_batch_size_and_num_heads_dense with, per backend:
+// flash <supports_gqa, same kv heads>, cuDNN <supports_gqa, kv heads may differ>, the
+// memory-efficient kernel <no GQA> (its dense_constraints): a grouped-query call with fewer kv
+// heads goes to flash or cuDNN, or to math (fp32 on any card).
+enum class Gqa { kNone, kSameKvHeads, kAnyKvHeads };
+
+// sdp_utils_cpp.h check_tensor_shapes (304), check_batch_size_and_num_heads_dense (379, with
+// check_grouped_query_attention 331), check_nonzero_sequence_lengths_dense (477),
 // check_last_dim_stride_equals_1_dense (493: the mask's last stride too on GPU).
-bool dense_checks(const Params& p, bool ignore_singleton_dim) {
+bool dense_checks(const Params& p, bool ignore_singleton_dim, Gqa gqa) {
   if (p.q.dim() != 4 || p.k.dim() != 4 || p.v.dim() != 4) return false;
   if (p.q.size(0) != p.k.size(0) || p.q.size(0) != p.v.size(0)) return false;
   const int64_t hq = p.q.size(1), hk = p.k.size(1), hv = p.v.size(1);
-  if (p.enable_gqa) {
-    if (hk != hv || hq % hk != 0) return false;
+  if (p.enable_gqa && gqa != Gqa::kNone) {
+    if (gqa == Gqa::kSameKvHeads && hk != hv) return false;
+    if (hq % hk != 0 || (gqa == Gqa::kAnyKvHeads && hq % hv != 0)) return false;
   } else if (hq != hk || hq != hv) {
     return false;
   }
@@ -85,7 +92,7 @@ bool can_use_flash(const EmulatedCard& card, const Params& p) {
                          : !same_dtype_in(p, {at::kHalf})) {
     return false;
   }
-  return dense_checks(p, /*ignore_singleton_dim=*/true);
+  return dense_checks(p, /*ignore_singleton_dim=*/true, Gqa::kSameKvHeads);
 }
 
 // sdp_utils.cpp minimum_gemm_alignment: tensor cores on sm80+, and on sm70+ for half.
@@ -107,7 +114,7 @@ bool can_use_mem_efficient(const EmulatedCard& card, const Params& p) {
   if (dq != p.k.size(-1) || dq % align != 0 || dq <= 0 || dv % align != 0 || dv <= 0) {
     return false;
   }
-  if (!dense_checks(p, /*ignore_singleton_dim=*/false)) return false;
+  if (!dense_checks(p, /*ignore_singleton_dim=*/false, Gqa::kNone)) return false;
   return card.cc_major >= 8 ? same_dtype_in(p, {at::kHalf, at::kFloat, at::kBFloat16})
                             : same_dtype_in(p, {at::kHalf, at::kFloat});
 }
@@ -136,7 +143,7 @@ bool can_use_cudnn(const EmulatedCard& card, const Params& p, const SdpSoftware&
   }
   if (!cudnn_mask_ok(p)) return false;
   if (!sm_in(card, 80, 121)) return false;  // check_cudnn_hardware_support
-  if (!dense_checks(p, /*ignore_singleton_dim=*/true)) return false;
+  if (!dense_checks(p, /*ignore_singleton_dim=*/true, Gqa::kAnyKvHeads)) return false;
   // check_cudnn_tensor_shapes
   const int64_t b = p.q.size(0), h = p.q.size(1), s_q = p.q.size(2), s_k = p.k.size(2);
   const int64_t d_qk = p.q.size(3), d_v = p.v.size(3);
