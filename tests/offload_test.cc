@@ -299,9 +299,21 @@ TEST(Offload, PinnedHostStateAndAdamWsParameters_CUDA) {
     o2.step();
     o2.zero_grad();
   }
-  const auto p1 = m1->parameters(), p2 = m2->parameters();
-  for (std::size_t i = 0; i < p1.size(); ++i)
-    EXPECT_TRUE(torch::allclose(p1[i], p2[i], 1e-5, 1e-6)) << "parameter " << i;
+  // The key third of c_attn's bias has a gradient of zero up to rounding (softmax does not
+  // see a constant added to every key of a query), and Adam turns that rounding noise into
+  // steps of about lr whose signs differ between any two implementations once the parameters
+  // differ in their last bits: on the H200 the two blocks' c_attn biases were the only
+  // parameters apart. Every other element is held to rounding.
+  const auto p1 = m1->named_parameters(), p2 = m2->named_parameters();
+  for (const auto& item : p1) {
+    auto a = item.value(), b = p2[item.key()];
+    if (item.key().find("c_attn.bias") != std::string::npos) {
+      const int64_t e = a.size(0) / 3;
+      a = torch::cat({a.slice(0, 0, e), a.slice(0, 2 * e)});
+      b = torch::cat({b.slice(0, 0, e), b.slice(0, 2 * e)});
+    }
+    EXPECT_TRUE(torch::allclose(a, b, 1e-5, 1e-6)) << item.key();
+  }
 }
 
 }  // namespace

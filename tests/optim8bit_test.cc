@@ -301,7 +301,13 @@ TEST(PagedAdamW, LargeStatesOutsideTheCachingAllocator_CUDA) {
     (b * b).sum().backward();
     const int64_t before = allocated();
     paged->step();
-    EXPECT_EQ(allocated() - before, paged->state_bytes()) << bits;
+    // What stays in the caching allocator, each tensor in its 512-byte blocks (the H200 run
+    // measured 12,288 for 11,424 bytes at 8 bits): the two absmax arrays and the two code maps
+    // at 8 bits; at 32 bits both states are paged.
+    const auto rounded = [](int64_t bytes) { return (bytes + 511) / 512 * 512; };
+    const int64_t absmax = 4 * ((300000 + 255) / 256), qmap = 4 * 256;
+    EXPECT_EQ(paged->state_bytes(), bits == 8 ? 2 * absmax + 2 * qmap : 0) << bits;
+    EXPECT_EQ(allocated() - before, bits == 8 ? 2 * rounded(absmax) + 2 * rounded(qmap) : 0) << bits;
     plain->step();
     EXPECT_TRUE(torch::equal(a.detach(), b.detach())) << bits;
     EXPECT_EQ(paged->paged_bytes(), (bits == 8 ? 2 : 8) * 300000) << bits;
@@ -346,6 +352,23 @@ TEST(AdamW8bit, KernelsRunOnEveryArchitectureTheWheelRuns) {
 // code ever differed and their block's scales agreed, to rounding (1e-5 at lr 1e-3). A flipped
 // code moves its parameter by up to a code step of one update, so the parameters as a whole are
 // not held to 1e-5 (a CPU emulation of the kernel's arithmetic put them 6.6e-5 apart).
+// Where two code arrays part by more than one code: the first such element, its codes, its
+// gradient and its block's scales on both sides (the H200 run of torch 2.11.0+cu130 parted
+// bf16 codes at n=300000 by up to 54 from step 2 on; the next GPU says where).
+std::string first_parting(const torch::Tensor& apart, const torch::Tensor& k, const torch::Tensor& a,
+                          const torch::Tensor& g, const AdamW8bitState& sk, const AdamW8bitState& sa) {
+  const auto far = (apart > 1).nonzero();
+  if (far.size(0) == 0) return "";
+  const int64_t i = far[0][0].item<int64_t>(), b = i / 256;
+  std::ostringstream out;
+  out << far.size(0) << " elements more than one code apart; the first, " << i << ": codes "
+      << k[i].item<int>() << " (kernel) and " << a[i].item<int>() << " (ATen), gradient "
+      << g[i].item<float>() << ", block " << b << " absmax1 " << sk.absmax1[b].item<float>() << " / "
+      << sa.absmax1[b].item<float>() << ", absmax2 " << sk.absmax2[b].item<float>() << " / "
+      << sa.absmax2[b].item<float>();
+  return out.str();
+}
+
 TEST(AdamW8bit, KernelMatchesTheAtenPath_CUDA) {
   torch::manual_seed(3);
   const auto dev = torch::Device(torch::kCUDA, 0);
@@ -380,22 +403,27 @@ TEST(AdamW8bit, KernelMatchesTheAtenPath_CUDA) {
         codes_differ = std::max(codes_differ, (d1 | d2).to(torch::kFloat).mean().item<double>());
         // A code that differs is the neighbour on the other side of a midpoint.
         for (const auto& [k, a] : {std::pair{s_kernel.state1, s_aten.state1},
-                                   std::pair{s_kernel.state2, s_aten.state2}})
-          EXPECT_LE((k.to(torch::kInt) - a.to(torch::kInt)).abs().max().item<int>(), 1)
-              << "step " << step << " n=" << n;
+                                   std::pair{s_kernel.state2, s_aten.state2}}) {
+          const auto apart = (k.to(torch::kInt) - a.to(torch::kInt)).abs();
+          EXPECT_LE(apart.max().item<int>(), 1) << "step " << step << " n=" << n << "\n"
+                                                << first_parting(apart, k, a, g, s_kernel, s_aten);
+        }
         auto scales = (s_kernel.absmax1 - s_aten.absmax1).abs() > 1e-6 * s_aten.absmax1.abs() |
                       (s_kernel.absmax2 - s_aten.absmax2).abs() > 1e-6 * s_aten.absmax2.abs();
         auto by_element = scales.repeat_interleave(256).slice(0, 0, n);
         parted |= d1 | d2 | by_element;
       }
-      // The inf injected at step 4 makes element 0's moments inf and its update inf / inf: NaN
-      // on both sides (and, on the 8-bit path, whatever its block's inf scale spreads to). NaN
-      // never compares, so the sides must agree on which elements are not finite, and the
-      // differences are read over the finite ones (a NaN max failed this test on every GPU).
+      // The inf injected at step 4: bitsandbytes' 32-bit kernel (kOptimizer32bit2State) takes
+      // it into element 0's moments, whose update inf / inf makes the parameter NaN; its 8-bit
+      // blockwise kernel (kOptimizerStatic8bit2StateBlockwise) zeroes both moments of a
+      // non-finite gradient and leaves the parameter as it was (csrc/kernels.cu, 0.50.2; the
+      // H200 run showed the 8-bit sides finite). NaN never compares, so the sides must agree on
+      // which elements are not finite, and the differences are read over the finite ones.
       const auto lost = torch::isfinite(p_kernel).logical_not();
       EXPECT_TRUE(torch::equal(lost, torch::isfinite(p_aten).logical_not()))
           << "n=" << n << ": the kernel and the ATen path lose different elements to the inf";
-      EXPECT_TRUE(lost[0].item<bool>()) << "n=" << n << ": the injected inf did not reach the parameter";
+      EXPECT_EQ(lost[0].item<bool>(), !eight) << "n=" << n << ": element 0 after the inf";
+      if (eight) EXPECT_FALSE(lost.any().item<bool>()) << "n=" << n;
       const auto finite = lost.logical_not();
       const auto diff = (p_kernel.to(torch::kFloat) - p_aten.to(torch::kFloat)).abs().masked_fill(lost, 0);
       const double all = diff.max().item<double>();

@@ -236,13 +236,26 @@ TEST(RunBoundary, AnUncreatableOutputDirectoryNamesThePathAndTheCause) {
   EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
 }
 
-// With --gpus a failure in one runner thread (here the full disk) used to end the process
-// with `terminate called`; now every thread stops and the run ends with the message.
-TEST(RunBoundary, AFailureInAGpuThreadEndsTheRunWithAMessage_CUDA) {
-  auto dir = testing::temp_dir("boundary_gpus");
-  auto cfg = one_step_config(dir, "cuda", "batch: [1, 2, 3, 4], precision: [fp32, bf16]");
-  auto r = testing::run_sweep_cli("run " + cfg + " --gpus 0,0 --out " + (dir / "out").string(),
-                                  "prlimit --fsize=1100:");
+// With several lanes (--gpus, and an emulated card's one lane per core) a failure in one
+// runner thread (here the full disk) used to end the process with `terminate called`; now every
+// thread stops and the run ends with the message. The emulated card's lanes are the same
+// threads as --gpus's (run_lanes), so this runs without a GPU: --gpus 0,0, which it took on a
+// one-GPU host, is refused since two lanes on one GPU measure each other.
+TEST(RunBoundary, AFailureInALaneThreadEndsTheRunWithAMessage) {
+  auto dir = testing::temp_dir("boundary_lanes");
+  auto cfg = testing::write_file(dir / "tiny.yaml",
+                                 "device: emulated\ngpu: rtx3060\nsteps: 1\nwarmup_steps: 0\n"
+                                 "repetitions: 1\nmodels: [gpt2-test]\n"
+                                 "grid: {seq: 8, batch: [1, 2, 3, 4], precision: [fp32, bf16]}\n");
+  auto probe = testing::run_sweep_cli("run " + cfg + " --out " + (dir / "probe").string());
+  ASSERT_EQ(probe.exit_code, 0) << probe.output;
+  std::ifstream probe_csv(dir / "probe" / "results.csv");
+  std::string header, first;
+  std::getline(probe_csv, header);
+  std::getline(probe_csv, first);
+  const std::size_t limit = header.size() + first.size() + 2 + first.size() / 2;
+  auto r = testing::run_sweep_cli("run " + cfg + " --out " + (dir / "out").string(),
+                                  "prlimit --fsize=" + std::to_string(limit) + ":");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("cannot append a row"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;

@@ -336,7 +336,10 @@ TEST(Zygote, CudaContextProbeMeasuresAsExecd_CUDA) {
   EXPECT_EQ(forked.name, execd.name);
   EXPECT_EQ(forked.total_bytes, execd.total_bytes);
   EXPECT_NEAR(static_cast<double>(forked.context_bytes), static_cast<double>(execd.context_bytes), 2 << 20);
-  EXPECT_EQ(forked.other_bytes, execd.other_bytes);
+  // Other processes' use (and the driver's, 3.2-3.4 MiB on the H200 with nothing else
+  // running) is read at each probe's time: within 2 MiB too (on the H200 lease, with Python
+  // processes starting beside it, 3,538,944 and 3,407,872).
+  EXPECT_NEAR(static_cast<double>(forked.other_bytes), static_cast<double>(execd.other_bytes), 2 << 20);
   EXPECT_EQ(threads_of(zygote.pid()), 1);
 }
 
