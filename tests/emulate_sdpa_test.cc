@@ -292,6 +292,75 @@ TEST(EmulatedSdpa, EfficientWithLearnedBiasAllocatesExpandedBiasGrad) {
   EXPECT_EQ(bias.grad().sizes(), (at::IntArrayRef{1, 12, 128, 128}));
 }
 
+// A batch above CUDA's 65535 grid limit (attention.cu MAX_BATCH_SIZE): fp32 on an A100 takes
+// the memory-efficient kernel in chunks of 65535. (b, 1 head, 16 tokens, d 8): a sample's
+// output is 16*8*4 = 512 bytes, its logsumexp (1, 32 rows: kAlignLSE) 128. Forward: chunk 1's
+// output and logsumexp, the full-batch ones, chunk 2's (freed with its iteration), then chunk
+// 1's when the function returns. Backward: three full-batch grads, then each chunk's own
+// backward (the same events as an unchunked one of that batch), its grads freed after the copy.
+TEST(EmulatedSdpa, EfficientBatchAboveTheGridLimitRunsInChunks) {
+  constexpr int64_t kChunk = 65535, kBatch = kChunk + 5;
+  auto x = gpt2_qkv(kBatch, 1, 16, 8, at::kFloat);
+  CountingMetaAllocator alloc;
+  at::Tensor out = cuda_sdpa(kA100, x.q, x.k, x.v, std::nullopt, 0.0, true, std::nullopt);
+  EXPECT_EQ(alloc.take(),
+            (std::vector<int64_t>{kChunk * 512, kChunk * 128, kBatch * 512, kBatch * 128, 5 * 512,
+                                  5 * 128, -5 * 512, -5 * 128, -kChunk * 512, -kChunk * 128}));
+  EXPECT_EQ(out.sizes(), (at::IntArrayRef{kBatch, 1, 16, 8}));
+
+  // Each chunk's backward events, from an unchunked run at that batch: its kernel's, then
+  // autograd releasing the saved logsumexp (here the full batch's, once, at the end).
+  auto unchunked_backward = [&](int64_t b) {
+    auto y = gpt2_qkv(b, 1, 16, 8, at::kFloat);
+    at::Tensor o = cuda_sdpa(kA100, y.q, y.k, y.v, std::nullopt, 0.0, true, std::nullopt);
+    at::Tensor g = at::empty_like(o);
+    alloc.take();
+    torch::autograd::backward({o}, {g});
+    std::vector<int64_t> ev = alloc.take();
+    EXPECT_EQ(ev.back(), -b * 128) << show(ev);
+    ev.pop_back();
+    return ev;
+  };
+  const std::vector<int64_t> first = unchunked_backward(kChunk), last = unchunked_backward(5);
+  ASSERT_GE(first.size(), 3u) << show(first);
+  EXPECT_EQ(std::vector<int64_t>(first.begin(), first.begin() + 3),
+            (std::vector<int64_t>{kChunk * 512, kChunk * 512, kChunk * 512}));
+  std::vector<int64_t> want = {kBatch * 512, kBatch * 512, kBatch * 512};
+  want.insert(want.end(), first.begin(), first.end());
+  want.insert(want.end(), {-kChunk * 512, -kChunk * 512, -kChunk * 512});
+  want.insert(want.end(), last.begin(), last.end());
+  want.insert(want.end(), {-5 * 512, -5 * 512, -5 * 512, -kBatch * 128});
+  at::Tensor grad = at::empty_like(out);
+  alloc.take();
+  torch::autograd::backward({out}, {grad});
+  EXPECT_EQ(alloc.take(), want);
+  EXPECT_EQ(x.q_leaf.grad().sizes(), (at::IntArrayRef{kBatch, 16, 1, 8}));
+}
+
+// What the card does with such a batch, with attention.cu's and the launch check's messages:
+// dropout cannot be chunked; flash (fp16 on an A100) puts the batch in its grid's y dimension.
+TEST(EmulatedSdpa, BatchAboveTheGridLimitFailsWhereTheCardFails) {
+  constexpr int64_t kBatch = 65536;
+  auto error_of = [](const Qkv& x, double dropout) -> std::string {
+    try {
+      cuda_sdpa(kA100, x.q, x.k, x.v, std::nullopt, dropout, true, std::nullopt);
+    } catch (const c10::Error& e) {
+      return e.what_without_backtrace();
+    }
+    return "";
+  };
+  EXPECT_NE(error_of(gpt2_qkv(kBatch, 1, 16, 8, at::kFloat), 0.1)
+                .find("Efficient attention cannot produce valid seed and offset outputs when the "
+                      "batch size exceeds (65535)."),
+            std::string::npos);
+  auto f16 = gpt2_qkv(kBatch, 1, 16, 8, at::kHalf);
+  ASSERT_EQ(choose_sdp_backend(kA100, f16.q, f16.k, f16.v, std::nullopt, 0.0, true, false),
+            SdpBackend::kFlash);
+  EXPECT_NE(error_of(f16, 0.0).find("CUDA error: invalid configuration argument"),
+            std::string::npos);
+  EXPECT_EQ(error_of(gpt2_qkv(kBatch - 1, 1, 16, 8, at::kHalf), 0.0), "");
+}
+
 TEST(EmulatedSdpa, EfficientBackwardKernelAndWorkspaceRules) {
   // f16 on A100 without dropout, M, N multiples of 64: the aligned-to-block 64x64 k64 kernel.
   auto k = mem_eff_backward_kernel(80, true, 64, false, 128, 128);

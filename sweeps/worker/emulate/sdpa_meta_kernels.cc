@@ -33,6 +33,11 @@ EmulatedCard& card_storage() {
 int64_t round_multiple(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// CUDA's limit on a grid's y and z dimensions; attention.cu's MAX_BATCH_SIZE for the
+// memory-efficient kernel, whose grid puts the batch in z.
+constexpr int64_t kMaxGridYZ = (int64_t{1} << 16) - 1;
+constexpr int64_t kMaxEfficientBatch = kMaxGridYZ;
+
 // flash_api.cpp mha_fwd, dense path (q: b x s_q x h x d, the transposed view attention.cu
 // passes). Allocation order: out, softmax_lse, [p], [softmax_lse_accum, out_accum],
 // rng_state, _unused, [dropout: a second rng_state, the first freed]; the split-KV buffers die
@@ -75,6 +80,15 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> mha_fwd(const Tensor& q, cons
   Tensor rng_state = at::empty({2}, opts.dtype(c10::kUInt64));
   Tensor unused = at::empty({}, opts.dtype(c10::kUInt64));
   if (p_dropout > 0.0) rng_state = at::empty({2}, opts.dtype(c10::kUInt64));
+  // run_mha_fwd's launch (flash_fwd_launch_template.h): grid (m blocks, b, h), or with split-KV
+  // (m blocks, splits, b * h). CUDA caps a grid's y and z at 65535, so a larger batch (or head
+  // count) fails at the launch check, after the allocations above.
+  const bool grid_fits =
+      splits > 1 ? batch * heads <= kMaxGridYZ : batch <= kMaxGridYZ && heads <= kMaxGridYZ;
+  TORCH_CHECK(grid_fits,
+              "CUDA error: invalid configuration argument (FlashAttention's grid puts batch ",
+              batch, " and ", heads, " heads in its y and z dimensions, which CUDA caps at ",
+              kMaxGridYZ, ")");
   // The accumulators are destroyed first element first (libstdc++ tuple), as here.
   softmax_lse_accum.reset();
   out_accum.reset();
@@ -209,19 +223,61 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, c10::SymInt, c10::SymInt> efficient_a
           key.size(1)};
 }
 
+// attention.cu _scaled_dot_product_efficient_attention_cuda. The kernel's grid puts the batch in
+// z, which CUDA caps at 65535, so a larger batch runs in chunks of 65535: the first chunk's
+// output and logsumexp, then full-batch ones (the output with the chunk's strides, through
+// empty_strided) that every chunk is copied into. The first chunk's results live until the
+// function returns, each later chunk's until the end of its iteration. A chunked batch cannot
+// keep one dropout seed and offset, and refuses dropout, with attention.cu's message.
 std::tuple<Tensor, Tensor, Tensor, Tensor> sdpa_efficient(const Tensor& query, const Tensor& key,
                                                           const Tensor& value,
                                                           const optional<Tensor>& attn_bias,
                                                           bool compute_log_sumexp, double dropout_p,
                                                           bool is_causal, optional<double> scale) {
-  constexpr int64_t kMaxBatch = (1LL << 16) - 1;
-  TORCH_CHECK(query.size(0) <= kMaxBatch,
-              "emulated _scaled_dot_product_efficient_attention: batch chunking not emulated");
+  const int64_t batch = query.size(0);
+  TORCH_CHECK(batch <= kMaxEfficientBatch || dropout_p == 0.0,
+              "Efficient attention cannot produce valid seed and offset outputs when the batch "
+              "size exceeds (",
+              kMaxEfficientBatch, ").");
   const int64_t mask_type = is_causal ? 1 /*CausalFromTopLeft*/ : 0 /*NoCustomMask*/;
-  auto [attention, log_sumexp, seed, offset, mq, mk] = at::_efficient_attention_forward(
-      query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), attn_bias, std::nullopt,
-      std::nullopt, std::nullopt, std::nullopt, dropout_p, mask_type, compute_log_sumexp, scale);
-  return {attention.transpose(1, 2), log_sumexp, seed, offset};
+  auto process_chunk =
+      [&](const Tensor& q, const Tensor& k, const Tensor& v,
+          const optional<Tensor>& bias) -> std::tuple<Tensor, Tensor, Tensor, Tensor> {
+    auto [attention, log_sumexp, seed, offset, mq, mk] = at::_efficient_attention_forward(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), bias, std::nullopt, std::nullopt,
+        std::nullopt, std::nullopt, dropout_p, mask_type, compute_log_sumexp, scale);
+    return {attention.transpose(1, 2), std::move(log_sumexp), std::move(seed), std::move(offset)};
+  };
+  if (batch <= kMaxEfficientBatch) return process_chunk(query, key, value, attn_bias);
+  auto bias_rows = [&](int64_t start, int64_t end) -> optional<Tensor> {
+    if (!attn_bias.has_value()) return std::nullopt;
+    return attn_bias->slice(0, start, end);
+  };
+  int64_t end = kMaxEfficientBatch;
+  auto [attn, log_sumexp, seed, offset] = process_chunk(
+      query.slice(0, 0, end), key.slice(0, 0, end), value.slice(0, 0, end), bias_rows(0, end));
+  std::vector<int64_t> sizes = attn.sizes().vec();
+  sizes[0] = batch;
+  Tensor final_attention = at::empty_strided(sizes, attn.strides(), attn.options());
+  final_attention.slice(0, 0, end).copy_(attn);
+  Tensor final_log_sumexp;
+  if (compute_log_sumexp && log_sumexp.numel() > 0) {
+    std::vector<int64_t> lse_sizes = log_sumexp.sizes().vec();
+    lse_sizes[0] = batch;
+    final_log_sumexp = at::empty(lse_sizes, log_sumexp.options());
+    final_log_sumexp.slice(0, 0, end).copy_(log_sumexp);
+  }
+  for (int64_t start = end; start < batch; start += kMaxEfficientBatch) {
+    end = std::min(start + kMaxEfficientBatch, batch);
+    auto [chunk_attn, chunk_log_sumexp, chunk_seed, chunk_offset] =
+        process_chunk(query.slice(0, start, end), key.slice(0, start, end),
+                      value.slice(0, start, end), bias_rows(start, end));
+    final_attention.slice(0, start, end).copy_(chunk_attn);
+    if (compute_log_sumexp && chunk_log_sumexp.numel() > 0)
+      final_log_sumexp.slice(0, start, end).copy_(chunk_log_sumexp);
+  }
+  return {std::move(final_attention), std::move(final_log_sumexp), std::move(seed),
+          std::move(offset)};
 }
 
 // attention_backward.cu _efficient_attention_backward, CUDA path. Order: grad_out copy if not
@@ -279,21 +335,59 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> efficient_attention_backward(
   return {std::move(grad_q), std::move(grad_k), std::move(grad_v), std::move(grad_bias)};
 }
 
+// attention_backward.cu _scaled_dot_product_efficient_attention_backward_cuda: above 65535 the
+// same chunks as the forward. Full-batch grads first (empty_strided with q, k and v's own
+// strides, so a view into a fused projection allocates its whole span; grad_bias zeros_like
+// the bias), then each chunk's _efficient_attention_backward, copied in (grad_bias summed), its
+// grads freed at the end of the iteration.
 std::tuple<Tensor, Tensor, Tensor, Tensor> sdpa_efficient_backward(
     const Tensor& grad_out_, const Tensor& query, const Tensor& key, const Tensor& value,
     const Tensor& attn_bias, const Tensor& out, const Tensor& logsumexp, const Tensor& philox_seed,
     const Tensor& philox_offset, double dropout_p, std::array<bool, 4> grad_input_mask, bool causal,
     optional<double> scale) {
   if (!grad_out_.defined()) return {};
-  optional<Tensor> kernel_bias;
-  if (attn_bias.defined()) kernel_bias = attn_bias;
-  auto [grad_q, grad_k, grad_v, grad_bias] = at::_efficient_attention_backward(
-      grad_out_.transpose(1, 2), query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
-      kernel_bias, out.transpose(1, 2), std::nullopt, std::nullopt, query.size(2), key.size(2),
-      logsumexp, dropout_p, philox_seed, philox_offset, causal ? 1 : 0, grad_input_mask[3], scale,
-      std::nullopt);
-  return {grad_q.transpose(1, 2), grad_k.transpose(1, 2), grad_v.transpose(1, 2),
-          std::move(grad_bias)};
+  const int64_t batch = query.size(0);
+  TORCH_CHECK(batch <= kMaxEfficientBatch || dropout_p == 0.0,
+              "Efficient attention backward cannot handle dropout when the batch size exceeds (",
+              kMaxEfficientBatch, ").");
+  auto process_chunk = [&](const Tensor& grad_out, const Tensor& q, const Tensor& k,
+                           const Tensor& v, const Tensor& bias, const Tensor& o,
+                           const Tensor& lse) -> std::tuple<Tensor, Tensor, Tensor, Tensor> {
+    optional<Tensor> kernel_bias;
+    if (bias.defined()) kernel_bias = bias;
+    auto [grad_q, grad_k, grad_v, grad_bias] = at::_efficient_attention_backward(
+        grad_out.transpose(1, 2), q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+        kernel_bias, o.transpose(1, 2), std::nullopt, std::nullopt, q.size(2), k.size(2), lse,
+        dropout_p, philox_seed, philox_offset, causal ? 1 : 0, grad_input_mask[3], scale,
+        std::nullopt);
+    return {grad_q.transpose(1, 2), grad_k.transpose(1, 2), grad_v.transpose(1, 2),
+            std::move(grad_bias)};
+  };
+  if (batch <= kMaxEfficientBatch)
+    return process_chunk(grad_out_, query, key, value, attn_bias, out, logsumexp);
+  auto full_batch_like = [&](const Tensor& t) {
+    std::vector<int64_t> sizes = t.sizes().vec();
+    sizes[0] = batch;
+    return at::empty_strided(sizes, t.strides(), t.options());
+  };
+  Tensor final_grad_q, final_grad_k, final_grad_v, final_grad_bias;
+  if (grad_input_mask[0]) final_grad_q = full_batch_like(query);
+  if (grad_input_mask[1]) final_grad_k = full_batch_like(key);
+  if (grad_input_mask[2]) final_grad_v = full_batch_like(value);
+  if (grad_input_mask[3] && attn_bias.defined()) final_grad_bias = at::zeros_like(attn_bias);
+  for (int64_t start = 0; start < batch; start += kMaxEfficientBatch) {
+    const int64_t end = std::min(start + kMaxEfficientBatch, batch);
+    auto rows = [&](const Tensor& t) { return t.defined() ? t.slice(0, start, end) : Tensor(); };
+    const Tensor lse = logsumexp.numel() > 0 ? rows(logsumexp) : logsumexp;
+    auto [chunk_grad_q, chunk_grad_k, chunk_grad_v, chunk_grad_bias] = process_chunk(
+        rows(grad_out_), rows(query), rows(key), rows(value), rows(attn_bias), rows(out), lse);
+    if (grad_input_mask[0] && chunk_grad_q.defined()) rows(final_grad_q).copy_(chunk_grad_q);
+    if (grad_input_mask[1] && chunk_grad_k.defined()) rows(final_grad_k).copy_(chunk_grad_k);
+    if (grad_input_mask[2] && chunk_grad_v.defined()) rows(final_grad_v).copy_(chunk_grad_v);
+    if (grad_input_mask[3] && chunk_grad_bias.defined()) final_grad_bias.add_(chunk_grad_bias);
+  }
+  return {std::move(final_grad_q), std::move(final_grad_k), std::move(final_grad_v),
+          std::move(final_grad_bias)};
 }
 
 // MHA.cpp alloc_with_matching_layout: the output in q's dimension order.
