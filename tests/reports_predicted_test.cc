@@ -122,6 +122,37 @@ TEST(Predicted, TheReportSaysSoAndShowsNoThroughput) {
   EXPECT_EQ(read(dir.path / "report.html").find("NaN"), std::string::npos);
 }
 
+// Issue 38: a file mixing rows measured on the CPU with rows predicted for an RTX 3060
+// (tests/data/mixed_cpu_emulated.csv, two real runs of gpt2-test at seq 32, batch 1 and 2:
+// `device: cpu` under the card's budget, then `--device emulated`) is reported one device per
+// section, each labelled: its title names both, each part has its own summary and sections,
+// and neither hides the other ("not shown") nor is titled by it.
+TEST(Predicted, RowsMeasuredAndPredictedAreReportedOneDevicePerSection) {
+  TempDir dir("mixed");
+  ASSERT_EQ(write_report(data("mixed_cpu_emulated.csv"), dir.path.string()), 0);
+  const std::string md = read(dir.path / "report.md");
+  EXPECT_EQ(md.rfind(std::string("# Sweep report: measured on AMD EPYC; ") + kPredicted, 0), 0u)
+      << md.substr(0, 200);
+  const auto at = [&](const std::string& s) { return md.find(s); };
+  const auto measured = at("## Summary: measured on AMD EPYC\n");
+  const auto predicted = at(std::string("## Summary: ") + kPredicted + "\n");
+  ASSERT_NE(measured, std::string::npos) << md;
+  ASSERT_NE(predicted, std::string::npos) << md;
+  // Each summary answers for its own device: the CPU rows for the budget they ran under (the
+  // card's, in CPU memory), the predicted ones for the card.
+  const std::string cpu = "For the emulated budget of 11.75 GiB (CPU memory).";
+  EXPECT_NE(md.find(cpu, measured), std::string::npos) << md;
+  EXPECT_LT(md.find(cpu, measured), predicted);
+  EXPECT_NE(md.find("For RTX 3060 (emulated).", predicted), std::string::npos);
+  EXPECT_NE(at("## gpt2-test, seq 32: measured on AMD EPYC\n"), std::string::npos) << md;
+  EXPECT_NE(at(std::string("## gpt2-test, seq 32: ") + kPredicted + "\n"), std::string::npos);
+  EXPECT_EQ(at("not shown"), std::string::npos) << md;
+  EXPECT_EQ(at("No recommendation"), std::string::npos) << md;
+  // The two sections' charts are files of their own.
+  EXPECT_TRUE(std::filesystem::exists(dir.path / "gpt2-test-seq-32-measured-memory.dat"));
+  EXPECT_TRUE(std::filesystem::exists(dir.path / "gpt2-test-seq-32-rtx-3060-memory.dat"));
+}
+
 // Issue 38 cause 2: every output of a predicted row says predicted (a column in the CSV), and
 // "fastest" names only what was timed; a largest batch is the largest *predicted*.
 TEST(Predicted, EveryOutputSaysPredictedAndNothingUntimedIsCalledFastest) {

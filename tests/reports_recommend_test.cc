@@ -447,6 +447,50 @@ TEST(RecommendCli, WritesMarkdownAndCsv) {
   EXPECT_EQ(effective, 1);
 }
 
+// Issue 38: rows measured on the CPU and rows predicted for an RTX 3060 in one file are
+// recommended from one device at a time, a section each, in every format: never pooled under
+// a "predicted by emulation" title. A part that cannot answer says why in its own section.
+TEST(RecommendCli, RowsMeasuredAndPredictedAnswerInASectionEach) {
+  auto dir = std::filesystem::temp_directory_path() / "sweep_recommend_mixed";
+  sweep::remove_tree(dir);
+  auto c = cli({data("mixed_cpu_emulated.csv"), "--out", dir.string()});
+  ASSERT_EQ(c.code, 0) << c.err;
+  const std::string predicted = "predicted by emulation of RTX 3060, not measured";
+  EXPECT_EQ(c.out.rfind("# Recommendations from 2 devices, one section each\n", 0), 0u) << c.out;
+  const auto cpu = c.out.find(
+      "\n## Recommendations for the emulated budget of 11.75 GiB (11.75 GiB of CPU memory): "
+      "measured on AMD EPYC\n");
+  const auto card = c.out.find("\n## Recommendations for RTX 3060 (emulated) (11.75 GiB): " +
+                               predicted + "\n");
+  ASSERT_NE(cpu, std::string::npos) << c.out;
+  ASSERT_NE(card, std::string::npos) << c.out;
+  EXPECT_LT(cpu, card);
+  EXPECT_EQ(c.out.find("devices are pooled"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("\n### Recommended configuration (CPU rows: ranked by memory)"), std::string::npos);
+  // Comments of the training-script code stay comments (no heading is made of them).
+  EXPECT_NE(c.out.find("\n# optim="), std::string::npos) << c.out;
+  std::ifstream csv(dir / "recommendations.csv");
+  std::string line;
+  int headers = 0, cpu_rows = 0, card_rows = 0;
+  while (std::getline(csv, line)) {
+    headers += line.rfind("target,", 0) == 0;
+    cpu_rows += line.rfind("the emulated budget of 11.75 GiB,", 0) == 0;
+    card_rows += line.rfind("RTX 3060 (emulated),", 0) == 0;
+  }
+  EXPECT_EQ(headers, 1);
+  EXPECT_GT(cpu_rows, 0);
+  EXPECT_GT(card_rows, 0);
+
+  auto j = cli({data("mixed_cpu_emulated.csv"), "--out", dir.string(), "--json"});
+  ASSERT_EQ(j.code, 0) << j.err;
+  const auto parsed = nlohmann::json::parse(j.out);
+  ASSERT_EQ(parsed.at("sections").size(), 2u);
+  EXPECT_EQ(parsed["sections"][0].at("device"), "measured on AMD EPYC");
+  EXPECT_EQ(parsed["sections"][1].at("device"), predicted);
+  EXPECT_EQ(parsed["sections"][1].at("predicted_by"), predicted);
+  sweep::remove_tree(dir);
+}
+
 TEST(RecommendCli, BadInputExitsTwoWithLocationAndHint) {
   auto missing = cli({data("no_such_results.csv")});
   EXPECT_EQ(missing.code, 2);

@@ -6,6 +6,7 @@
 // activation checkpointing, smaller micro-batch with more accumulation, lighter optimizer.
 #include "reports/recommend/recommend.h"
 
+#include "reports/common/device_parts.h"
 #include "reports/common/fidelity.h"
 #include "reports/common/pick.h"
 #include "reports/recommend/recommend_rows.h"
@@ -69,7 +70,7 @@ Measured measure(const Row& r) {
   auto used = r.number(column("device_used_bytes"));
   if (c.predicted) {
     const auto card = parse_card_cell(r.at(column("card")));
-    m.card = card ? card->name : emulated_card_name(c.measured_on).value_or(c.measured_on);
+    m.card = predicted_card(r).value_or("");
     if (card) m.card_context = static_cast<double>(card->context_bytes);
     if (!m.device_memory && card) m.device_memory = static_cast<double>(card->memory_bytes);
   } else if (m.cuda && m.ok && used) {

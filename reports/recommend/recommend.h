@@ -163,6 +163,9 @@ struct Recommendation {
   std::vector<std::string> notes;  // warnings with advice
   std::vector<std::string> predicted_cards;  // the cards emulated rows predict ("RTX 3060")
   std::string predicted_line() const;  // predicted_by(those cards); "" when none
+  // Where the rows of a file with several devices are answered one device at a time: the
+  // part's label ("measured on AMD EPYC"), said in the title; "" for rows of one kind.
+  std::string part_label;
   std::vector<GroupRecommendation> groups;
   std::vector<GpuColumn> columns;
   int64_t column_context_bytes = 0;  // the target's allowance, or CUDA's default

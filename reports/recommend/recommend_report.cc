@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "reports/common/device_parts.h"
 #include "reports/common/markup.h"
 #include "reports/recommend/recommend.h"
 #include "reports/results/files.h"
@@ -287,7 +288,10 @@ std::string recommendations_markdown(const Recommendation& r) {
   std::ostringstream s;
   s << "# Recommendations for " << t.name << " (" << size_text(t.memory_bytes)
     << (t.cuda ? "" : " of CPU memory") << ")"
-    << (r.predicted_cards.empty() ? "" : ": " + r.predicted_line()) << "\n\n"
+    << (!r.predicted_cards.empty() ? ": " + r.predicted_line()
+        : !r.part_label.empty()      ? ": " + r.part_label
+                                     : std::string())
+    << "\n\n"
     << "The rule, " << t.derivation(t.name) << "."
     << "\n\n";
   for (std::size_t i = 0; i < r.notes.size(); ++i)
@@ -383,28 +387,82 @@ std::string default_out_dir(const std::string& results_path) {
 
 namespace {
 
+// Markdown one heading level down, outside code blocks: a part's page as a section.
+std::string nested(const std::string& md) {
+  std::istringstream in(md);
+  std::string line, out;
+  bool code = false;
+  while (std::getline(in, line)) {
+    if (line.rfind("```", 0) == 0) code = !code;
+    else if (!code && line.rfind('#', 0) == 0) line.insert(0, "#");
+    out += line + "\n";
+  }
+  return out;
+}
+
+struct Outputs {
+  std::string markdown, csv;
+  nlohmann::json json;
+};
+
+// One device's rows (device_parts.h): the page as it always was.
+Outputs one_part(const std::vector<Results>& results, const RecommendOptions& options) {
+  const Recommendation r = recommend(results, options);
+  return {recommendations_markdown(r), recommendations_csv(r), recommendations_json(r)};
+}
+
+// Rows of several devices: one section each, from its own rows; a part that cannot answer
+// says why in its section (the others still answer).
+Outputs several_parts(const std::vector<DevicePart>& parts, const RecommendOptions& options) {
+  Outputs out;
+  std::string labels;
+  for (const auto& p : parts) labels += (labels.empty() ? "" : "; ") + p.label;
+  out.markdown = "# Recommendations from " + std::to_string(parts.size()) +
+                 " devices, one section each\n\nThese rows come from " +
+                 std::to_string(parts.size()) + " devices (" + labels +
+                 "). Each section answers from its own rows only: memory measured on a device "
+                 "and memory predicted for a card by emulation are not pooled.\n\n";
+  out.json = {{"sections", nlohmann::json::array()}};
+  for (const auto& part : parts) {
+    try {
+      Recommendation r = recommend(part.results, options);
+      r.part_label = part.label;
+      out.markdown += nested(recommendations_markdown(r));
+      const std::string csv = recommendations_csv(r);
+      out.csv += out.csv.empty() ? csv : csv.substr(csv.find('\n') + 1);
+      nlohmann::json j = recommendations_json(r);
+      j["device"] = part.label;
+      out.json["sections"].push_back(std::move(j));
+    } catch (const UserError& e) {
+      out.markdown += "## " + part.label + "\n\nNo recommendation from these rows: " +
+                      e.what() + " (" + e.hint() + ").\n\n";
+      out.json["sections"].push_back(
+          {{"device", part.label}, {"error", e.what()}, {"hint", e.hint()}});
+    }
+  }
+  return out;
+}
+
 int run_recommend(const std::vector<std::string>& inputs, const RecommendOptions& options,
                   std::string out_dir, bool json) {
   namespace fs = std::filesystem;
   std::vector<Results> results;
-  {
-    for (const auto& in : inputs) results.push_back(read_results(in));
-    Recommendation r = recommend(results, options);
-    const std::string md = recommendations_markdown(r);
-    if (json) std::cout << recommendations_json(r).dump(2) << "\n";
-    else std::cout << md;
-    if (out_dir.empty()) out_dir = default_out_dir(results.front().path);
-    std::error_code ec;
-    fs::create_directories(out_dir, ec);
-    for (const auto& [name, text] : {std::pair{"recommendations.md", md},
-                                     std::pair{"recommendations.csv", recommendations_csv(r)}}) {
-      // The one install_file (files.h): a link planted at the name is replaced, not followed.
-      install_file(fs::path(out_dir) / name, text, name, "", "check that --out names a writable directory");
-    }
-    std::cerr << "sweep recommend: wrote " << (fs::path(out_dir) / "recommendations.md").string()
-              << " and recommendations.csv" << (json ? "" : " (printed above)") << "\n";
-    return 0;
+  for (const auto& in : inputs) results.push_back(read_results(in));
+  const std::vector<DevicePart> parts = device_parts(results);
+  const Outputs o = parts.size() == 1 ? one_part(results, options) : several_parts(parts, options);
+  if (json) std::cout << o.json.dump(2) << "\n";
+  else std::cout << o.markdown;
+  if (out_dir.empty()) out_dir = default_out_dir(results.front().path);
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  for (const auto& [name, text] : {std::pair{"recommendations.md", o.markdown},
+                                   std::pair{"recommendations.csv", o.csv}}) {
+    // The one install_file (files.h): a link planted at the name is replaced, not followed.
+    install_file(fs::path(out_dir) / name, text, name, "", "check that --out names a writable directory");
   }
+  std::cerr << "sweep recommend: wrote " << (fs::path(out_dir) / "recommendations.md").string()
+            << " and recommendations.csv" << (json ? "" : " (printed above)") << "\n";
+  return 0;
 }
 
 }  // namespace

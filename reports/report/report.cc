@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "reports/common/device_parts.h"
 #include "reports/report/report_sections.h"
 #include "reports/results/files.h"
 #include "reports/results/stats.h"
@@ -97,12 +98,9 @@ Point parse_point(const Row& r) {
   }
   p.budget_bytes = r.number(column("budget_bytes")).value_or(0);
   p.budget_emulated = r.number(column("budget_emulated")).value_or(0) == 1;
-  p.predicted = r.value<Device>() == Device::kEmulated;
-  // A row that never ran (skipped after an OOM) has no device name: its card cell names the card.
-  if (p.predicted) {
-    const auto cell = parse_card_cell(r.at(column("card")));
-    p.card = cell ? cell->name : emulated_card_name(p.device_name).value_or(p.device_name);
-  }
+  const auto card = predicted_card(r);
+  p.predicted = card.has_value();
+  p.card = card.value_or("");
   p.device_memory_bytes = r.number(column("device_memory_bytes"));
   // The breakdown as it stood at the peak (it adds up to peak_allocated_bytes); files written
   // before those columns existed have only each kind's size.
@@ -170,8 +168,13 @@ std::string predicted_cards(const std::vector<Point>& pts) {
 
 void title(Document& doc, const std::vector<Point>& pts) {
   const std::string cards = predicted_cards(pts);
-  doc.heading(1,
-              cards.empty() ? std::string("Sweep report") : "Sweep report: " + predicted_by(cards));
+  if (cards.empty()) return doc.heading(1, "Sweep report");
+  const bool measured =
+      std::any_of(pts.begin(), pts.end(), [](const Point& p) { return !p.predicted; });
+  const std::string on =
+      distinct(pts, [](const Point& p) { return p.predicted ? std::string() : p.device_name; });
+  doc.heading(1, "Sweep report: " + (measured ? "measured on " + on + "; " : std::string()) +
+                     predicted_by(cards));
 }
 
 // What measured the rows and when: after the summary, the answer comes first.
@@ -302,18 +305,27 @@ std::vector<Point> parse_points(const Results& results) {
 
 std::vector<Group> make_groups(const std::vector<Point>& points) {
   std::vector<Group> groups;
-  std::unordered_map<std::string, std::size_t> index;  // model + shape -> group
+  std::unordered_map<std::string, std::size_t> index;  // model + shape + mode + card -> group
+  // Measured and predicted points are never one section (device_parts.h).
+  const bool mixed =
+      std::any_of(points.begin(), points.end(), [](const Point& p) { return p.predicted; }) &&
+      std::any_of(points.begin(), points.end(), [](const Point& p) { return !p.predicted; });
   for (const Point& p : points) {
     // Train and eval rows are sections of their own (an eval batch is another question).
-    auto [it, fresh] =
-        index.emplace(p.model + '\x1f' + p.shape + '\x1f' + to_string(p.mode), groups.size());
+    auto [it, fresh] = index.emplace(
+        p.model + '\x1f' + p.shape + '\x1f' + to_string(p.mode) + '\x1f' + p.card, groups.size());
     if (fresh) {
       groups.push_back(Group{.model = p.model, .shape = p.shape});
       groups.back().stem = slug((p.shape.empty() ? p.model : p.model + "-" + p.shape) +
-                                (p.mode == Mode::kEval ? "-eval" : ""));
+                                (p.mode == Mode::kEval ? "-eval" : "") +
+                                (mixed ? "-" + (p.predicted ? p.card : "measured") : ""));
     }
     groups[it->second].points.push_back(p);
   }
+  if (mixed)
+    for (Group& g : groups)
+      if (!g.points.front().predicted)
+        g.measured = "measured on " + distinct(g.points, [](const Point& p) { return p.device_name; });
   for (Group& g : groups) {
     std::vector<std::string> allocs, budgets, memories;
     for (const Point& p : g.points) {
@@ -440,20 +452,29 @@ int write_report(const std::string& results_dir, const std::string& out_dir_in,
   fs::path out_dir = out_dir_in.empty() ? fs::path(default_out_dir(res.path)) : fs::path(out_dir_in);
   make_output_directory(out_dir, "--out");
 
-  // The summary's answer is recommend()'s on the same rows and card, so that the two agree;
-  // rows that do not say which card (several devices, no memory) get a line saying how to ask.
-  std::optional<Recommendation> rec;
-  std::string no_recommendation;
-  try {
-    rec = recommend(results, options.card);
-  } catch (const UserError& e) {
-    no_recommendation = e.what() + std::string(" (") + e.hint() + ")";
-  }
-
   Plotter plotter(out_dir.string());
   Document doc;
   report::title(doc, points);
-  report::summary_section(doc, points, rec ? &*rec : nullptr, no_recommendation);
+  // The summary's answer is recommend()'s on the same rows and card, so that the two agree:
+  // one per device part (measured rows apart from each predicted card's, device_parts.h);
+  // rows that do not say which card (several devices, no memory) get a line saying how to ask.
+  const std::vector<DevicePart> parts = device_parts(results);
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const DevicePart& part = parts[i];
+    std::optional<Recommendation> rec;
+    std::string no_recommendation;
+    try {
+      rec = recommend(part.results, options.card);
+    } catch (const UserError& e) {
+      no_recommendation = e.what() + std::string(" (") + e.hint() + ")";
+    }
+    std::vector<report::Point> part_points;
+    for (const report::Point& p : points)
+      if (p.card == part.card.value_or("")) part_points.push_back(p);
+    const std::string label = parts.size() > 1 ? part.label : "";
+    if (rec) rec->part_label = label;
+    report::summary_section(doc, part_points, rec ? &*rec : nullptr, no_recommendation, label, i);
+  }
   report::header(doc, res, points);
   if (!plotter.available()) {
     std::cerr << "sweep report: note: " << report::kNoGnuplot << "\n";

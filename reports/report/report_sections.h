@@ -98,10 +98,13 @@ struct Group {
   std::string card;  // its name: "RTX 3060", "the emulated budget of 0.05 GiB", "47 GiB"
   // Its points predicted by emulation: "predicted by emulation of RTX 3060, not measured".
   std::string predicted;
+  // Its points measured, in a file that also holds predicted ones (each group is one kind,
+  // device_parts.h): "measured on AMD EPYC".
+  std::string measured;
   std::string title() const {
     std::string t = shape.empty() ? model : model + ", " + shape;
     if (mode == Mode::kEval) t += " (eval)";
-    return predicted.empty() ? t : t + ": " + predicted;
+    return !predicted.empty() ? t + ": " + predicted : !measured.empty() ? t + ": " + measured : t;
   }
   bool fits(const Point& p) const;  // by the rule: ran with no OOM, peak reserved <= cap
   // "measured on NVIDIA H100 80GB HBM3", "predicted: emulated RTX 3060", "measured on the CPU
@@ -185,9 +188,11 @@ void guides_section(Document& doc, const Group& g);
 
 // The first screen (report_summary.cc): the device that measured, the rule with its figures,
 // the recommendation and the largest batch per technique, from `r` (recommend() on the same
-// rows); without one (r null), why not.
+// rows); without one (r null), why not. Rows of several devices (device_parts.h) get one
+// summary each: `part` is its label ("" for rows of one kind), `index` its place.
 void summary_section(Document& doc, const std::vector<Point>& points, const Recommendation* r,
-                     const std::string& no_recommendation);
+                     const std::string& no_recommendation, const std::string& part,
+                     std::size_t index);
 
 // What the probes of max-batch searches say, one answer per combination (model, input, mode,
 // technique, allocator setting, budget), in file order: the largest batch that ran, the

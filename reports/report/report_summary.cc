@@ -29,9 +29,10 @@ std::string rate(double v) { return fixed(v, v >= 100 ? 0 : 1); }
 }  // namespace
 
 void summary_section(Document& doc, const std::vector<Point>& pts, const Recommendation* r,
-                     const std::string& no_recommendation) {
-  doc.begin_section("summary");
-  doc.heading(2, "Summary");
+                     const std::string& no_recommendation, const std::string& part,
+                     std::size_t index) {
+  doc.begin_section(index == 0 ? std::string("summary") : "summary-" + std::to_string(index + 1));
+  doc.heading(2, part.empty() ? std::string("Summary") : "Summary: " + part);
   std::vector<std::string> facts = {"Device: " + devices_line(pts) + "."};
   if (std::any_of(pts.begin(), pts.end(), [](const Point& p) { return p.budget_emulated; }))
     facts.back() += " Memory was capped to the card's (budget emulation): what fits is the "
