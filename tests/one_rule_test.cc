@@ -230,6 +230,10 @@ TEST(OnePick, FitRecommendAndTablesPickTheSameOnAnEmulatedCard) {
   const auto& e = r.groups.front().effective;
   ASSERT_TRUE(e) << "recommend finds no way to the effective batch";
   EXPECT_EQ(pick_text(e->precision, e->checkpointing, e->optimizer, e->batch, e->accumulation), fit);
+  // Asked for an effective batch, recommend's headline is that way to it, as fit's is.
+  const auto& h = r.groups.front().fastest;
+  ASSERT_TRUE(h);
+  EXPECT_EQ(pick_text(h->precision, h->checkpointing, h->optimizer, h->batch, h->accumulation), fit);
   // The tables print fit's answer: the card's table names the same configuration.
   nlohmann::json entry_fit = answer;
   entry_fit["recommendation"]["label"] = e->technique();
@@ -249,6 +253,47 @@ TEST(OnePick, FitRecommendAndTablesPickTheSameOnAnEmulatedCard) {
                       " x accumulation " + std::to_string(e->accumulation)),
             std::string::npos)
       << line;
+}
+
+// The pick's unprobed micro-batches (fit_analysis.cc unprobed_divisors): gpt2-medium on an A10
+// (21.99 GiB, 768 MiB context) at an effective batch of 32, bf16 weights, its probes as fit's
+// seeded search left them (batch, peak reserved, predicted tokens/s from a real emulated run).
+// 16 divides 32 under the largest fitting batch (17), but bounded by 17's peak it is over the
+// recommended ceiling; 8, under the largest probe below the ceiling (15), is bounded by 12's
+// peak: it is offered and picked, where only the probed 2 x 16 was before.
+TEST(OnePick, AnUnprobedMicroBatchUnderTheCeilingIsOffered) {
+  FitTechnique t{Precision::kBf16, Checkpointing::kNone, OptimizerKind::kAdamW, true};
+  t.largest = 17;
+  t.first_oom = 18;
+  struct Probe {
+    int64_t batch;
+    double peak, tokens;
+  };
+  const std::vector<Probe> probes = {{1, 4106223616, 6933.5},
+                                     {2, 4527751168, 8930.6},
+                                     {12, 15929966592, 11686.6},
+                                     {15, 19992150016, 12002.9},
+                                     {17, 22408069120, 12029.5}};
+  std::vector<reports::Row> rows(probes.size());
+  Analysis a;
+  a.techniques = {t};
+  for (std::size_t i = 0; i < probes.size(); ++i) {
+    rows[i].cells[schema::column("batch")] = std::to_string(probes[i].batch);
+    rows[i].cells[schema::column("peak_reserved_bytes")] = std::to_string(probes[i].peak);
+    rows[i].cells[schema::column("tokens_per_s")] = std::to_string(probes[i].tokens);
+    a.ok_rows[technique_key(t)].push_back(&rows[i]);
+  }
+  const auto memory = static_cast<int64_t>(21.99 * reports::kGiB);  // the A10, as CUDA reports it
+  const reports::FitRule rule{memory, 805306368, reports::kDefaultMargin, true, "card table"};
+  ASSERT_GT(probes[4].peak, static_cast<double>(rule.ceiling_bytes()));
+  ASSERT_LE(probes[3].peak, static_cast<double>(rule.ceiling_bytes()));
+  const auto p = pick(a, PickQuestion{.rule = rule, .effective = 32, .predicted = true});
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->batch, 8);
+  EXPECT_EQ(p->accumulation, 4);
+  EXPECT_TRUE(p->unprobed);  // to be confirmed by a run at 8 x 4
+  EXPECT_EQ(p->peak_reserved, probes[2].peak);
+  EXPECT_FALSE(p->above_ceiling);
 }
 
 }  // namespace

@@ -109,7 +109,7 @@ std::vector<std::vector<std::string>> markdown_rows(const std::string& md, const
   return rows;
 }
 
-TEST(Tables, MarkdownRanksByMemoryAndSaysEveryCellIsPredicted) {
+TEST(Tables, MarkdownRanksRowsByBatchAndSaysEveryCellIsPredicted) {
   const std::string md = card_markdown(card_data());
   EXPECT_EQ(md.rfind("# T4: what trains, predicted by emulation\n", 0), 0u) << md.substr(0, 200);
   EXPECT_NE(md.find("- **Commit:** abc1234 (sweep 0.1.0)."), std::string::npos);
@@ -120,7 +120,14 @@ TEST(Tables, MarkdownRanksByMemoryAndSaysEveryCellIsPredicted) {
   EXPECT_NE(md.find("- **Probes:** 22 over 4 combinations, 5.5 per combination on average, at most 8."),
             std::string::npos)
       << md;
-  EXPECT_NE(md.find("**Ranking:** by memory, not speed"), std::string::npos);
+  // Rows by the largest batch; the pick is fit's, by predicted speed where one leads by more
+  // than the step-time model's error, else by memory (never "no throughput is predicted": the
+  // emulated rows carry the step-time model's tokens/s).
+  EXPECT_NE(md.find("**Ranking:** rows by the largest batch first. The recommendation is `fit`'s: "
+                    "by the tokens/s the step-time model predicts"),
+            std::string::npos)
+      << md;
+  EXPECT_EQ(md.find("no throughput is predicted"), std::string::npos);
   EXPECT_NE(md.find("**Precision:** T4 (sm_75) has no bf16 tensor cores."), std::string::npos);
   EXPECT_NE(md.find("micro-batch 4 x accumulation 8, peak reserved 9.60 GiB, under the recommended ceiling of 9.80 GiB"),
             std::string::npos)

@@ -232,7 +232,9 @@ void walk_closest(const Budgeted& b, GroupRecommendation& g) {
   }
 }
 
-void effective_batch(const Budgeted& b, int64_t n, GroupRecommendation& g) {
+// The way to an effective batch of n (micro-batch x accumulation), into g.effective; `why` as
+// for the headline (recommended()).
+void effective_batch(const Budgeted& b, int64_t n, GroupRecommendation& g, std::string* why) {
   std::vector<Choice> cand;
   auto same_axes = [](const Choice& x, const Choice& y) {
     return same_configuration(x, y) && x.batch == y.batch;
@@ -254,7 +256,7 @@ void effective_batch(const Budgeted& b, int64_t n, GroupRecommendation& g) {
     inferred.inferred = true;
     cand.push_back(inferred);
   }
-  g.effective = recommended(cand, b.rule, b.bf16, nullptr, nullptr);
+  g.effective = recommended(cand, b.rule, b.bf16, why, nullptr);
 }
 
 void eval_checks(const Budgeted& b, GroupRecommendation& g) {
@@ -406,10 +408,12 @@ std::vector<std::string> notes_for(const Recommendation& r, const std::vector<Me
   if (!r.predicted_cards.empty())
     notes.push_back(
         "Rows " + r.predicted_line() +
-        ": the memory CUDA's caching allocator would hold on that card, worked out without it; "
-        "no throughput is predicted, so configurations are ranked by memory (the fewest changes "
-        "from plain training that fit, then the largest batch), not by speed. Measure on the "
-        "card itself for its throughput.");
+        ": the memory CUDA's caching allocator would hold on that card, worked out without it, "
+        "and, where a row has one, tokens/s predicted from the card's datasheet by the step-time "
+        "model (docs/fidelity.md, \"Step time\"). Configurations are ranked by predicted speed "
+        "where one leads by more than that model's measured error, otherwise ranked by memory "
+        "(the fewest changes from plain training that fit, then the largest batch). Measure on "
+        "the card itself for its throughput.");
   if (!r.predicted_cards.empty()) {
     std::set<std::string> families;
     for (const auto& m : rows)
@@ -577,9 +581,20 @@ Recommendation recommend(const std::vector<Results>& results, const RecommendOpt
     Budgeted b = budgeted(members, r.target, on_target,
                           !r.target.gpu || has_bf16_tensor_cores(*r.target.gpu));
     g.fastest = b.fastest(&g.above_ceiling, &g.headline_note);
+    if (options.effective_batch) {
+      std::string why;
+      effective_batch(b, *options.effective_batch, g, &why);
+      // One question, one answer: asked for an effective batch, the headline (and the Trainer
+      // arguments printed for it) is the way to it, as fit's is; its candidates all stay
+      // under the recommended ceiling.
+      if (g.effective) {
+        g.fastest = g.effective;
+        g.above_ceiling = false;
+        g.headline_note = why;
+      }
+    }
     if (r.has_eval) eval_checks(b, g);
     max_batch_per_technique(b, g);
-    if (options.effective_batch) effective_batch(b, *options.effective_batch, g);
     g.limit_reached = std::any_of(members.begin(), members.end(), [&](const Measured* m) {
       return m->train() && m->exceeds(r.target.cap_bytes());
     });

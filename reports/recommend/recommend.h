@@ -118,7 +118,8 @@ struct GroupRecommendation {
   // The recommendation: the fastest train configuration under the recommended ceiling (the
   // steadier runner-up where noise decides, fit_rule.h; by memory on the CPU and for
   // predictions); when nothing is under the ceiling, the fastest that fits the cap
-  // (above_ceiling).
+  // (above_ceiling). With an effective batch asked, the way to it (`effective`) when there is
+  // one, as fit's answer is.
   std::optional<Choice> fastest;
   bool above_ceiling = false;
   std::string headline_note;  // why the headline is not simply the fastest, "" when it is

@@ -140,8 +140,9 @@ std::vector<Line> lines(const Recommendation& r) {
                                 g.measure_command;
       if (g.fastest->predicted)
         note += std::string(note.empty() ? "" : "; ") +
-                "predicted by emulation, not measured: ranked by memory "
-                "(fewest changes from plain training, then the largest batch), no throughput";
+                "predicted by emulation, not measured: ranked by predicted speed where one leads "
+                "by more than the step-time model's measured error, otherwise ranked by memory "
+                "(fewest changes from plain training, then the largest batch)";
       if (g.fastest->noisy() && r.target.cuda)
         note += std::string(note.empty() ? "" : "; ") + "noisy: its step time varied " +
                 fixed(100 * g.fastest->step_ms_cv, 0) +
@@ -164,7 +165,7 @@ std::vector<Line> lines(const Recommendation& r) {
           !g.effective ? "no measured micro-batch reaches it and fits"
           : g.effective->predicted
               ? std::string(g.effective->inferred ? "inferred from the accumulation-1 row; " : "") +
-                    "predicted by emulation, not measured: ranked by memory"
+                    "predicted by emulation, not measured"
           : g.effective->inferred ? "inferred: accumulation-1 row's memory and throughput"
                                   : "measured");
     if (r.has_eval) {
@@ -306,7 +307,7 @@ std::string recommendations_markdown(const Recommendation& r) {
     return v;
   };
   s << (!r.predicted_cards.empty()
-            ? "## Recommended configuration (predicted rows: ranked by memory)\n\n"
+            ? "## Recommended configuration (predicted by emulation, not measured)\n\n"
         : !t.cuda ? "## Recommended configuration (CPU rows: ranked by memory)\n\n"
                   : "## Recommended configuration: the fastest under the recommended ceiling\n\n")
     << md_table(all, {"fastest", "recommended", "nothing-fits", "no-answer"}, cols({"note"}))

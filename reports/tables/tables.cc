@@ -218,9 +218,11 @@ std::string card_header(const json& d) {
                   (combinations ? fixed(static_cast<double>(probes) / combinations, 1) : "0") +
                   " per combination on average, at most " + std::to_string(most) + ".");
   facts.push_back(
-      "**Ranking:** by memory, not speed: an emulated card computes nothing, so no throughput is "
-      "predicted. Rows: the largest batch first; the recommendation is `fit`'s (the fewest "
-      "changes from plain training that reach the effective batch, at its largest micro-batch)." +
+      "**Ranking:** rows by the largest batch first. The recommendation is `fit`'s: by the "
+      "tokens/s the step-time model predicts from the card's datasheet (docs/fidelity.md, "
+      "\"Step time\") where one configuration leads by more than that model's measured error, "
+      "otherwise by memory (the fewest changes from plain training that reach the effective "
+      "batch, at its largest micro-batch)." +
       std::string(d.contains("measured_note") ? " " + d.at("measured_note").get<std::string>() : ""));
   facts.push_back("**Columns:** largest batch: the largest that fits; peak reserved: the caching "
                   "allocator's peak at it; headroom: what is left under the cap at that peak; first OOM: "
@@ -367,8 +369,8 @@ json table_view(const json& d) {
                 "source"}},
               {"rows", json::array()},
               {"bars", json::array()}};
-    // Ranked by memory: nothing is timed on an emulated card. The largest batch first; ties
-    // keep fit's order (fewer changes from plain training first).
+    // The largest batch first (the rows show no predicted speed); ties keep fit's order (fewer
+    // changes from plain training first).
     std::vector<json> techniques(fit.at("techniques").begin(), fit.at("techniques").end());
     std::stable_sort(techniques.begin(), techniques.end(), [](const json& a, const json& b) {
       return a.value("largest_batch", json(0)).is_number() &&

@@ -13,7 +13,6 @@
 #include "sweeps/runner/search.h"
 
 namespace sweep {
-namespace {
 
 using schema::column;
 
@@ -22,6 +21,8 @@ std::string technique_key(const FitTechnique& t) {
          "|" + (t.use_cache ? "1" : "0") + "|" + to_string(t.adapter) + "|" + to_string(t.offload) +
          "|" + to_string(t.weights);
 }
+
+namespace {
 
 // The technique a probe row measured; nullopt for a row that does not name one.
 std::optional<FitTechnique> technique_of(const reports::Row& r) {
@@ -161,30 +162,48 @@ Pick probe_pick(const FitTechnique& t, const reports::Row& r, int64_t batch, con
           r.number(column("peak_reserved_bytes")).value_or(0)};
 }
 
-// The largest micro-batch of technique `t` that divides the effective batch and fits (at most
-// its largest batch: memory grows with the batch), when the search never probed it (a seeded
-// search probes near the prediction only): a candidate to be measured, its peak and
-// throughput those of the smallest probe above it (an upper bound of its peak) until then.
-std::optional<Pick> unprobed_divisor(const FitTechnique& t, const std::vector<const reports::Row*>& ok,
-                                     const PickQuestion& q) {
-  if (!q.effective || !t.largest) return std::nullopt;
-  int64_t d = std::min(*t.largest, *q.effective);
-  while (*q.effective % d != 0) --d;
-  const reports::Row* above = nullptr;
-  int64_t above_batch = 0;
-  for (const auto* r : ok) {
-    const auto b = static_cast<int64_t>(r->number(column("batch")).value_or(0));
-    if (b == d) return std::nullopt;  // probed: a candidate as it is
-    if (b > d && (!above || b < above_batch)) above = r, above_batch = b;
+// The largest micro-batches of technique `t` that divide the effective batch, when the search
+// never probed them (a seeded search probes near the prediction only): one under its largest
+// batch that fits the cap, and one under its largest probe that stays under the recommended
+// ceiling (memory grows with the batch). Each is a candidate to be measured, its peak and
+// throughput those of the smallest probe above it (an upper bound of its peak) until then: the
+// first alone left a card whose largest fitting probe is over the ceiling with only the small
+// probed divisors (gpt2-medium on an A10 at an effective batch of 32: 2 x 16 picked, the
+// unprobed 16 bounded by batch 17's peak over the ceiling, 8 never offered).
+std::vector<Pick> unprobed_divisors(const FitTechnique& t,
+                                    const std::vector<const reports::Row*>& ok,
+                                    const PickQuestion& q) {
+  std::vector<Pick> out;
+  if (!q.effective || !t.largest) return out;
+  auto batch_of = [](const reports::Row* r) {
+    return static_cast<int64_t>(r->number(column("batch")).value_or(0));
+  };
+  int64_t under_ceiling = 0;
+  for (const auto* r : ok)
+    if (r->number(column("peak_reserved_bytes")).value_or(0) <=
+        static_cast<double>(q.rule.ceiling_bytes()))
+      under_ceiling = std::max(under_ceiling, batch_of(r));
+  for (const int64_t limit : {*t.largest, under_ceiling}) {
+    if (limit < 1) continue;
+    int64_t d = std::min(limit, *q.effective);
+    while (*q.effective % d != 0) --d;
+    const bool probed = std::any_of(ok.begin(), ok.end(), [&](auto* r) { return batch_of(r) == d; });
+    const bool offered =
+        std::any_of(out.begin(), out.end(), [&](const Pick& p) { return p.batch == d; });
+    if (probed || offered) continue;
+    const reports::Row* above = nullptr;
+    for (const auto* r : ok)
+      if (batch_of(r) > d && (!above || batch_of(r) < batch_of(above))) above = r;
+    if (!above) continue;
+    Pick p = probe_pick(t, *above, d, q);
+    p.unprobed = true;
+    out.push_back(p);
   }
-  if (!above) return std::nullopt;
-  Pick p = probe_pick(t, *above, d, q);
-  p.unprobed = true;
-  return p;
+  return out;
 }
 
-// Every fitting probe whose batch reaches the effective batch and the largest micro-batch that
-// divides it (unprobed_divisor), less those refused, as a pick each (a confirmed one as
+// Every fitting probe whose batch reaches the effective batch and the largest micro-batches that
+// divide it (unprobed_divisors), less those refused, as a pick each (a confirmed one as
 // measured at its accumulation).
 std::vector<Pick> candidates(const Analysis& a, const PickQuestion& q) {
   std::vector<Pick> all;
@@ -204,7 +223,7 @@ std::vector<Pick> candidates(const Analysis& a, const PickQuestion& q) {
       if (b <= 0 || (q.effective && (b > *q.effective || *q.effective % b != 0))) continue;
       add(probe_pick(t, *r, b, q));
     }
-    if (const auto d = unprobed_divisor(t, it->second, q)) add(*d);
+    for (const Pick& d : unprobed_divisors(t, it->second, q)) add(d);
   }
   return all;
 }

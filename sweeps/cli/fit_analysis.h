@@ -20,6 +20,9 @@
 
 namespace sweep {
 
+// The key of a technique in Analysis::ok_rows: "bf16|none|adamw|1|none|none|full".
+std::string technique_key(const FitTechnique& t);
+
 // What the rows of OUT say about each technique: the probes of this fit's question (its
 // searches), the last row of each point.
 struct Analysis {
@@ -74,7 +77,8 @@ struct Pick {
   double peak_reserved = 0;
   bool above_ceiling = false;  // nothing measured stayed under the recommended ceiling
   bool by_memory = false;      // ranked by memory (the CPU; nothing timed), not by speed
-  // A micro-batch the search never probed (the largest that divides the effective batch): its
+  // A micro-batch the search never probed (the largest that divides the effective batch under
+  // the cap, or under the recommended ceiling): its
   // peak and throughput are those of the next probe above it until it is measured.
   bool unprobed = false;
   std::string why;             // why not simply the first by that ranking ("" when it is)

@@ -82,7 +82,7 @@ Budget emulated_budget(const Config& cfg) {
            reports::format_bytes(static_cast<double>(card.memory_bytes)) +
            " less a context allowance of " +
            reports::format_bytes(static_cast<double>(card.context_bytes)) + " (" + context_source +
-           "); no throughput is predicted";
+           "); tokens/s predicted by the step-time model (docs/fidelity.md, \"Step time\")";
   if (cfg.budget_gib > 0) {
     b.bytes = static_cast<int64_t>(cfg.budget_gib * kGiB);
     if (b.bytes > allocator)
