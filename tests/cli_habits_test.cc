@@ -33,6 +33,12 @@ TEST(Spelling, OneHelperSuggestsForEveryKindOfName) {
   EXPECT_EQ(did_you_mean("", precisions), "");
   EXPECT_EQ(nearest("gpt2-meduim", {"gpt2", "gpt2-medium", "gpt2-large"}),
             (std::vector<std::string>{"gpt2-medium"}));
+  // The same name but for punctuation: that one, not the longer names it begins (a newcomer's
+  // `gpt-2` was offered gpt2-xl or gpt2-test).
+  EXPECT_EQ(nearest("gpt-2", {"gpt2", "gpt2-medium", "gpt2-xl", "gpt2-test"}),
+            (std::vector<std::string>{"gpt2"}));
+  EXPECT_NE(unknown_model_hint("gpt-2").find("did you mean gpt2? "), std::string::npos)
+      << unknown_model_hint("gpt-2");
   EXPECT_NE(unknown_model_hint("gpt2-meduim").find("did you mean gpt2-medium? "), std::string::npos)
       << unknown_model_hint("gpt2-meduim");
   EXPECT_NE(unknown_model_hint("openai-community/gpt2-meduim").find("did you mean gpt2-medium? "),
@@ -123,13 +129,23 @@ TEST(CliHabits, MisspeltFlagsGetTheNearestFlagOfTheirSubcommand) {
        "did you mean --precision? run `sweep fit --help`"},
       {{"tables", "--crad", "a10g"}, "`sweep tables` has no flag --crad", "did you mean --card? run `sweep tables --help`"},
       {{"fit", "gpt2", "--banana"}, "`sweep fit` has no flag --banana", "run `sweep fit --help`"},
-      {{"fitt", "gpt2"}, "A subcommand is required", "did you mean fit? run `sweep --help`"},
+      {{"fitt", "gpt2"}, "`sweep` has no command fitt", "did you mean fit? run `sweep --help`"},
       {{"--verison"}, "`sweep` has no flag --verison", "did you mean --version? run `sweep --help`"},
   };
   for (const auto& c : cases) {
     const UserError e = parse_refusal(c.args);
     EXPECT_EQ(std::string(e.what()), c.message) << c.args.back();
     EXPECT_EQ(e.hint(), c.hint) << c.args.back();
+  }
+}
+
+// A newcomer's `--adapter qlora` is told the two settings QLoRA is.
+TEST(CliHabits, QloraIsLoraOverNf4Weights) {
+  try {
+    canonical_axis_value("adapter", "qlora", "", 0, "--adapter");
+    ADD_FAILURE() << "qlora was taken";
+  } catch (const UserError& e) {
+    EXPECT_NE(e.hint().find("--adapter lora --weights nf4"), std::string::npos) << e.hint();
   }
 }
 

@@ -95,6 +95,7 @@ TEST(CardTable, TheV100IsRefusedWithTheReason) {
     EXPECT_NE(why->find("sm_70"), std::string::npos) << *why;
     EXPECT_NE(why->find("cu126"), std::string::npos) << *why;
     EXPECT_NE(unknown_card_message(name).find("cu126"), std::string::npos) << name;
+    EXPECT_EQ(nearest_card_key(name), "") << name;  // no "did you mean a10, a10g or h200?"
   }
   EXPECT_FALSE(unsupported_card_reason("rtx3060"));
   EXPECT_EQ(unknown_card_message("rtx3600"), "unknown card 'rtx3600'");

@@ -194,6 +194,9 @@ std::string card_keys() {
 }
 
 std::string nearest_card_key(std::string_view name) {
+  // A card refused for a reason (the V100) is no typo of another: no suggestion ("v100" came
+  // within two edits of a10, a10g and h200).
+  if (unsupported_card_reason(name)) return "";
   // Keys and names alike ("RTX 3060"), each suggested by its key.
   std::vector<std::string> spellings;
   for (const auto& c : kCards) {

@@ -56,7 +56,11 @@ std::vector<std::string> nearest(const std::string& typed, const std::vector<std
       [&](const std::string& k) { return best <= typos && edit_distance(t, k) == best; },
       [&](const std::string& k) { return k != t && inside(k, t); },
   };
+  // The same name but for case, spaces, '-' or '_' ("gpt-2" for gpt2): that one alone.
   std::vector<std::string> out;
+  for (const auto& k : known)
+    if (folded(k) == t) out.push_back(k);
+  if (!out.empty()) return out;
   for (const auto& match : tiers) {
     for (const auto& k : known)
       if (match(folded(k)) && std::find(out.begin(), out.end(), k) == out.end()) out.push_back(k);

@@ -12,7 +12,7 @@ namespace sweep {
 std::size_t edit_distance(const std::string& a, const std::string& b);
 
 // The entries of `known` that `typed` most likely meant, compared with case, spaces, '-' and
-// '_' ignored: those it shortens ("3060" for rtx3060, "a100" for both A100s), else the nearest
+// '_' ignored: the one it equals so ("gpt-2" for gpt2) alone, else those it shortens ("3060" for rtx3060, "a100" for both A100s), else the nearest
 // within a typo or two ("gpt2-meduim"), else those it spells out ("bfloat16" for bf16), in
 // `known`'s order; then the variants of each ("bf16" brings "bf16-amp"). Empty when nothing
 // is close.

@@ -69,7 +69,18 @@ UserError command_line_error(const CLI::App& app, const CLI::ParseError& e) {
   for (const auto& arg : command.remaining())
     if (arg.size() > 1 && arg[0] == '-') unknown.push_back(arg.substr(0, arg.find('=')));
   const std::string path = command_path(command);
-  std::string message = unknown.empty() ? e.what() : "`" + path + "` has no flag";
+  // A word where a command was required: "`sweep` has no command fti", not CLI11's "A
+  // subcommand is required" (one was given; it is unknown).
+  std::string word;
+  if (command.get_subcommands().empty() && !subcommands_of(command).empty())
+    for (const auto& arg : command.remaining())
+      if (!arg.empty() && arg[0] != '-') {
+        word = arg;
+        break;
+      }
+  std::string message = !unknown.empty() ? "`" + path + "` has no flag"
+                        : !word.empty()  ? "`" + path + "` has no command " + word
+                                         : std::string(e.what());
   for (std::size_t i = 0; i < unknown.size(); ++i)
     message += (i == 0 ? (unknown.size() > 1 ? "s " : " ") : ", ") + unknown[i];
   return UserError("", 0, "", message, did_you_mean(suggestions(command)) + "run `" + path + " --help`");
