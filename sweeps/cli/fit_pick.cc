@@ -87,6 +87,11 @@ std::string reason_of(const FitQuestion& q, const FitPlan& p, const Pick& choice
     why << " and reach an effective batch of " << *effective << " (micro-batch " << choice.batch
         << " x accumulation " << choice.accumulation
         << (choice.accumulation > 1 ? ", measured as such" : "") << ")";
+  // The question without an effective batch is another one than the per-card tables' (32):
+  // said, so that two answers for one model and card are not taken for one.
+  if (!effective)
+    why << " (no --effective-batch asked: accumulation 1, each micro-batch an optimizer step; "
+           "the per-card tables answer --effective-batch 32)";
   if (t.largest && choice.batch < *t.largest) why << "; its largest batch is " << *t.largest;
   if (!choice.why.empty()) why << "; " << choice.why;
   if (!choice.by_memory && choice.why.empty() && choice.step_ms_cv > reports::kNoisyStepCv)
