@@ -9,7 +9,8 @@ namespace sweep::reports {
 namespace {
 
 // From docs/fidelity.md, "The emulated device" (2026-11-25, torch 2.11.0+cu130, an H100 80GB
-// HBM3; the whole Whisper and the decoders 2026-11-27, an H200): the 8 public transformers points (tests/fixtures/h100-public.jsonl) and
+// HBM3; the whole Whisper and the decoders 2026-11-27, an H200): the 8 public transformers
+// points (tests/fixtures/h100-public.jsonl) and
 // scripts/emulate_rows.py over bench/baselines/ci-gpu/results.csv (17 rows) and
 // docs/tables/rtx3060-results.csv (103 rows). The bounds are the extremes that page states:
 // the rows it names as off, and +-3% (its bar) for the rest of a family's rows.

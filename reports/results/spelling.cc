@@ -6,7 +6,6 @@
 #include <functional>
 
 namespace sweep {
-namespace {
 
 std::string folded(const std::string& s) {
   std::string out;
@@ -14,6 +13,8 @@ std::string folded(const std::string& s) {
     if (c != ' ' && c != '-' && c != '_') out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return out;
 }
+
+namespace {
 
 // Whether `shorter` occurs in `longer` in order, and is not so short that it would be found
 // in nearly anything (at least 3 characters, and half of the longer one).

@@ -462,7 +462,7 @@ std::string canonical_axis_value(const std::string& axis, const std::string& val
   if (auto it = kChoices.find(axis); it != kChoices.end()) {
     const std::string c = spelled_as(value, it->second);
     // QLoRA is no adapter of its own: LoRA over a 4-bit base, two axes.
-    if (c.empty() && axis == "adapter" && (value == "qlora" || value == "QLoRA"))
+    if (c.empty() && axis == "adapter" && folded(value) == "qlora")
       throw fail("unknown value '" + value + "'",
                  "QLoRA is LoRA over 4-bit NF4 weights: adapter lora with weights nf4 (on the "
                  "command line, --adapter lora --weights nf4); expected one of: " +
