@@ -10,6 +10,7 @@ namespace sweep::models {
 namespace {
 std::atomic<c10::DeviceType> g_emulated{c10::kMeta};
 std::atomic<AttentionFn> g_attention{nullptr};
+std::atomic<DeviceReadFn> g_device_read{nullptr};
 }  // namespace
 
 void set_emulated_device(c10::DeviceType as) { g_emulated = as; }
@@ -72,7 +73,23 @@ at::Tensor apply_dropout(const at::Tensor& input, double p, bool train) {
   return at::dropout(input, p, train);
 }
 
-double scalar_value(const at::Tensor& t) { return t.is_meta() ? 1.0 : t.item<double>(); }
-bool any_value(const at::Tensor& t) { return t.is_meta() ? false : t.any().item<bool>(); }
+void set_device_read(DeviceReadFn fn) { g_device_read = fn; }
+
+namespace {
+void read_meta() {
+  if (auto fn = g_device_read.load()) fn();
+}
+}  // namespace
+
+double scalar_value(const at::Tensor& t) {
+  if (!t.is_meta()) return t.item<double>();
+  read_meta();
+  return 1.0;
+}
+bool any_value(const at::Tensor& t) {
+  if (!t.is_meta()) return t.any().item<bool>();
+  read_meta();
+  return false;
+}
 
 }  // namespace sweep::models

@@ -56,5 +56,10 @@ double scalar_value(const at::Tensor& t);
 // Whether any element is non-zero (Tensor.any().item()); false for a Meta tensor, as for
 // data without outliers or infs.
 bool any_value(const at::Tensor& t);
+// Both reads make the host wait for the device (a CUDA tensor's item() synchronises its
+// stream); for a Meta tensor they call what the worker registers here (the step-time
+// recorder's synchronisation, sweeps/worker/emulate/cost_record.h).
+using DeviceReadFn = void (*)();
+void set_device_read(DeviceReadFn fn);
 
 }  // namespace sweep::models

@@ -97,6 +97,39 @@ TEST(CostRecord, AttentionByTheChosenBackendAndTheForeachOptimizer) {
   EXPECT_GE(foreach, 4);  // AdamW: lerp_, mul_, addcmul_ ... (adam.py _multi_tensor_adam)
 }
 
+// Autograd's part: every op of the forward (grad mode on, parameters requiring grad) and of the
+// backward (run by the engine inside a node) is autograd's; the optimizer's are not, nor is
+// anything in eval. torch.optim.Adafactor reads two values per parameter on the host
+// (_single_tensor_adafactor: param.norm(2).item() and update.norm(2).item()), each a wait for
+// the card: 2 syncs for each of gpt2-test's 28 parameters (wte, wpe, 12 a layer, ln_f's two;
+// lm_head is wte).
+TEST(CostRecord, AutogradsOpsAndTheOptimizersHostReads) {
+  auto launches = [](const std::vector<cost::Kernel>& ks, bool autograd) {
+    int n = 0;
+    for (const auto& k : ks) n += k.kind != cost::Kind::kDispatch && k.kind != cost::Kind::kSync && k.autograd == autograd;
+    return n;
+  };
+  const auto adamw = run_emulated(gpt2_test(Precision::kFp32));
+  int autograd_gemms = 0, foreach_autograd = 0;
+  for (const auto& k : adamw.kernels) {
+    autograd_gemms += k.kind == cost::Kind::kGemm && k.autograd;
+    foreach_autograd += k.kind == cost::Kind::kForeach && k.autograd;
+  }
+  EXPECT_EQ(autograd_gemms, 27);  // forward's 9 and backward's 18
+  EXPECT_EQ(foreach_autograd, 0);
+  EXPECT_GT(launches(adamw.kernels, false), 0);
+  Point eval = gpt2_test(Precision::kFp32);
+  eval.mode = Mode::kEval;
+  eval.optimizer = OptimizerKind::kNone;
+  EXPECT_EQ(launches(run_emulated(eval).kernels, true), 0);
+  Point adafactor = gpt2_test(Precision::kFp32);
+  adafactor.optimizer = OptimizerKind::kAdafactor;
+  int syncs = 0;
+  for (const auto& k : run_emulated(adafactor).kernels) syncs += k.kind == cost::Kind::kSync;
+  EXPECT_EQ(syncs, 2 * 28);
+  for (const auto& k : adamw.kernels) EXPECT_NE(k.kind, cost::Kind::kSync);
+}
+
 // The row: step_ms, tokens_per_s, samples_per_s and tflops filled, as a measured row's are;
 // none for a card whose peaks are not published (the A10G), whose memory is still predicted.
 TEST(CostRecord, AnEmulatedRowCarriesItsPredictedStepTimeAndThroughput) {

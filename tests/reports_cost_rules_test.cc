@@ -18,7 +18,7 @@ Card h100() { return *card_for("h100-80gb"); }
 Calibration unit() {
   return {.gemm_tensor = 0.5, .gemm_simt = 0.5, .gemm_k_half = 0, .attention = 0.5,
           .bandwidth = 0.5, .launch_us = 2, .host_kernel_us = 10, .host_dispatch_us = 1,
-          .sync_us = 20, .host_gbs = 10, .python_host = 1, .python_checkpoint = 1};
+          .host_autograd_us = 5, .sync_us = 20, .host_gbs = 10, .python_host = 1, .python_checkpoint = 1};
 }
 
 TEST(CardSpeed, EveryCardHasItsSpeedFactsAndTheDatasheetsFigures) {
@@ -173,6 +173,26 @@ TEST(CostRules, SyncsAndPcieCopiesAreHostGaps) {
   EXPECT_NEAR(predict_step({cpu}, c, u).step_ms, (10 + 1e6 / 10e3) / 1e3, 1e-9);
 }
 
+// Autograd's host work: an op that records a node (VariableType's kernel builds it and its
+// saved tensors) or that the engine runs inside a node's apply (autograd/function.h,
+// Node::operator()) costs host_autograd_us more than the same op dispatched with no autograd
+// (an optimizer's, eval's): a view or factory too, and once per op, not per foreach launch.
+TEST(CostRules, AutogradAddsItsHostTimeToEveryOpItRuns) {
+  const Card c = h100();
+  const Calibration u = unit();
+  const Kernel plain{.kind = Kind::kMemory, .bytes = 1024};
+  Kernel recorded = plain;
+  recorded.autograd = true;
+  EXPECT_NEAR(predict_step(std::vector<Kernel>(100, plain), c, u).step_ms, 100 * 10 / 1e3, 1e-9);
+  EXPECT_NEAR(predict_step(std::vector<Kernel>(100, recorded), c, u).step_ms, 100 * 15 / 1e3, 1e-9);
+  const Kernel view{.kind = Kind::kDispatch, .autograd = true};
+  EXPECT_NEAR(predict_step({recorded, view}, c, u).step_ms, (15 + 1 + 5) / 1e3, 1e-9);
+  // A foreach op over 220 tensors of one list: two launches, autograd's time once.
+  const Kernel foreach{.kind = Kind::kForeach, .bytes = 1024, .tensors = 220, .chunks = 220,
+                       .autograd = true};
+  EXPECT_NEAR(predict_step({foreach}, c, u).step_ms, (2 * 10 + 5) / 1e3, 1e-9);
+}
+
 // The loop: a Python (PyTorch + transformers) loop's host time is sweep's C++ burst's times
 // python_host, and times python_checkpoint more under torch.utils.checkpoint; device time is
 // the same.
@@ -197,7 +217,7 @@ TEST(CostFit, ATraceReadsBackAndTheFitFindsTheCalibrationItWasMadeWith) {
       {.kind = Kind::kAttention, .dtype = Dtype::kBf16, .m = 512, .n = 512, .k = 64, .batch = 96,
        .backend = Attention::kEfficient, .causal = true, .backward = true},
       {.kind = Kind::kForeach, .bytes = 1e8, .tensors = 10, .chunks = 1000, .lists = 3},
-      {.kind = Kind::kDispatch}, {.kind = Kind::kSync}};
+      {.kind = Kind::kDispatch, .autograd = true}, {.kind = Kind::kSync}};
   const auto back = parse_trace(nlohmann::json::parse(trace_json(step).dump()));
   ASSERT_EQ(back.size(), step.size());
   EXPECT_EQ(trace_json(back), trace_json(step));

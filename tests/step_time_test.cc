@@ -236,8 +236,8 @@ TEST(StepTime, HeldOutH100RowsWithinTenPercentPerFamilyAndPrecision) {
   std::printf("| all | %zu | %zu | %.1f%% | %.1f%% |\n", samples(false).size(), samples(true).size(),
               100 * fitted, 100 * held_out);
   // Issue 35's bar is 10%; what the rules reach (docs/fidelity.md, "Step time"), pinned so
-  // that it cannot get worse unseen: T5 under bf16 autocast and Adafactor's per-parameter
-  // loop are predicted 20-75% slow (their memory-bound and host-bound steps).
+  // that it cannot get worse unseen: launch-bound rows that measured 20-45% apart with the
+  // same kernels (a batch of 1 against 2), and sweep's C++ checkpointing, are the misses.
   EXPECT_LE(held_out, cost::kStepTimeError + 0.005);  // the error the pick reads
   EXPECT_LE(fitted, 0.11);
 }
@@ -280,9 +280,11 @@ TEST(StepTime, TheCommittedCalibrationIsTheFitOnTheFittedHalf) {
   const double best = cost::mean_abs_error(train, h100, refit);
   std::printf("committed %.4f, refit %.4f: gemm_tensor %.3f gemm_simt %.3f gemm_k_half %.1f "
               "attention %.3f bandwidth %.3f launch_us %.2f host_kernel_us %.2f "
-              "host_dispatch_us %.2f sync_us %.1f\n",
+              "host_dispatch_us %.2f host_autograd_us %.2f sync_us %.1f python_host %.3f python_checkpoint %.3f; "
+              "held out %.4f\n",
               committed, best, refit.gemm_tensor, refit.gemm_simt, refit.gemm_k_half, refit.attention,
-              refit.bandwidth, refit.launch_us, refit.host_kernel_us, refit.host_dispatch_us, refit.sync_us);
+              refit.bandwidth, refit.launch_us, refit.host_kernel_us, refit.host_dispatch_us, refit.host_autograd_us, refit.sync_us, refit.python_host,
+              refit.python_checkpoint, cost::mean_abs_error(samples(true), h100, refit));
   EXPECT_LT(committed - best, 0.01);
 }
 

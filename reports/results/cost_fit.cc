@@ -12,7 +12,7 @@ nlohmann::json trace_json(const std::vector<Kernel>& step) {
   for (const Kernel& k : step)
     out.push_back({static_cast<int>(k.kind), static_cast<int>(k.dtype), k.m, k.n, k.k, k.batch,
                    k.bytes, k.tensors, k.chunks, k.lists, static_cast<int>(k.backend),
-                   k.causal ? 1 : 0, k.backward ? 1 : 0});
+                   k.causal ? 1 : 0, k.backward ? 1 : 0, k.autograd ? 1 : 0});
   return out;
 }
 
@@ -34,6 +34,7 @@ std::vector<Kernel> parse_trace(const nlohmann::json& trace) {
     k.backend = static_cast<Attention>(a.at(10).get<int>());
     k.causal = a.at(11).get<int>() != 0;
     k.backward = a.at(12).get<int>() != 0;
+    k.autograd = a.size() > 13 && a.at(13).get<int>() != 0;
     out.push_back(k);
   }
   return out;
@@ -52,7 +53,8 @@ Calibration fit(const std::vector<Sample>& train, const Card& card, Calibration 
   double Calibration::*const kParams[] = {
       &Calibration::gemm_tensor, &Calibration::gemm_simt,      &Calibration::gemm_k_half,
       &Calibration::attention,   &Calibration::bandwidth,      &Calibration::launch_us,
-      &Calibration::host_kernel_us, &Calibration::host_dispatch_us, &Calibration::sync_us,
+      &Calibration::host_kernel_us, &Calibration::host_dispatch_us, &Calibration::host_autograd_us,
+      &Calibration::sync_us,
       &Calibration::python_host, &Calibration::python_checkpoint};
   auto is_fraction = [](double Calibration::*p) {
     return p == &Calibration::gemm_tensor || p == &Calibration::gemm_simt ||

@@ -2,6 +2,7 @@
 #include "sweeps/worker/emulate/cost_record.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/record_function.h>
 
 #include <cstring>
@@ -28,6 +29,7 @@ struct Frame {
 struct State {
   std::vector<cost::Kernel> kernels;
   std::vector<Frame> open;  // the recorded ops running now, outermost first
+  int backward_nodes = 0;   // autograd nodes the engine is running now (their ops are autograd's)
 };
 thread_local State* t_state = nullptr;
 
@@ -247,16 +249,38 @@ cost::Kernel kernel_from_inputs(const at::RecordFunction& fn, OpClass cls, const
   return k;
 }
 
+// Whether the op records an autograd node: grad mode on and an input that requires grad (the
+// Autograd dispatch key's kernel then builds one: torch/csrc/autograd/generated/VariableType).
+bool records_node(const at::RecordFunction& fn) {
+  if (!at::GradMode::is_enabled()) return false;
+  auto needs_grad = [](const at::Tensor& t) { return t.defined() && t.requires_grad(); };
+  for (const auto& v : fn.inputs()) {
+    if (v.isTensor() && needs_grad(v.toTensor())) return true;
+    if (v.isTensorList())
+      for (const at::Tensor& t : v.toTensorList().vec())
+        if (needs_grad(t)) return true;
+  }
+  return false;
+}
+
 struct Recorded final : at::ObserverContext {};
+struct InBackward final : at::ObserverContext {};
 
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   State* s = t_state;
   if (!s) return nullptr;
+  // The engine runs a node (autograd/function.h, Node::operator(): RecordScope::BACKWARD_FUNCTION).
+  if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION) {
+    ++s->backward_nodes;
+    return std::make_unique<InBackward>();
+  }
   const OpClass cls = classify(fn);
   if (cls == OpClass::kComposite) return nullptr;
   const char* name = fn.name();
   const std::string op = cls == OpClass::kFree ? std::string() : std::string(name + 6);
-  s->open.push_back({name, kernel_from_inputs(fn, cls, op), {}, false});
+  cost::Kernel kernel = kernel_from_inputs(fn, cls, op);
+  kernel.autograd = s->backward_nodes > 0 || records_node(fn);
+  s->open.push_back({name, kernel, {}, false});
   return std::make_unique<Recorded>();
 }
 
@@ -265,7 +289,12 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
 // its inputs cast): then what it called, the casts and the op at its cast dtype.
 void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   State* s = t_state;
-  if (!s || !ctx || s->open.empty()) return;
+  if (!s || !ctx) return;
+  if (dynamic_cast<InBackward*>(ctx)) {
+    --s->backward_nodes;
+    return;
+  }
+  if (s->open.empty()) return;
   Frame f = std::move(s->open.back());
   s->open.pop_back();
   cost::Kernel& k = f.kernel;
@@ -298,7 +327,7 @@ CostRecorder::CostRecorder() {
   handle_ = at::addThreadLocalCallback(at::RecordFunctionCallback(&on_start, &on_end)
                                            .needsInputs(true)
                                            .needsOutputs(true)
-                                           .scopes({at::RecordScope::FUNCTION}));
+                                           .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
 }
 
 CostRecorder::~CostRecorder() {

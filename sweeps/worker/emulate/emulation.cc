@@ -12,6 +12,7 @@
 #include "models/emulation.h"
 #include "models/nf4.h"
 #include "sweeps/measure/trackers.h"
+#include "sweeps/worker/emulate/cost_record.h"
 #include "sweeps/worker/emulate/sdpa_cuda.h"
 
 namespace sweep::emu {
@@ -117,6 +118,7 @@ void start_emulation(const EmulatedCard& card) {
     register_autocast(/*cuda_lists=*/!card.cpu);
     if (!card.cpu) register_cublas_workspaces();
     models::set_attention(card.cpu ? &cpu_sdpa : &card_sdpa);
+    if (!card.cpu) models::set_device_read(&note_sync);  // item() waits for the card
   });
 }
 
