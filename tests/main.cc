@@ -7,7 +7,7 @@ int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   if (!torch::cuda::is_available()) {
     auto& filter = ::testing::GTEST_FLAG(filter);
-    filter += (filter.find('-') == std::string::npos ? "-" : ":") + std::string("*_CUDA");
+    filter.append(filter.find('-') == std::string::npos ? "-" : ":").append("*_CUDA");
   }
   return RUN_ALL_TESTS();
 }

@@ -200,7 +200,7 @@ TEST(OnePick, FitRecommendAndReportPickTheSameOnTheMeasuredRtx3060Rows) {
     ASSERT_TRUE(g.fastest) << g.label();
     std::string line = "- " + g.label() + ": " + g.fastest->label() + ", peak";
     for (std::size_t at = 0; (at = line.find('_', at)) != std::string::npos; at += 2)
-      line.insert(at, "\\");  // Markdown escapes target_seq's underscore
+      line.insert(at, 1, '\\');  // Markdown escapes target_seq's underscore
     EXPECT_NE(md.find(line), std::string::npos) << line << " in report.md";
   }
 }

@@ -133,9 +133,9 @@ Excess excess(const std::function<double(int64_t)>& peak, int64_t hi) {
       const auto seeded = search_max_batch(1, hi, budget, probe_under(budget), predicted);
       std::string what = "hi " + std::to_string(hi) + " budget " + std::to_string(budget) +
                          " predicted " + std::to_string(predicted) + "; probes without:";
-      for (auto b : plain.probed) what += " " + std::to_string(b);
+      for (auto b : plain.probed) what.append(" ").append(std::to_string(b));
       what += "; with:";
-      for (auto b : seeded.probed) what += " " + std::to_string(b);
+      for (auto b : seeded.probed) what.append(" ").append(std::to_string(b));
       EXPECT_EQ(seeded.largest_fit, plain.largest_fit) << what;
       EXPECT_EQ(seeded.first_oom, plain.first_oom) << what;
       // Too high: batches from the prediction up are known out of memory, so the search

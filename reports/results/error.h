@@ -38,10 +38,10 @@ class UserError : public std::runtime_error {
   // "file:line: key: message", leaving out what is empty.
   std::string located() const {
     std::string s = file_;
-    if (line_ > 0) s += ":" + std::to_string(line_);
+    if (line_ > 0) s.append(":").append(std::to_string(line_));
     if (!s.empty()) s += ": ";
-    if (!key_.empty()) s += key_ + ": ";
-    return s + what();
+    if (!key_.empty()) s.append(key_).append(": ");
+    return s.append(what());
   }
 
  private:

@@ -43,7 +43,7 @@ std::string cell(const nlohmann::json& v) {
 
 std::string ResultsStore::header() {
   std::string h;
-  for (auto c : schema::kColumns) h += (h.empty() ? "" : ",") + std::string(c);
+  for (auto c : schema::kColumns) h.append(h.empty() ? "" : ",").append(c);
   return h;
 }
 

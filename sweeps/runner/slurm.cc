@@ -159,8 +159,8 @@ std::string array_spec(const std::vector<std::size_t>& tasks, int max_parallel) 
   for (std::size_t i = 0; i < tasks.size();) {
     std::size_t j = i;
     while (j + 1 < tasks.size() && tasks[j + 1] == tasks[j] + 1) ++j;
-    s += (s.empty() ? "" : ",") + std::to_string(tasks[i]);
-    if (j > i) s += "-" + std::to_string(tasks[j]);
+    s.append(s.empty() ? "" : ",").append(std::to_string(tasks[i]));
+    if (j > i) s.append("-").append(std::to_string(tasks[j]));
     i = j + 1;
   }
   if (max_parallel > 0) s += "%" + std::to_string(max_parallel);
@@ -183,7 +183,7 @@ std::string array_script(const ScriptSpec& s) {
   t += placement(s.slurm);
   t += "exec " + shell_quote(s.exe) + " run " + shell_quote(s.config) + " --out " + shell_quote(s.out) +
        " --slurm-task \"$SLURM_ARRAY_TASK_ID\"";
-  for (const auto& a : s.task_args) t += " " + shell_quote(a);
+  for (const auto& a : s.task_args) t.append(" ").append(shell_quote(a));
   return t + "\n";
 }
 
