@@ -130,6 +130,26 @@ TEST(CostRecord, AutogradsOpsAndTheOptimizersHostReads) {
   for (const auto& k : adamw.kernels) EXPECT_NE(k.kind, cost::Kind::kSync);
 }
 
+// Block checkpointing's saved-tensor hooks (checkpoint.cc, torch.utils.checkpoint's
+// non-reentrant hooks): each tensor a checkpointed block saves is packed in the forward,
+// packed again when the recomputation reaches it (which then stops), and unpacked once in
+// backward; three hook calls a tensor, none without checkpointing.
+TEST(CostRecord, EachTensorACheckpointedBlockSavesIsHookedThreeTimes) {
+  auto hooks = [](const std::vector<cost::Kernel>& ks) {
+    int n = 0;
+    for (const auto& k : ks) n += k.kind == cost::Kind::kHook;
+    return n;
+  };
+  EXPECT_EQ(hooks(run_emulated(gpt2_test(Precision::kFp32)).kernels), 0);
+  Point p = gpt2_test(Precision::kFp32);
+  p.checkpointing = Checkpointing::kBlock;
+  const int hooked = hooks(run_emulated(p).kernels);
+  EXPECT_GT(hooked, 0);
+  EXPECT_EQ(hooked % 3, 0);
+  // gpt2-test has 2 layers, both checkpointed, each saving as many tensors.
+  EXPECT_EQ(hooked % 6, 0);
+}
+
 // The row: step_ms, tokens_per_s, samples_per_s and tflops filled, as a measured row's are;
 // none for a card whose peaks are not published (the A10G), whose memory is still predicted.
 TEST(CostRecord, AnEmulatedRowCarriesItsPredictedStepTimeAndThroughput) {

@@ -18,7 +18,8 @@ Card h100() { return *card_for("h100-80gb"); }
 Calibration unit() {
   return {.gemm_tensor = 0.5, .gemm_simt = 0.5, .gemm_k_half = 0, .attention = 0.5,
           .bandwidth = 0.5, .launch_us = 2, .host_kernel_us = 10, .host_dispatch_us = 1,
-          .host_autograd_us = 5, .sync_us = 20, .host_gbs = 10, .python_host = 1, .python_checkpoint = 1};
+          .host_autograd_us = 5, .sync_us = 20, .host_gbs = 10, .python_host = 1, .host_hook_us = 0,
+          .python_hook_us = 0};
 }
 
 TEST(CardSpeed, EveryCardHasItsSpeedFactsAndTheDatasheetsFigures) {
@@ -194,20 +195,27 @@ TEST(CostRules, AutogradAddsItsHostTimeToEveryOpItRuns) {
 }
 
 // The loop: a Python (PyTorch + transformers) loop's host time is sweep's C++ burst's times
-// python_host, and times python_checkpoint more under torch.utils.checkpoint; device time is
-// the same.
-TEST(CostRules, APythonLoopsHostTimeScalesSweepsAndCheckpointingMore) {
+// python_host; checkpointing's saved-tensor hooks (torch/utils/checkpoint.py: _checkpoint_hook
+// packs each saved tensor in the forward, _recomputation_hook in the recomputation, and the
+// unpack hook hands it to backward) are Python functions there, python_hook_us each, and C++
+// in sweep's burst, host_hook_us; device time is the same.
+TEST(CostRules, APythonLoopsHostTimeScalesSweepsAndItsCheckpointHooksCostTheirOwn) {
   const Card c = h100();
   Calibration u = unit();
   u.python_host = 1.5;
-  u.python_checkpoint = 2;
+  u.host_hook_us = 1;
+  u.python_hook_us = 20;
   const std::vector<Kernel> tiny(100, Kernel{.kind = Kind::kMemory, .bytes = 1024});
   EXPECT_NEAR(predict_step(tiny, c, u, {.python = false}).step_ms, 1.0, 1e-9);
   EXPECT_NEAR(predict_step(tiny, c, u, {.python = true}).step_ms, 1.5, 1e-9);
-  EXPECT_NEAR(predict_step(tiny, c, u, {.python = true, .checkpointed = true}).step_ms, 3.0, 1e-9);
-  const std::vector<Kernel> big(10, Kernel{.kind = Kind::kMemory, .bytes = 1e9});
-  EXPECT_NEAR(predict_step(big, c, u, {.python = true, .checkpointed = true}).step_ms,
-              predict_step(big, c, u, {.python = false}).step_ms, 1e-9);
+  std::vector<Kernel> hooked = tiny;
+  hooked.insert(hooked.end(), 30, Kernel{.kind = Kind::kHook});
+  EXPECT_NEAR(predict_step(hooked, c, u, {.python = false}).step_ms, 1.0 + 30 * 1 / 1e3, 1e-9);
+  EXPECT_NEAR(predict_step(hooked, c, u, {.python = true}).step_ms, 1.5 + 30 * 20 / 1e3, 1e-9);
+  std::vector<Kernel> big(10, Kernel{.kind = Kind::kMemory, .bytes = 1e9});
+  big.insert(big.end(), 30, Kernel{.kind = Kind::kHook});
+  EXPECT_NEAR(predict_step(big, c, u, {.python = true}).step_ms, predict_step(big, c, u, {.python = false}).step_ms,
+              1e-9);
 }
 
 TEST(CostFit, ATraceReadsBackAndTheFitFindsTheCalibrationItWasMadeWith) {
@@ -217,7 +225,7 @@ TEST(CostFit, ATraceReadsBackAndTheFitFindsTheCalibrationItWasMadeWith) {
       {.kind = Kind::kAttention, .dtype = Dtype::kBf16, .m = 512, .n = 512, .k = 64, .batch = 96,
        .backend = Attention::kEfficient, .causal = true, .backward = true},
       {.kind = Kind::kForeach, .bytes = 1e8, .tensors = 10, .chunks = 1000, .lists = 3},
-      {.kind = Kind::kDispatch, .autograd = true}, {.kind = Kind::kSync}};
+      {.kind = Kind::kDispatch, .autograd = true}, {.kind = Kind::kSync}, {.kind = Kind::kHook}};
   const auto back = parse_trace(nlohmann::json::parse(trace_json(step).dump()));
   ASSERT_EQ(back.size(), step.size());
   EXPECT_EQ(trace_json(back), trace_json(step));

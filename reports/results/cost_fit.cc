@@ -55,7 +55,7 @@ Calibration fit(const std::vector<Sample>& train, const Card& card, Calibration 
       &Calibration::attention,   &Calibration::bandwidth,      &Calibration::launch_us,
       &Calibration::host_kernel_us, &Calibration::host_dispatch_us, &Calibration::host_autograd_us,
       &Calibration::sync_us,
-      &Calibration::python_host, &Calibration::python_checkpoint};
+      &Calibration::python_host, &Calibration::host_hook_us, &Calibration::python_hook_us};
   auto is_fraction = [](double Calibration::*p) {
     return p == &Calibration::gemm_tensor || p == &Calibration::gemm_simt ||
            p == &Calibration::attention || p == &Calibration::bandwidth;

@@ -30,6 +30,9 @@ enum class Kind {
                  // speed, one dispatch a tensor for a foreach op's CPU loop
   kSync,         // the host waits for the device (torch.cuda.synchronize)
   kDispatch,     // an op that launches no kernel (a view, a factory): host time only
+  kHook,         // a saved-tensor hook of non-reentrant checkpointing (torch.utils.checkpoint's
+                 // pack hook in the forward and the recomputation, its unpack hook in backward):
+                 // a Python function in a transformers loop, C++ in sweep's burst; host time only
 };
 
 enum class Attention { kFlash, kEfficient, kCudnn };
@@ -44,8 +47,8 @@ struct Kernel {
   Attention backend = Attention::kFlash;
   bool causal = false, backward = false;
   // The op runs under autograd: it records a node (grad mode on, an input requiring grad) or
-  // the autograd engine runs it in the backward pass. Other ops (the optimizer's, eval's, a
-  // checkpointed block's first forward) are dispatched with no autograd work.
+  // the autograd engine runs it in the backward pass. Other ops (the optimizer's, eval's) are
+  // dispatched with no autograd work.
   bool autograd = false;
 };
 
@@ -74,18 +77,19 @@ struct Calibration {
   double host_autograd_us = 0;  // what autograd adds to an op's host time (Kernel::autograd)
   double sync_us = 0;           // a synchronisation's round trip
   double host_gbs = 0;          // host memory speed of the CPU optimizer (offload)
-  // A PyTorch + transformers loop's host time over sweep's (C++) for the same ops, and what
-  // torch.utils.checkpoint's Python hooks multiply it by (docs/fidelity.md: sweep's C++
-  // checkpointing is up to 1.8x faster on launch-bound points).
+  // A PyTorch + transformers loop's host time over sweep's (C++) for the same ops.
   double python_host = 0;
-  double python_checkpoint = 0;
+  // A checkpointing hook's host time (Kind::kHook): sweep's C++ one, and torch.utils.checkpoint's
+  // Python one in a transformers loop.
+  double host_hook_us = 0;
+  double python_hook_us = 0;
 };
 const Calibration& calibration();
 
 // The rules' measured error: the mean absolute error of the predicted step time on the H100
 // steps held out from the fit (docs/fidelity.md, "Step time"; StepTime.* measures it again).
 // A predicted lead smaller than this is too close to call (reports/common/pick.h).
-inline constexpr double kStepTimeError = 0.106;
+inline constexpr double kStepTimeError = 0.101;
 
 // --- The rules, each pinned by a test in tests/reports_cost_rules_test.cc ---
 
@@ -133,7 +137,6 @@ struct StepTime {
 // what an emulated row predicts) or sweep's own burst (what `sweep run` measures on a GPU).
 struct Loop {
   bool python = true;
-  bool checkpointed = false;  // block checkpointing (Python: torch.utils.checkpoint)
 };
 StepTime predict_step(const std::vector<Kernel>& step, const Card& card,
                       const Calibration& c = calibration(), Loop loop = {});

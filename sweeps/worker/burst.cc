@@ -382,7 +382,7 @@ void predict_step_time(const Point& p, const std::function<void()>& step, Measur
   emu::CostRecorder recorder;
   step();
   // As a PyTorch + transformers loop dispatches the step (cost_rules.h, Loop).
-  const cost::Loop loop{.python = true, .checkpointed = p.checkpointing == Checkpointing::kBlock};
+  const cost::Loop loop{.python = true};
   m.step_ms = m.step_ms_mean = cost::predict_step(recorder.kernels(), *card, cost::calibration(), loop).step_ms;
   // The calibration's input (reports/results/cost_fit.h): the step's kernels, one line a point.
   if (const char* trace = std::getenv("SWEEP_STEP_TRACE"))

@@ -13,6 +13,7 @@
 #include <mutex>
 
 #include "models/emulation.h"
+#include "sweeps/worker/emulate/cost_record.h"
 #include "sweeps/worker/precision.h"
 
 namespace sweep {
@@ -73,10 +74,12 @@ class PlaceholderHooks final : public torch::autograd::SavedVariableHooks {
  public:
   explicit PlaceholderHooks(std::shared_ptr<Frame> frame) : frame_(std::move(frame)) {}
   void call_pack_hook(const at::Tensor&) override {
+    emu::note_hook();
     holder_ = std::make_shared<Holder>();
     frame_->holders.push_back(holder_);
   }
   at::Tensor call_unpack_hook() override {
+    emu::note_hook();
     if (!frame_->recomputed) recompute(frame_);
     TORCH_CHECK(holder_->filled, "checkpoint: a saved tensor was not recomputed");
     TORCH_CHECK(!holder_->unpacked,
@@ -97,6 +100,7 @@ class RecomputeHooks final : public torch::autograd::SavedVariableHooks {
  public:
   explicit RecomputeHooks(std::shared_ptr<Frame> frame) : frame_(std::move(frame)) {}
   void call_pack_hook(const at::Tensor& t) override {
+    emu::note_hook();
     x_ = t.requires_grad() ? t.detach() : t;
     Frame& f = *frame_;
     const std::size_t idx = f.recomp_counter++;

@@ -344,4 +344,8 @@ void note_kernel(const cost::Kernel& kernel) {
 
 void note_sync() { note_kernel({.kind = Kind::kSync}); }
 
+void note_hook() {
+  if (t_state) t_state->kernels.push_back({.kind = Kind::kHook});
+}
+
 }  // namespace sweep::emu

@@ -16,7 +16,8 @@
 //   (autocast.cc): its casts and the call at the cast dtype are its kernels;
 // - an op in a HostScope (offload's host side) is host work: its copies cross PCIe.
 // What dispatches nothing on Meta is noted by the code that stands in for it (note_kernel:
-// bitsandbytes' 8-bit update; note_sync: a host read of a device value).
+// bitsandbytes' 8-bit update; note_sync: a host read of a device value; note_hook: a
+// checkpointing hook, sweeps/worker/checkpoint.cc).
 #pragma once
 
 #include <vector>
@@ -43,5 +44,8 @@ class CostRecorder {
 // recorder is alive on this thread.
 void note_kernel(const cost::Kernel& kernel);
 void note_sync();
+// A saved-tensor hook of checkpointing ran (cost::Kind::kHook): noted even inside an op, as
+// hooks run within the op that saves or unpacks the tensor.
+void note_hook();
 
 }  // namespace sweep::emu
