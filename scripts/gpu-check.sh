@@ -14,6 +14,11 @@
 #   baseline   configs/ci-gpu.yaml twice, and `sweep compare` of the two runs (must exit 0)
 #   baseline-once  configs/ci-gpu.yaml once (step times on this card)
 #   table=CFG  configs/CFG.yaml with --search max-batch, then `sweep recommend`
+#   steptime   scripts/gpu-steptime-points.txt: transformers' step times, one point at a time,
+#              into $RES/steptime.jsonl (the speed model on another card than its H100)
+#   pairs      scripts/gpu-pairs.yaml: the H100's launch-bound pairs, 5 repetitions each
+#   async-env  the context stage's point with PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
+#              exported: zygotes and probes start without it (docs/cuda-path.md), so it runs
 # in the order given, each logged to $RES/<stage>.log; a failing stage does not stop the next.
 # Stages joined by '+' run at the same time; STAGE@N stops that stage after N seconds. With
 # DEADLINE (seconds since the epoch), a stage is stopped at it and none starts after it.
@@ -123,6 +128,19 @@ stage() {
         >"$RES/context.yaml"
       "$sweep" run "$RES/context.yaml" --out "$RES/context" >"$RES/context.log" 2>&1
       log "context run exit $?"; grep -i 'context' "$RES/context.log" | head -5 ;;
+    steptime)
+      PYTHONUNBUFFERED=1 python3 scripts/hf_reference.py points scripts/gpu-steptime-points.txt \
+        --jobs 1 --save "$RES/steptime.jsonl" >"$RES/steptime.log" 2>&1
+      log "steptime points exit $?, $(grep -c . "$RES/steptime.jsonl") measured" ;;
+    pairs)
+      "$sweep" run scripts/gpu-pairs.yaml --out "$RES/pairs" >"$RES/pairs.log" 2>&1
+      log "pairs run exit $?" ;;
+    async-env)
+      [ -f "$RES/context.yaml" ] || { log "async-env needs the context stage first"; return; }
+      PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync \
+        "$sweep" run "$RES/context.yaml" --out "$RES/async-env" >"$RES/async-env.log" 2>&1
+      log "async-env run exit $? (0: the exported backend did not reach the points)"
+      tail -3 "$RES/async-env.log" ;;
     baseline-once)
       "$sweep" run configs/ci-gpu.yaml --out "$RES/ci-gpu" >"$RES/baseline.log" 2>&1
       log "ci-gpu run exit $?" ;;
