@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <tuple>
 #include <vector>
@@ -190,6 +191,77 @@ TEST(EmulatedH200, OneRowOfEachFamilyWithinOnePercentAllocatedThreeReserved) {
     ++points;
   }
   EXPECT_EQ(points, 6);
+}
+
+// The attention kernels our H100 and H200 rows never took by default, forced as a user forces
+// one (torch.nn.attention.sdpa_kernel) and measured with PyTorch + transformers on the H200 lent
+// on 2026-11-28 (bench/baselines/h200-reference/reference.jsonl, the lines with --sdpa):
+// FlashAttention-2, which fp16/bf16 attention takes on every sm80/86/89 card, and the
+// memory-efficient kernel, which T5's position bias takes there. The emulated H200 with the same
+// kernel forced (SWEEP_SDPA_KERNEL, at::Context's flags) is held to the public points' bar, and
+// fails where PyTorch failed: T5's float mask has no flash kernel.
+TEST(EmulatedH200, ForcedFlashAndMemoryEfficientKernelsAgainstTransformers) {
+  std::ifstream in(SWEEP_SOURCE_DIR "/bench/baselines/h200-reference/reference.jsonl");
+  ASSERT_TRUE(in);
+  const nlohmann::json h200 = {{"name", "H200"}, {"memory_bytes", 150109880320LL}, {"context_bytes", 0},
+                               {"cc_major", 9}, {"cc_minor", 0}, {"sms", 132}, {"cpu", false}};
+  // hf_reference.py's names for the zoo's: model, family.
+  const std::map<std::string, std::pair<std::string, std::string>> zoo = {
+      {"gpt2-medium", {"gpt2-medium", "gpt2"}}, {"t5-base", {"t5-base", "t5"}},
+      {"whisper-small", {"whisper-small", "whisper"}},
+      {"Qwen/Qwen2.5-0.5B", {"qwen2.5-0.5b", "llama"}},
+      {"meta-llama/Llama-3.2-1B-Instruct", {"llama-3.2-1b-instruct", "llama"}}};
+  int points = 0, refused = 0;
+  for (std::string line; std::getline(in, line);) {
+    const auto ref = nlohmann::json::parse(line);
+    std::map<std::string, std::string> a;
+    const auto& args = ref.at("args");
+    for (size_t i = 0; i + 1 < args.size(); i += 2) a[args[i]] = args[i + 1];
+    if (!a.count("--sdpa")) continue;
+    const auto& [model, family] = zoo.at(a.at("--model"));
+    nlohmann::json p = {{"model", model}, {"family", family}, {"batch", std::stoi(a.at("--batch"))},
+                        {"precision", a.at("--precision")},
+                        {"checkpointing", a.count("--checkpointing") ? a.at("--checkpointing") : "none"},
+                        {"accumulation", 1}, {"optimizer", "adamw"}, {"mode", "train"},
+                        {"device", "emulated"}, {"warmup_steps", 1}, {"steps", 2},
+                        {"repetitions", 1}, {"card", h200}};
+    if (family == "whisper") {
+      p["audio_s"] = 30;
+      p["target_seq"] = 128;
+    } else {
+      p["seq"] = std::stoi(a.at("--seq"));
+      if (family == "t5") p["target_seq"] = 128;  // hf_reference.py's default
+    }
+    if (a.count("--adapter") && a.at("--adapter") == "lora") {
+      p["adapter"] = "lora";  // PEFT's defaults, as the reference's: r 8, alpha 8, q_proj and v_proj
+      p["lora_r"] = 8;
+      p["lora_alpha"] = 8.0;
+      p["lora_dropout"] = 0.0;
+      p["lora_targets"] = {"q_proj", "v_proj"};
+    }
+    const std::string label = model + " b" + a.at("--batch") + " " + a.at("--precision") + " " +
+                              p.at("checkpointing").get<std::string>() + " sdpa " + a.at("--sdpa");
+    const auto run = testing::run_sweep_cli_split("worker --point '" + p.dump() + "' --result-fd 1",
+                                                  "SWEEP_SDPA_KERNEL=" + a.at("--sdpa"));
+    const auto m = nlohmann::json::parse(run.out.substr(run.out.rfind('{')));
+    if (ref.contains("error")) {
+      // PyTorch's words, on the GPU and on the emulated card.
+      EXPECT_NE(ref.at("error").get<std::string>().find("No available kernel"), std::string::npos);
+      EXPECT_NE(m.at("status"), "ok") << label;
+      EXPECT_NE(m.dump().find("No available kernel"), std::string::npos) << label << ": " << m.dump();
+      ++refused;
+      continue;
+    }
+    ASSERT_EQ(m.at("status"), "ok") << label << ": " << m.dump() << run.err;
+    const double alloc = m.at("peak_allocated_bytes").get<double>() / ref.at("peak_allocated_bytes").get<double>();
+    const double reserved = m.at("peak_reserved_bytes").get<double>() / ref.at("peak_reserved_bytes").get<double>();
+    std::printf("%-56s allocated %.4f reserved %.4f\n", label.c_str(), alloc, reserved);
+    EXPECT_NEAR(alloc, 1.0, 0.01) << label << ": peak allocated";
+    EXPECT_NEAR(reserved, 1.0, 0.03) << label << ": peak reserved";
+    ++points;
+  }
+  EXPECT_EQ(points, 9);
+  EXPECT_EQ(refused, 1);
 }
 
 }  // namespace

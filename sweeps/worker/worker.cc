@@ -1,6 +1,7 @@
 // Worker process entry; see worker.h.
 #include "sweeps/worker/worker.h"
 
+#include <ATen/Context.h>
 #include <torch/cuda.h>
 
 #include <chrono>
@@ -81,6 +82,22 @@ nlohmann::json to_record(const Measurement& m) {
   return j;
 }
 
+// SWEEP_SDPA_KERNEL=flash|efficient|cudnn|math: that attention kernel alone, as
+// torch.nn.attention.sdpa_kernel(SDPBackend.X) leaves at::Context's flags (a diagnostic: the
+// GPU lease's forced-kernel points, docs/fidelity.md). A call that kernel cannot take fails
+// as PyTorch fails it ("No available kernel"), on the emulated card too.
+void force_sdpa_kernel(const char* env) {
+  if (!env || !*env) return;
+  const std::string k = env;
+  TORCH_CHECK(k == "flash" || k == "efficient" || k == "cudnn" || k == "math",
+              "SWEEP_SDPA_KERNEL: '", k, "' is not one of flash, efficient, cudnn, math");
+  auto& ctx = at::globalContext();
+  ctx.setSDPUseFlash(k == "flash");
+  ctx.setSDPUseMemEfficient(k == "efficient");
+  ctx.setSDPUseCuDNN(k == "cudnn");
+  ctx.setSDPUseMath(k == "math");
+}
+
 }  // namespace
 
 int worker_main(const std::string& point_json, int result_fd) {
@@ -110,6 +127,7 @@ int worker_main(const std::string& point_json, int result_fd) {
       mem = make_cpu_tracker();  // before any tensor exists, so every byte is counted
       timer = make_cpu_timer();
     }
+    force_sdpa_kernel(std::getenv("SWEEP_SDPA_KERNEL"));
     DeviceInfo dev;
     if (p.device == Device::kEmulated) {
       dev.name = emulated_device_name(p.card.name);  // how reports know a prediction's card

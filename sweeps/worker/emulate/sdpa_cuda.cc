@@ -212,13 +212,17 @@ const char* sdp_backend_name(SdpBackend backend) {
   return "?";
 }
 
-// sdp_utils.cpp select_sdp_backend: the first backend of the priority order whose checks pass.
-// Order: at::Context's default {flash, efficient, math, cudnn} (Context.h 467-472), or
-// {cudnn, flash, efficient, math} when check_prefer_cudnn_attention holds (priority_order).
+// sdp_utils.cpp select_sdp_backend: the first backend of the priority order that the user has
+// not turned off (at::Context's userEnabled*SDP flags, which torch.nn.attention.sdpa_kernel
+// sets; each can_use_* begins with check_runtime_disabled_*) and whose checks pass. Order:
+// at::Context's default {flash, efficient, math, cudnn} (Context.h 467-472), or {cudnn, flash,
+// efficient, math} when check_prefer_cudnn_attention holds (priority_order). None: the error
+// _fused_sdp_choice_cuda raises.
 SdpBackend choose_sdp_backend(const EmulatedCard& card, const Tensor& q, const Tensor& k,
                               const Tensor& v, const optional<Tensor>& attn_mask, double dropout_p,
                               bool is_causal, bool enable_gqa, const SdpSoftware& software) {
   const Params p{q, k, v, attn_mask, dropout_p, is_causal, enable_gqa};
+  const auto& ctx = at::globalContext();
   const std::array<SdpBackend, 4> order =
       prefer_cudnn(card, software) ? std::array{SdpBackend::kCudnn, SdpBackend::kFlash,
                                                 SdpBackend::kEfficient, SdpBackend::kMath}
@@ -227,19 +231,20 @@ SdpBackend choose_sdp_backend(const EmulatedCard& card, const Tensor& q, const T
   for (SdpBackend b : order) {
     switch (b) {
       case SdpBackend::kCudnn:
-        if (can_use_cudnn(card, p, software)) return b;
+        if (ctx.userEnabledCuDNNSDP() && can_use_cudnn(card, p, software)) return b;
         break;
       case SdpBackend::kFlash:
-        if (can_use_flash(card, p)) return b;
+        if (ctx.userEnabledFlashSDP() && can_use_flash(card, p)) return b;
         break;
       case SdpBackend::kEfficient:
-        if (can_use_mem_efficient(card, p)) return b;
+        if (ctx.userEnabledMemEfficientSDP() && can_use_mem_efficient(card, p)) return b;
         break;
       case SdpBackend::kMath:
-        return b;  // userEnabledMathSDP() by default
+        if (ctx.userEnabledMathSDP()) return b;
+        break;
     }
   }
-  return SdpBackend::kMath;
+  TORCH_CHECK(false, "No available kernel. Aborting execution.");
 }
 
 std::tuple<Tensor, Tensor> sdpa_math_as_on_cuda(const Tensor& query_, const Tensor& key,
