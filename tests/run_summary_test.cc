@@ -326,15 +326,16 @@ TEST(RunJson, SlurmSubmissionRefusesJsonWithAHint) {
   EXPECT_FALSE(std::filesystem::exists(dir / "out"));
 }
 
-// Predicted rows (device emulated) have no throughput: never the fastest, and said to be
-// predictions (tests/data/predicted_rtx3060.csv).
+// Predicted rows (device emulated) are never the fastest measured, and are said to be
+// predictions whose tokens/s is the step-time model's (tests/data/predicted_rtx3060.csv).
 TEST(RunSummary, PredictedRowsAreSaidSoAndNeverTheFastest) {
   const auto results = reports::read_results(std::string(SWEEP_TEST_DATA) + "/predicted_rtx3060.csv");
   const RunSummary s = summarize_run(results, "out");
   EXPECT_EQ(s.fastest, nullptr);
   EXPECT_EQ(s.predicted, 15);
   EXPECT_EQ(s.predicted_cards, std::vector<std::string>{"RTX 3060"});
-  EXPECT_NE(s.text().find("predicted: 15 rows predicted by emulation of RTX 3060, not measured"),
+  EXPECT_NE(s.text().find("predicted: 15 rows predicted by emulation of RTX 3060, not measured: "
+                          "tokens/s from the step-time model"),
             std::string::npos)
       << s.text();
   const auto j = s.json();

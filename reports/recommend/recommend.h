@@ -71,8 +71,8 @@ struct Choice {
   int64_t peak_reserved_bytes = 0;
   Status status = Status::kOk;  // of the row (ok unless an eval check found otherwise)
   std::string measured_on;  // device_name of the row
-  // Device emulated: predicted, not measured. Memory only: no throughput, so predicted
-  // configurations are ranked by memory (ranks_by_memory in recommend.cc).
+  // Device emulated: predicted, not measured. Ranked by predicted tokens/s where the lead is
+  // larger than the step-time model's error, else by memory (reports/common/pick.cc).
   bool predicted = false;
   std::string where;        // "results.csv:12"
   bool inferred = false;    // accumulation applied to the accumulation-1 row's measurement

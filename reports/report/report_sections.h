@@ -42,7 +42,8 @@ struct Point {
   int64_t accumulation = 1;
   double budget_bytes = 0;
   bool budget_emulated = false;
-  // Device emulated: predicted by emulation of `card`, not measured (memory only: no throughput).
+  // Device emulated: predicted by emulation of `card`, not measured (its throughput, where it
+  // has one, the step-time model's).
   bool predicted = false;
   std::string card;
   std::optional<double> device_memory_bytes, weights, grads, optimizer_state, activations,

@@ -26,10 +26,11 @@ struct RunSummary {
   std::string out, results_path;
   std::vector<std::pair<Status, int>> counts;  // every status, in vocabulary order
   const reports::Row* fastest = nullptr;            // highest tokens/s among ok train rows
-  // Rows of device emulated (no throughput: never the fastest) and the cards they predict.
+  // Rows of device emulated (their throughput predicted: never the fastest) and their cards.
   int predicted = 0;
   std::vector<std::string> predicted_cards;
-  // "3 rows predicted by emulation of RTX 3060, not measured: memory only, no throughput"
+  // "3 rows predicted by emulation of RTX 3060, not measured: tokens/s from the step-time
+  // model (docs/fidelity.md), never the fastest measured"
   std::string predicted_line() const;
   int ok_train = 0;
   std::vector<const reports::Row*> noisy;           // ok train rows above kNoisyStepCv
