@@ -34,6 +34,12 @@ def point_of(row, card):
         p["use_cache"] = row["use_cache"] == "1"
     if row.get("lora_targets"):
         p["lora_targets"] = row["lora_targets"].split(";")
+    # Rows measured before the whole Whisper (2026-11-27): a Whisper row without target_seq is
+    # the encoder-classifier, whisper-*-cls now (as sweep's results reader reads it).
+    if p.get("family") == "whisper" and not row.get("target_seq"):
+        p["family"] = "whisper-cls"
+        if not p["model"].endswith("-cls"):
+            p["model"] += "-cls"
     return p
 
 
