@@ -352,9 +352,14 @@ TEST(AdamW8bit, KernelsRunOnEveryArchitectureTheWheelRuns) {
 // code ever differed and their block's scales agreed, to rounding (1e-5 at lr 1e-3). A flipped
 // code moves its parameter by up to a code step of one update, so the parameters as a whole are
 // not held to 1e-5 (a CPU emulation of the kernel's arithmetic put them 6.6e-5 apart).
-// Where two code arrays part by more than one code: the first such element, its codes, its
-// gradient and its block's scales on both sides (the H200 run of torch 2.11.0+cu130 parted
-// bf16 codes at n=300000 by up to 54 from step 2 on; the next GPU says where).
+// A code that flipped at a midpoint puts that element's moments on their own path: the next
+// steps dequantise the two sides' codes to different values (one code is up to a third of the
+// value where the dynamic map is coarse, near zero), so its later codes can part by more than
+// one. The H200 runs (2026-11-27, -28) saw it for bf16 at n=300000 only, from step 2 on (never
+// at step 1), with equal block scales; most likely because bf16 gradients put products exactly
+// on a midpoint far more often than fp32's. So "at most one code apart" holds for the elements that
+// had not parted before the step. Where it fails: the first such element, its codes, its
+// gradient and its block's scales on both sides.
 std::string first_parting(const torch::Tensor& apart, const torch::Tensor& k, const torch::Tensor& a,
                           const torch::Tensor& g, const AdamW8bitState& sk, const AdamW8bitState& sa) {
   const auto far = (apart > 1).nonzero();
@@ -401,10 +406,10 @@ TEST(AdamW8bit, KernelMatchesTheAtenPath_CUDA) {
         if (!eight) continue;
         const auto d1 = s_kernel.state1 != s_aten.state1, d2 = s_kernel.state2 != s_aten.state2;
         codes_differ = std::max(codes_differ, (d1 | d2).to(torch::kFloat).mean().item<double>());
-        // A code that differs is the neighbour on the other side of a midpoint.
+        // A code that parts for the first time is the neighbour on the other side of a midpoint.
         for (const auto& [k, a] : {std::pair{s_kernel.state1, s_aten.state1},
                                    std::pair{s_kernel.state2, s_aten.state2}}) {
-          const auto apart = (k.to(torch::kInt) - a.to(torch::kInt)).abs();
+          const auto apart = (k.to(torch::kInt) - a.to(torch::kInt)).abs().masked_fill(parted, 0);
           EXPECT_LE(apart.max().item<int>(), 1) << "step " << step << " n=" << n << "\n"
                                                 << first_parting(apart, k, a, g, s_kernel, s_aten);
         }
