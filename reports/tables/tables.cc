@@ -29,18 +29,14 @@ std::string canonical_shape(std::string shape) {
 
 // Why an emulated answer can part from a measured one, in docs/fidelity.md's words.
 std::string why_differs(const std::string& model) {
-  if (model.starts_with("t5"))
-    return "T5's mask layout: the emulation follows transformers 5.17, whose permuted position-bias "
-           "mask rules out CUDA's fused attention kernels (the math path keeps B x H x L x L "
-           "probabilities for backward); the measured rows ran with the contiguous mask of "
-           "transformers 5.23 and the memory-efficient kernel, lower (docs/fidelity.md, \"T5 "
-           "depends on the transformers version\")";
   if (model.starts_with("whisper"))
     return "Whisper's convolutions run through cuDNN, whose workspaces (sized by cuDNN's "
            "heuristics at run time) are not modelled: the emulation reads Whisper about 1% low "
            "allocated and 3% low reserved (docs/fidelity.md)";
-  return "the measured rows ran on an H100 (sm_90: cuDNN attention and its workspaces) under the "
-         "cap, the prediction on an RTX 3060 (sm_86: flash attention); see docs/fidelity.md";
+  return "at the cap's edge: where both ran, the emulated peaks agree with these rows to a few "
+         "tenths of a percent (docs/fidelity.md), and a largest batch that close to the cap can "
+         "land on either side; the measured rows ran on an H100 (sm_90: cuDNN attention and its "
+         "workspaces), the prediction on an RTX 3060 (sm_86: flash attention)";
 }
 
 // A technique's largest batch as the tables print it: the number and what qualifies it.
