@@ -478,6 +478,8 @@ def compare(results_dir, jobs=1, save=None, load=None):
             ref = saved.get(point_key(args))
             return (ref, None) if ref else (None, "not in " + load)
         ref, error = measure(args, r["alloc_conf"])
+        if ref:
+            ref = dict(ref, jobs=jobs)
         if ref and save:
             with lock, open(save, "a") as f:
                 f.write(json.dumps(dict(ref, args=args)) + "\n")
@@ -502,9 +504,14 @@ def table_row(r, ref):
     if r["device"] != "cuda":
         tech += f" / {r['device']}"
     mine_tps = float(r["tokens_per_s"]) if r.get("tokens_per_s") else float("nan")
+    # A reference measured beside others (jobs > 1) has its own peak but no timing.
+    if ref.get("jobs", 1) > 1:
+        theirs = f"- ({ref['jobs']} at a time) | -"
+    else:
+        theirs = f"{ref['tokens_per_s']:.0f} | {mine_tps / ref['tokens_per_s']:.3f}"
     return (f"| {r['model']} | {r['batch']} | {shape} | {tech} | {ours / 2**30:.3f} | "
             f"{ref['peak_allocated_bytes'] / 2**30:.3f} | {ours / ref['peak_allocated_bytes']:.3f} | "
-            f"{mine_tps:.0f} | {ref['tokens_per_s']:.0f} | {mine_tps / ref['tokens_per_s']:.3f} |")
+            f"{mine_tps:.0f} | {theirs} |")
 
 
 def points(path, jobs, save):
@@ -518,7 +525,7 @@ def points(path, jobs, save):
 
     def one(args):
         ref, error = measure(args, os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""))
-        out = dict(ref, args=args) if ref else dict(args=args, error=error)
+        out = dict(ref, args=args, jobs=jobs) if ref else dict(args=args, error=error)
         with lock, open(save, "a") as f:
             f.write(json.dumps(out) + "\n")
         return out
