@@ -35,8 +35,7 @@ std::string why_differs(const std::string& model) {
            "allocated and 3% low reserved (docs/fidelity.md)";
   return "at the cap's edge: where both ran, the emulated peaks agree with these rows to a few "
          "tenths of a percent (docs/fidelity.md), and a largest batch that close to the cap can "
-         "land on either side; the measured rows ran on an H100 (sm_90: cuDNN attention and its "
-         "workspaces), the prediction on an RTX 3060 (sm_86: flash attention)";
+         "land on either side";
 }
 
 // A technique's largest batch as the tables print it: the number and what qualifies it.

@@ -109,7 +109,7 @@ std::string RunSummary::predicted_line() const {
   std::string cards;
   for (const auto& c : predicted_cards) cards += (cards.empty() ? "" : ", ") + c;
   return std::to_string(predicted) + " rows " + predicted_by(cards.empty() ? "a card" : cards) +
-         ": tokens/s from the step-time model (docs/fidelity.md), never the fastest measured";
+         ": tokens/s, where a row has it, from the step-time model (docs/fidelity.md), never the fastest measured";
 }
 
 bool RunSummary::warn_noisy() const {

@@ -29,8 +29,8 @@ struct RunSummary {
   // Rows of device emulated (their throughput predicted: never the fastest) and their cards.
   int predicted = 0;
   std::vector<std::string> predicted_cards;
-  // "3 rows predicted by emulation of RTX 3060, not measured: tokens/s from the step-time
-  // model (docs/fidelity.md), never the fastest measured"
+  // "3 rows predicted by emulation of RTX 3060, not measured: tokens/s, where a row has it,
+  // from the step-time model (docs/fidelity.md), never the fastest measured"
   std::string predicted_line() const;
   int ok_train = 0;
   std::vector<const reports::Row*> noisy;           // ok train rows above kNoisyStepCv
