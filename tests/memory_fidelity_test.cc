@@ -245,15 +245,16 @@ std::string family_test_name(const testing::TestParamInfo<std::string>& info) {
   return name;
 }
 
-// The test models by their family; the decoders from config.json (Llama, Qwen2, Qwen3 at
-// published widths with fewer layers, tests/fixtures/configs/) by their folder. Phi-3-mini's
-// (phi3-mini-1layer) joins once make_memory_fixtures.py --missing has measured its cases.
+// The test models by their family; the decoders from config.json (Llama, Qwen2, Qwen3, Phi-3
+// and Mistral at published widths with fewer layers, tests/fixtures/configs/) by their folder.
 INSTANTIATE_TEST_SUITE_P(Families, MemoryFidelity,
                          testing::Values("gpt2-test", "t5-test", "whisper-test", "whisper-s2s-test",
                                          "whisper-tiny", "whisper-base",
                                          "tests/fixtures/configs/qwen2.5-0.5b-2layers/config.json",
                                          "tests/fixtures/configs/qwen3-0.6b-2layers/config.json",
-                                         "tests/fixtures/configs/tinyllama-1.1b-1layer/config.json"),
+                                         "tests/fixtures/configs/tinyllama-1.1b-1layer/config.json",
+                                         "tests/fixtures/configs/phi3-mini-1layer/config.json",
+                                         "tests/fixtures/configs/mistral-7b-v0.3-1layer/config.json"),
                          family_test_name);
 
 }  // namespace
