@@ -1,6 +1,7 @@
 // LoRA adapters on the zoo's models; see lora.h.
 #include "models/lora.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -44,6 +45,25 @@ const std::vector<std::string>& lora_layer_names(const std::string& family) {
         "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"}},
       {"phi3", {"self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj"}}};
   return kLayers.at(family);
+}
+
+std::vector<std::string> lora_targets_of(const std::string& family, const std::vector<std::string>& targets) {
+  if (targets.empty()) return default_lora_targets(family);
+  if (targets.size() == 1 && targets[0] == kAllLinear) return lora_layer_names(family);
+  return targets;
+}
+
+bool names_lora_layer(const std::string& family, const std::string& target) {
+  if (target == kAllLinear) return true;
+  const auto& layers = lora_layer_names(family);
+  return std::any_of(layers.begin(), layers.end(),
+                     [&](const std::string& layer) { return lora_target_matches(layer, target); });
+}
+
+std::string lora_layer_list(const std::string& family) {
+  std::string s;
+  for (const auto& layer : lora_layer_names(family)) s += (s.empty() ? "" : ", ") + layer;
+  return s;
 }
 
 bool lora_target_matches(const std::string& module_name, const std::string& target) {

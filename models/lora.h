@@ -29,6 +29,21 @@ const std::vector<std::string>& default_lora_targets(const std::string& family);
 // "attn.c_attn", ...; whole-model ones like Whisper's "projector"): what a target must match.
 const std::vector<std::string>& lora_layer_names(const std::string& family);
 
+// PEFT's shorthand for every linear layer (peft/utils/constants.py
+// INCLUDE_LINEAR_LAYERS_SHORTHAND), given alone as LoraConfig(target_modules="all-linear").
+inline constexpr const char* kAllLinear = "all-linear";
+
+// The target modules a point's setting means for a family: the family's defaults when it names
+// none; for {"all-linear"}, every layer of lora_layer_names (peft/tuners/tuners_utils.py
+// _maybe_include_all_linear_layers: each nn.Linear and Conv1D, bitsandbytes' 8- and 4-bit ones
+// among them, but the output embedding); otherwise the names as given.
+std::vector<std::string> lora_targets_of(const std::string& family, const std::vector<std::string>& targets);
+
+// Whether a target names some layer of the family (all-linear names them all), and those
+// layers as a comma-separated list, for the errors of a config and of fit's flags.
+bool names_lora_layer(const std::string& family, const std::string& target);
+std::string lora_layer_list(const std::string& family);
+
 // PEFT's check_target_module_exists for a list: the module's name is the target, or ends in
 // "." + target.
 bool lora_target_matches(const std::string& module_name, const std::string& target);

@@ -201,9 +201,11 @@ def lora(model, family, a):
     bf16 adapters in fp32 (autocast_adapter_dtype), and, when checkpointing is already on,
     makes the input embeddings' output require grad (enable_input_require_grads)."""
     import peft
+    targets = getattr(a, "lora_targets", None) or LORA_TARGETS[family]
+    if [t.lower() for t in targets] == ["all-linear"]:  # PEFT's shorthand, a string
+        targets = "all-linear"
     cfg = peft.LoraConfig(r=getattr(a, "lora_r", 8), lora_alpha=getattr(a, "lora_alpha", 8),
-                          lora_dropout=getattr(a, "lora_dropout", 0.0),
-                          target_modules=getattr(a, "lora_targets", None) or LORA_TARGETS[family])
+                          lora_dropout=getattr(a, "lora_dropout", 0.0), target_modules=targets)
     return peft.get_peft_model(model, cfg)
 
 

@@ -184,6 +184,26 @@ TEST(Fit, LoraIsATechniqueOfItsOwnWithALowerPeak) {
   EXPECT_EQ(j["techniques"].size(), 6u);  // {none, lora, lora on int8} x use_cache
 }
 
+// --lora-* set LoraConfig as a config's lora_* keys do: the rows record them, and the script
+// the answer prints names them, PEFT's all-linear as its string.
+TEST(Fit, LoraFlagsReachTheRowsAndTheScript) {
+  const auto dir = testing::temp_dir("fit_lora_flags");
+  const auto r = testing::run_sweep_cli_split(
+      "fit gpt2-test --memory-gib 0.03 --device cpu --precision fp32 --optimizer adamw --checkpointing none "
+      "--adapter lora --lora-r 4 --lora-alpha 16 --lora-dropout 0.05 --lora-targets all-linear --max-batch 4 --out " +
+      (dir / "out").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("LoraConfig(r=4, lora_alpha=16.0, lora_dropout=0.05, target_modules=\"all-linear\")"),
+            std::string::npos) << r.out;
+  int rows = 0;
+  for (const auto& row : reports::read_results((dir / "out").string()).rows) {
+    ++rows;
+    EXPECT_EQ(row.at(schema::column("lora_targets")), "all-linear");
+    EXPECT_EQ(row.number(schema::column("lora_r")), 4);
+  }
+  EXPECT_GT(rows, 0);
+}
+
 // Issue 34 item 3: the Hub id names the whole Whisper (WhisperForConditionalGeneration), at
 // 30 s of audio and its longest labels by default, and the pick loads it as a seq2seq model.
 TEST(Fit, TheWhisperHubIdIsTheWholeModelAtItsLongestLabels) {

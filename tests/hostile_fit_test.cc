@@ -292,6 +292,12 @@ TEST(FitOutput, FlagErrorsNameTheFlagBeforeAnythingIsWritten) {
       {"gpt2-test --memory-gib 0.05 --margin nan", "--margin: 'nan' is not a fraction from 0 to 0.95"},
       {"gpt2-test --memory-gib 1e300", "--memory-gib: '1e300' is not a number of GiB from 0 to 1048576"},
       {"gpt2-test --memory-gib 0", "--memory-gib: must be a number of GiB above 0"},
+      {"gpt2-test --memory-gib 0.05 --lora-r 16", "--lora-r: sets LoRA, which this fit does not try"},
+      {"gpt2-test --memory-gib 0.05 --adapter lora --lora-r 0", "--lora-r: '0' is not a rank from 1 to 65536"},
+      {"gpt2-test --memory-gib 0.05 --adapter lora --lora-dropout 1", "--lora-dropout: must be less than 1"},
+      {"gpt2-test --memory-gib 0.05 --adapter lora --lora-targets q_proj", "--lora-targets: 'q_proj' names no layer of gpt2-test"},
+      {"gpt2-test --memory-gib 0.05 --adapter lora --lora-targets c_attn,all-linear",
+       "--lora-targets: 'all-linear' is PEFT's shorthand"},
   };
   for (const auto& [args, message] : cases) {
     const fs::path out = dir / "out";

@@ -44,6 +44,7 @@ TEST(Lora, BadSettingsNameTheirLineKeyAndHint) {
       {"lora_targets: []", "lora_targets", "empty list"},
       {"lora_targets: [\"q, v\"]", "lora_targets", "not a module name"},
       {"lora_targets: [c_atn]", "lora_targets", "no target names a layer of gpt2-test"},
+      {"lora_targets: [all-linear, c_attn]", "lora_targets", "PEFT's shorthand"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.line);
@@ -66,6 +67,23 @@ TEST(Lora, ATargetOfNoModelInTheSweepIsATypo) {
                     "lora_targets: [c_attn, q_proj,\n  q_prj]\n");
   EXPECT_EQ(e.line(), 3);
   EXPECT_NE(std::string(e.what()).find("'q_prj'"), std::string::npos) << e.what();
+}
+
+// PEFT's "all-linear" (any case, as PEFT compares it) is kept as the user wrote it, in the rows
+// too, and means every linear layer of each model but its output embedding.
+TEST(Lora, AllLinearIsPeftsShorthandForEveryLinearLayer) {
+  for (const char* spelling : {"all-linear", "[All-Linear]"}) {
+    auto pts = expand_grid(load("lora-all", std::string("models: [t5-test, gpt2-test]\ngrid: {adapter: lora}\n") +
+                                                "lora_targets: " + spelling + "\n"),
+                           RunSettings{});
+    ASSERT_EQ(pts.size(), 2u);
+    for (const auto& p : pts) {
+      EXPECT_EQ(p.lora_targets_text(), "all-linear");
+      EXPECT_EQ(models::lora_targets_of(p.family, p.lora_targets), models::lora_layer_names(p.family));
+    }
+  }
+  EXPECT_EQ(models::lora_targets_of("t5", {}), models::default_lora_targets("t5"));
+  EXPECT_EQ(models::lora_targets_of("t5", {"q"}), std::vector<std::string>{"q"});
 }
 
 TEST(Lora, CliExitsTwoWithFileLineAndHint) {
@@ -117,8 +135,11 @@ lora_r: 16
   EXPECT_EQ(back.id(), lora.id());
 }
 
-// lora_layer_names is what configs are checked against: it must be the built models' layers.
+// lora_layer_names is what configs are checked against, and what "all-linear" adapts: it must be
+// the built models' Linear and Conv1D layers but the output embedding (a decoder's untied
+// lm_head), as PEFT's _maybe_include_all_linear_layers finds them.
 TEST(Lora, LayerNamesAreTheBuiltModelsLinearLayers) {
+  const std::string configs = SWEEP_SOURCE_DIR "/tests/fixtures/configs/";
   for (const char* model : {"gpt2-test", "t5-test", "whisper-test"}) {
     const auto* spec = models::find_model(model);
     SCOPED_TRACE(model);
@@ -139,6 +160,25 @@ TEST(Lora, LayerNamesAreTheBuiltModelsLinearLayers) {
     const int per_block = spec->family == "gpt2" ? 1 : spec->family == "t5" ? 2 : 2;
     const int blocks = spec->family == "t5" ? 2 + 2 * 2 : spec->layers;  // T5: cross-attn too
     EXPECT_EQ(n, per_block * blocks);
+  }
+  for (const std::string& model : std::vector<std::string>{"gpt2-test", "t5-test", "whisper-test", "whisper-s2s-test",
+                                   configs + "llama-tiny/config.json", configs + "qwen3-tiny/config.json",
+                                   configs + "phi3-tiny/config.json", configs + "mistral-tiny/config.json"}) {
+    const auto* spec = models::find_model(model);
+    ASSERT_NE(spec, nullptr) << model;
+    SCOPED_TRACE(model);
+    auto m = spec->make();
+    int linear = 0;
+    for (const auto& item : m->named_modules()) {
+      if (!item.value()->as<torch::nn::Linear>() && !item.value()->as<models::Conv1D>()) continue;
+      if (item.key() == "lm_head") continue;  // get_output_embeddings()
+      ++linear;
+      bool any = false;
+      for (const auto& layer : models::lora_layer_names(spec->family))
+        any = any || models::lora_target_matches(item.key(), layer);
+      EXPECT_TRUE(any) << item.key() << " is not in lora_layer_names";
+    }
+    EXPECT_EQ(models::add_lora(*m, {8, 8, 0, models::lora_targets_of(spec->family, {models::kAllLinear})}), linear);
   }
 }
 

@@ -226,6 +226,15 @@ TEST(TrainerArgs, QloraLoadsIn4BitAndPreparesForKbitTraining) {
   EXPECT_EQ(f.from_pretrained, Json::parse(R"({"dtype":"float16","device_map":{"":0}})"));
 }
 
+// PEFT's shorthand is a string, LoraConfig(target_modules="all-linear"), not a module name in a list.
+TEST(TrainerArgs, AllLinearTargetsAreAString) {
+  TrainingSetup s = lora(setup(P::kFp32, C::kNone, O::kAdamW));
+  s.lora_targets = {"all-linear"};
+  const TrainerArgs a = trainer_args(s);
+  EXPECT_EQ(a.lora_config.at("target_modules"), "all-linear");
+  EXPECT_NE(a.model_code.back().find("target_modules=\"all-linear\""), std::string::npos) << a.model_code.back();
+}
+
 // bf16 weights of a decoder read from its config.json are loaded in bf16, as sweep's burst
 // loads them; GPT-2's are cast after the load, as its measured reference does.
 TEST(TrainerArgs, ADecoderLoadsItsBf16WeightsWithFromPretrained) {

@@ -164,8 +164,10 @@ void add_weights(const TrainingSetup& s, TrainerArgs& a) {
 
 void add_lora(const TrainingSetup& s, TrainerArgs& a) {
   if (s.adapter != Adapter::kLora) return;
+  // PEFT's "all-linear" is a string, not a module name in a list.
+  const bool all_linear = s.lora_targets.size() == 1 && s.lora_targets[0] == "all-linear";
   a.lora_config = {{"r", s.lora_r}, {"lora_alpha", s.lora_alpha}, {"lora_dropout", s.lora_dropout},
-                   {"target_modules", s.lora_targets}};
+                   {"target_modules", all_linear ? Json(s.lora_targets[0]) : Json(s.lora_targets)}};
   // sweeps/worker/burst.cc: get_peft_model after gradient_checkpointing_enable(), so that PEFT
   // makes the embeddings' output require grad, as a script that enables it first does.
   if (s.mode == Mode::kTrain && s.checkpointing == Checkpointing::kBlock && !four_bit(s.weights))

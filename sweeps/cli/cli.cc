@@ -167,6 +167,16 @@ void register_fit_command(CLI::App& app, int& exit_code) {
   fit->add_option("--adapter", fo->adapters,
                   "Adapters to try: none (full fine-tuning, the default), lora (PEFT's defaults)")
       ->delimiter(',');
+  fit->add_option("--lora-r", fo->lora_r, "LoRA's rank (LoraConfig r; default 8)")
+      ->check(reports::whole_number(1, 65536, "a rank"));
+  fit->add_option("--lora-alpha", fo->lora_alpha, "LoRA's alpha: the update scaled by alpha / r (default 8)")
+      ->check(reports::positive_number(1e6, "an alpha"));
+  fit->add_option("--lora-dropout", fo->lora_dropout, "Dropout on the adapters' input, from 0 up to 1 (default 0)")
+      ->check(reports::finite_number(0, 1, "a dropout probability"));
+  fit->add_option("--lora-targets", fo->lora_targets,
+                  "Modules LoRA adapts (default PEFT's for the family, e.g. q_proj,v_proj), or "
+                  "all-linear (every linear layer but the output embedding)")
+      ->delimiter(',');
   fit->add_option("--weights", fo->weights,
                   "Base weights to try: full (the default), int8 (bitsandbytes' 8-bit), nf4 or fp4 "
                   "(QLoRA: 4-bit with double quantisation); the quantised ones with lora only")

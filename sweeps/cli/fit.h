@@ -26,6 +26,10 @@ struct FitOptions {
   std::optional<int64_t> effective_batch;  // micro-batch x accumulation to reach
   std::vector<std::string> precisions, checkpointing, optimizers, adapters, offloads;  // empty: the defaults
   std::vector<std::string> weights;  // empty: full; int8 is tried with lora only
+  // LoraConfig's settings for --adapter lora (absent: PEFT's defaults), as a config's lora_* keys.
+  std::optional<int64_t> lora_r;
+  std::optional<double> lora_alpha, lora_dropout;
+  std::vector<std::string> lora_targets;  // module names, or all-linear
   std::string device = "auto";
   double margin = 0.1;                 // fraction of the card kept free, as `recommend`
   std::optional<double> context_gib;   // CUDA context allowance; measured when absent

@@ -9,9 +9,11 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <strings.h>
 #include <optional>
 #include <type_traits>
 
+#include "models/lora.h"
 #include "models/zoo.h"
 #include "reports/recommend/recommend.h"
 #include "sweeps/runner/grid.h"
@@ -44,6 +46,34 @@ std::vector<InputFlag> input_flags(const FitOptions& o) {
           {"audio_s", "--audio-s", text(o.audio_s)}};
 }
 
+// --lora-* as a config's lora_* keys are checked (sweeps/runner/config.cc, grid.cc): with
+// --adapter lora only, a dropout below 1, and targets that name a layer of the model.
+void check_lora_flags(const FitOptions& o, const models::ModelSpec& spec) {
+  const bool lora = std::find(o.adapters.begin(), o.adapters.end(), "lora") != o.adapters.end();
+  for (const auto& [flag, given] : {std::pair{"--lora-r", o.lora_r.has_value()},
+                                    std::pair{"--lora-alpha", o.lora_alpha.has_value()},
+                                    std::pair{"--lora-dropout", o.lora_dropout.has_value()},
+                                    std::pair{"--lora-targets", !o.lora_targets.empty()}})
+    if (given && !lora)
+      throw UserError("", 0, flag, "sets LoRA, which this fit does not try",
+                      "add --adapter lora (or --adapter none,lora)");
+  if (o.lora_dropout && *o.lora_dropout >= 1)
+    throw UserError("", 0, "--lora-dropout", "must be less than 1, got " + shown(*o.lora_dropout),
+                    "a probability from 0 up to (not including) 1, e.g. --lora-dropout 0.05");
+  for (const auto& t : o.lora_targets) {
+    if (strcasecmp(t.c_str(), models::kAllLinear) == 0) {
+      if (o.lora_targets.size() > 1)
+        throw UserError("", 0, "--lora-targets", "'" + t + "' is PEFT's shorthand for every linear layer, not a module name",
+                        "give it alone, --lora-targets all-linear, or list module names");
+      continue;
+    }
+    if (!models::names_lora_layer(spec.family, t))
+      throw UserError("", 0, "--lora-targets", "'" + t + "' names no layer of " + spec.name,
+                      "layers LoRA can adapt: " + models::lora_layer_list(spec.family) +
+                          " (a name matches a layer's name or its end after a dot), or all-linear");
+  }
+}
+
 }  // namespace
 
 std::string shown(double v) {
@@ -66,6 +96,7 @@ void check_flags(const FitOptions& o, const models::ModelSpec& spec) {
                         std::to_string(*o.effective_batch),
                     "micro-batch x accumulation per optimizer step, e.g. --effective-batch 32");
   canonical_axis_value("batch", std::to_string(o.max_batch), "", 0, "--max-batch");
+  check_lora_flags(o, spec);
   std::string takes;
   for (const auto& f : input_flags(o))
     if (std::find(spec.axes.begin(), spec.axes.end(), f.axis) != spec.axes.end())
@@ -81,6 +112,18 @@ void check_flags(const FitOptions& o, const models::ModelSpec& spec) {
   }
 }
 
+namespace {
+
+// The --lora-* flags given, as the config's lora_* keys.
+void add_lora_settings(const FitOptions& o, YAML::Node& y) {
+  if (o.lora_r) y["lora_r"] = *o.lora_r;
+  if (o.lora_alpha) y["lora_alpha"] = shown(*o.lora_alpha);
+  if (o.lora_dropout) y["lora_dropout"] = shown(*o.lora_dropout);
+  if (!o.lora_targets.empty()) y["lora_targets"] = flow_list(o.lora_targets);
+}
+
+}  // namespace
+
 YAML::Node config_head(const FitOptions& o, const std::string& name, Device device,
                        const std::string& out, int64_t budget_bytes, const YAML::Node& gpu) {
   YAML::Node y;
@@ -95,6 +138,7 @@ YAML::Node config_head(const FitOptions& o, const std::string& name, Device devi
   y["repetitions"] = 3;
   y["prune_oom"] = true;
   y["models"] = flow_list({o.model});
+  add_lora_settings(o, y);
   return y;
 }
 

@@ -29,8 +29,9 @@ struct ModelSpec;
 std::string shown(double v);
 
 // Fit's own flags beyond the card and the techniques (--margin, --context-gib,
-// --effective-batch, --max-batch, and the input lengths --seq, --target-seq, --audio-s, checked
-// as a config's grid axis is and taken by the model), each before anything is written, so
+// --effective-batch, --max-batch, the input lengths --seq, --target-seq, --audio-s, checked
+// as a config's grid axis is and taken by the model, and --lora-*, as a config's lora_* keys
+// are and with --adapter lora only), each before anything is written, so
 // that an error names the flag typed, never the config fit writes from it. UserError.
 void check_flags(const FitOptions& o, const models::ModelSpec& spec);
 

@@ -10,6 +10,7 @@
 #include <charconv>
 #include <cstdio>
 #include <cstring>
+#include <strings.h>
 #include <sstream>
 #include <cmath>
 #include <filesystem>
@@ -21,6 +22,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "models/lora.h"
 #include "models/zoo.h"
 #include "sweeps/measure/alloc_conf.h"
 #include "reports/results/cards.h"
@@ -263,14 +265,23 @@ std::vector<std::string> parse_models(const Ctx& c, const YAML::Node& n, const s
   return names;
 }
 
-// LoRA target modules: plain names; which layers they match is checked per model (grid.cc).
+// LoRA target modules: plain names, or PEFT's "all-linear" alone (matched without case, as PEFT
+// does); which layers they match is checked per model (grid.cc).
 std::vector<std::string> parse_targets(const Ctx& c, const YAML::Node& n, const std::string& key) {
-  return parse_names(c, n, key, "name at least one module, or drop the key",
-                     [&](const YAML::Node& v, const std::string& name) {
-                       if (name.empty() || name.find_first_of(";, ") != std::string::npos)
-                         c.fail(v, key, "'" + name + "' is not a module name",
-                                "write module names as a list, e.g. `" + key + ": [q, v]`");
-                     });
+  auto names = parse_names(c, n, key, "name at least one module, or drop the key",
+                           [&](const YAML::Node& v, const std::string& name) {
+                             if (name.empty() || name.find_first_of(";, ") != std::string::npos)
+                               c.fail(v, key, "'" + name + "' is not a module name",
+                                      "write module names as a list, e.g. `" + key + ": [q, v]`");
+                           });
+  for (auto& name : names) {
+    if (strcasecmp(name.c_str(), models::kAllLinear) != 0) continue;
+    if (names.size() > 1)
+      c.fail(n, key, "'" + name + "' is PEFT's shorthand for every linear layer, not a module name",
+             "give it alone, `" + key + ": all-linear`, or list module names");
+    name = models::kAllLinear;
+  }
+  return names;
 }
 
 // "8.6" -> {8, 6}.

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <variant>
 
+#include "models/lora.h"
 #include "models/zoo.h"
 #include "sweeps/measure/alloc_conf.h"
 
@@ -61,18 +62,6 @@ namespace {
 
 // LoRA targets as PEFT takes them: a model must have a layer that some target names (PEFT
 // fails otherwise), and a target that names no layer of any model it is used with is a typo.
-bool names_layer(const std::string& family, const std::string& target) {
-  for (const auto& layer : models::lora_layer_names(family))
-    if (models::lora_target_matches(layer, target)) return true;
-  return false;
-}
-
-std::string layer_list(const std::string& family) {
-  std::string s;
-  for (const auto& layer : models::lora_layer_names(family)) s += (s.empty() ? "" : ", ") + layer;
-  return s;
-}
-
 void check_lora_targets(const Config& cfg, const std::set<std::string>& lora_models) {
   if (cfg.lora_targets.empty()) return;  // each family's defaults
   std::set<std::string> families;
@@ -80,21 +69,21 @@ void check_lora_targets(const Config& cfg, const std::set<std::string>& lora_mod
     const auto* spec = models::find_model(name);
     families.insert(spec->family);
     bool any = false;
-    for (const auto& t : cfg.lora_targets) any = any || names_layer(spec->family, t);
+    for (const auto& t : cfg.lora_targets) any = any || models::names_lora_layer(spec->family, t);
     if (!any)
       throw UserError(cfg.path, cfg.lora_targets_line, "lora_targets",
                       "no target names a layer of " + name,
                       "layers of " + spec->family + " models LoRA can adapt: " +
-                          layer_list(spec->family));
+                          models::lora_layer_list(spec->family) + ", or all of them: all-linear");
   }
   for (const auto& t : cfg.lora_targets) {
     bool any = false;
-    for (const auto& f : families) any = any || names_layer(f, t);
+    for (const auto& f : families) any = any || models::names_lora_layer(f, t);
     if (!any && !families.empty())
       throw UserError(cfg.path, cfg.lora_targets_line, "lora_targets",
                       "'" + t + "' names no layer of the models with adapter lora",
-                      "layers LoRA can adapt: " + layer_list(*families.begin()) +
-                          " (a name matches a layer's name or its end after a dot)");
+                      "layers LoRA can adapt: " + models::lora_layer_list(*families.begin()) +
+                          " (a name matches a layer's name or its end after a dot), or all-linear");
   }
 }
 

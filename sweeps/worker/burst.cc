@@ -251,8 +251,7 @@ Workload build(const Point& p, Ledger& ledger, MemoryTracker& mem) {
     // checkpointing) make the input embeddings' output require grad; with a trained
     // embedding that changes nothing, so only LoRA turns it on here.
     models::add_lora(*w.model, {p.lora_r, p.lora_alpha, p.lora_dropout,
-                                p.lora_targets.empty() ? models::default_lora_targets(p.family)
-                                                       : p.lora_targets});
+                                models::lora_targets_of(p.family, p.lora_targets)});
     // PEFT skips it for a model loaded in 8 bit (is_loaded_in_8bit), leaving it to
     // transformers, which turns it on for token models only (main_input_name "input_ids").
     const bool token_model = !p.family.starts_with("whisper");
