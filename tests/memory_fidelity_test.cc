@@ -245,8 +245,8 @@ std::string family_test_name(const testing::TestParamInfo<std::string>& info) {
   return name;
 }
 
-// The test models by their family; the decoders from config.json (Llama, Qwen2, Qwen3, Phi-3
-// and Mistral at published widths with fewer layers, tests/fixtures/configs/) by their folder;
+// The test models by their family; the decoders from config.json (Llama 3.2 and TinyLlama,
+// Qwen2, Qwen3, Phi-3 and Mistral at published widths with fewer layers, tests/fixtures/configs/) by their folder;
 // one catalogue model whole (SmolLM2-135M, tied embeddings) by its Hub id.
 INSTANTIATE_TEST_SUITE_P(Families, MemoryFidelity,
                          testing::Values("gpt2-test", "t5-test", "whisper-test", "whisper-s2s-test",
@@ -256,6 +256,7 @@ INSTANTIATE_TEST_SUITE_P(Families, MemoryFidelity,
                                          "tests/fixtures/configs/tinyllama-1.1b-1layer/config.json",
                                          "tests/fixtures/configs/phi3-mini-1layer/config.json",
                                          "tests/fixtures/configs/mistral-7b-v0.3-1layer/config.json",
+                                         "tests/fixtures/configs/llama-3.2-1b-2layers/config.json",
                                          "HuggingFaceTB/SmolLM2-135M"),
                          family_test_name);
 

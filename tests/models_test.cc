@@ -44,6 +44,7 @@ const std::map<std::string, int64_t> kHuggingFaceParameters = {
     {SWEEP_SOURCE_DIR "/tests/fixtures/configs/qwen3-0.6b-2layers/config.json", 187045376},
     {SWEEP_SOURCE_DIR "/tests/fixtures/configs/tinyllama-1.1b-1layer/config.json", 175118336},
     {SWEEP_SOURCE_DIR "/tests/fixtures/configs/mistral-7b-v0.3-1layer/config.json", 486551552},
+    {SWEEP_SOURCE_DIR "/tests/fixtures/configs/llama-3.2-1b-2layers/config.json", 384313344},
 };
 
 // Models built to count their modules: up to 320M parameters (1.3 GB in fp32, every fixture). The
@@ -72,7 +73,7 @@ TEST_P(Parameters, EqualHuggingFaceAndTheZooTable) {
 std::vector<std::string> zoo_and_fixture_names() {
   auto names = zoo_names();
   for (const char* f : {"phi3-mini-1layer", "qwen2.5-0.5b-2layers", "qwen3-0.6b-2layers",
-                        "tinyllama-1.1b-1layer", "mistral-7b-v0.3-1layer"})
+                        "tinyllama-1.1b-1layer", "mistral-7b-v0.3-1layer", "llama-3.2-1b-2layers"})
     names.push_back(std::string(SWEEP_SOURCE_DIR "/tests/fixtures/configs/") + f + "/config.json");
   return names;
 }
