@@ -12,7 +12,10 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <mutex>
+#include <optional>
+#include <utility>
 
 #include "sweeps/measure/emulated_allocator.h"
 #include "sweeps/measure/emulated_card.h"
@@ -33,6 +36,7 @@ class EmulatedAllocator final : public c10::Allocator {
   void reset(std::unique_ptr<emu::DeviceMemory> mem) {
     std::lock_guard lock(mu_);
     mem_ = std::move(mem);
+    extra_owners_.clear();
     peak_seen_ = 0;
     gap_at_oom_ = -1;
     oom_snapshot_written_ = false;
@@ -41,6 +45,7 @@ class EmulatedAllocator final : public c10::Allocator {
   c10::DataPtr allocate(size_t n) override {
     // Zero bytes: no block (CUDACachingAllocator allocates nothing for size 0).
     if (n == 0) return {nullptr, nullptr, &release, c10::Device(c10::kMeta)};
+    if (auto reused = take_reuse(n)) return std::move(*reused);
     // Host scope: host memory on a real GPU (the model's build before it moves, an offloaded
     // optimizer's state), counted as the host's, never the device's. Unified scope: a paged
     // optimizer's state, outside the card's allocator. The context carries the size, tagged in
@@ -76,6 +81,16 @@ class EmulatedAllocator final : public c10::Allocator {
     return {nullptr, reinterpret_cast<void*>(static_cast<uintptr_t>(*handle) << 2), &release,
             c10::Device(c10::kMeta)};
   }
+  // reuse_for_next_allocation: a device block taken over by the next allocation of its size
+  // on this thread (one owner more), or nothing.
+  std::optional<c10::DataPtr> take_reuse(size_t n) {
+    const auto [ctx, bytes] = std::exchange(t_reuse, Reuse{});
+    const auto tagged = reinterpret_cast<uintptr_t>(ctx);
+    if (!ctx || (tagged & 3) != 0 || bytes != static_cast<int64_t>(n)) return std::nullopt;
+    std::lock_guard lock(mu_);
+    ++extra_owners_[tagged >> 2];
+    return c10::DataPtr{nullptr, ctx, &release, c10::Device(c10::kMeta)};
+  }
   static void release(void* ctx) {
     if (!ctx) return;
     const auto tagged = reinterpret_cast<uintptr_t>(ctx);
@@ -88,6 +103,10 @@ class EmulatedAllocator final : public c10::Allocator {
     }
     std::lock_guard lock(a.mu_);
     const auto handle = static_cast<uint64_t>(value);
+    if (auto it = a.extra_owners_.find(handle); it != a.extra_owners_.end()) {
+      if (--it->second == 0) a.extra_owners_.erase(it);
+      return;  // the block lives on in the storage that took it over
+    }
     if (FILE* t = trace()) std::fprintf(t, "-%lld\n", static_cast<long long>(a.mem_->size_of(handle)));
     a.mem_->free(handle);
   }
@@ -104,6 +123,12 @@ class EmulatedAllocator final : public c10::Allocator {
   }
 
   static constexpr uintptr_t kHostTag = 1, kUnifiedTag = 2;
+  struct Reuse {
+    void* ctx = nullptr;  // the storage's context: its block's handle, tagged
+    int64_t bytes = 0;
+  };
+  static thread_local Reuse t_reuse;
+  std::map<uint64_t, int> extra_owners_;  // blocks held by more than one storage, beyond the first
   std::mutex mu_;
   std::unique_ptr<emu::DeviceMemory> mem_;
   std::atomic<int64_t> unified_{0};  // bytes made in UnifiedScopes and alive
@@ -191,6 +216,12 @@ class EmulatedTracker final : public MemoryTracker {
 thread_local bool t_unified_scope = false;
 
 }  // namespace
+
+thread_local EmulatedAllocator::Reuse EmulatedAllocator::t_reuse;
+
+void reuse_for_next_allocation(const c10::Storage& storage, int64_t bytes) {
+  EmulatedAllocator::t_reuse = {storage ? storage.data_ptr().get_context() : nullptr, bytes};
+}
 
 bool in_unified_scope() { return t_unified_scope; }
 UnifiedScope::UnifiedScope() : outer_(!t_unified_scope) { t_unified_scope = true; }

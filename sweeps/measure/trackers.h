@@ -11,6 +11,8 @@
 #include <optional>
 #include <string>
 
+#include <c10/core/Storage.h>
+
 #include "sweeps/measure/emulated_card.h"
 
 namespace sweep {
@@ -127,6 +129,13 @@ class UnifiedScope {
 bool in_unified_scope();
 // Unified bytes the emulated device's allocator made in UnifiedScopes and still alive.
 int64_t unified_allocated();
+
+// An in-place update the emulated device's allocator replays though PyTorch runs it out of place
+// on Meta (emulate/grad_accumulation.h): the next allocation on this thread of `bytes` takes
+// `storage`'s block instead of a new one, and the storage's own release then frees nothing, so
+// that the device holds what `storage.add_(...)` leaves on a real card. Cleared by the next
+// allocation, or by calling it again with an undefined storage.
+void reuse_for_next_allocation(const c10::Storage& storage, int64_t bytes);
 
 // Installs the tracking allocator as c10's CPU allocator, once per process (make_cpu_tracker
 // calls it). Tensors that exist already keep the allocator they were made with.

@@ -22,6 +22,7 @@
 #include "sweeps/worker/checkpoint.h"
 #include "sweeps/worker/emulate/cost_record.h"
 #include "sweeps/worker/emulate/emulation.h"
+#include "sweeps/worker/emulate/grad_accumulation.h"
 #include "sweeps/worker/load_int8.h"
 #include "sweeps/worker/offload.h"
 #include "sweeps/worker/optim.h"
@@ -435,7 +436,11 @@ void train_step(Workload& w, Ledger& ledger, MemoryTracker& mem, PeakMeter& mete
     const int64_t fwd_peak = meter.enter("backward");
     {
       std::optional<emu::BackwardThread> engine_thread;  // CUDA runs backward on its own thread
-      if (w.emulated) engine_thread.emplace();
+      std::optional<emu::InPlaceAccumulation> sums;        // its gradient sums in place, as CUDA's
+      if (w.emulated) {
+        engine_thread.emplace();
+        sums.emplace();
+      }
       (w.scaler ? w.scaler->scale(loss) : loss).backward();
     }
     const int64_t bwd_peak = meter.enter("idle");
