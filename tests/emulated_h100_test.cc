@@ -126,9 +126,9 @@ TEST(EmulatedH100, T5FollowsTransformers523ByDefaultAnd517WhereNamed) {
                 label.c_str(), alloc, reserved, a23, r23, a23 / alloc, r23 / reserved, a17, r17,
                 a17 / alloc, r17 / reserved);
     EXPECT_NEAR(a23 / alloc, 1.0, 0.01) << label << ": peak allocated, 5.23";
-    // fp16-amp reserves 60 MiB more than the H100 did (+3.75%, 2026-11-27) with allocated
-    // equal to the byte: a segment the replayed allocator rounds differently, not found yet.
-    EXPECT_NEAR(r23 / reserved, 1.0, 0.04) << label << ": peak reserved, 5.23";
+    // fp16-amp reserved 60 MiB more than the H100 did (+3.75%) until the engine's gradient sums
+    // were made in place on the emulated device (emulate/grad_accumulation.h): -0.4% now.
+    EXPECT_NEAR(r23 / reserved, 1.0, 0.03) << label << ": peak reserved, 5.23";
     EXPECT_GT(a17 / alloc, 1.05) << label << ": 5.17's layout keeps the math path's probabilities";
     ++points;
   }

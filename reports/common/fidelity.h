@@ -19,7 +19,7 @@ struct MeasuredError {
   std::string where;   // what it was measured against, and where the table is
   std::string caveat;  // a known cause, or ""
 
-  // "within -6.4% to +5.2% of peak reserved memory on 120 H100 rows (docs/fidelity.md)"
+  // "within -3.0% to +3.0% of peak reserved memory on 70 rows measured on an H100 ... (docs/fidelity.md)"
   std::string text() const;
   // The peak may exceed `cap` on the real card: predicted low by up to |low| puts it over.
   bool borderline(double peak, double cap) const { return peak * (1 - low) > cap; }
