@@ -37,7 +37,7 @@ const std::map<std::string, int64_t> kHuggingFaceParameters = {
     {"llama-3.1-8b", 8030261248},  {"llama-3.2-1b-instruct", 1235814400},
     {"llama-3.2-3b", 3212749824},  {"llama-3.1-70b", 70553706496},
     {"phi-3-mini-4k-instruct", 3821079552}, {"phi-3.5-mini-instruct", 3821079552},
-    {"smollm2-135m", 134515008},    {"qwen2.5-1.5b", 1543714304},  {"qwen3-1.7b", 1720574976},
+    {"smollm2-135m", 134515008},    {"smollm2-1.7b-instruct", 1711376384},    {"qwen2.5-1.5b", 1543714304},  {"qwen3-1.7b", 1720574976},
     {"mistral-7b-v0.3", 7248023552},
     {SWEEP_SOURCE_DIR "/tests/fixtures/configs/phi3-mini-1layer/config.json", 310256640},
     {SWEEP_SOURCE_DIR "/tests/fixtures/configs/qwen2.5-0.5b-2layers/config.json", 165960320},
