@@ -260,11 +260,14 @@ Workload build(const Point& p, Ledger& ledger, MemoryTracker& mem) {
                                      (p.weights != Weights::kInt8 || token_model));
   }
   // The parameters a training loop updates: all but those the model freezes (Whisper's
-  // sinusoidal positions, the base under LoRA), as with transformers and PEFT. Eval needs no gradients at all.
-  for (auto& t : w.model->parameters()) {
-    if (!w.train) t.set_requires_grad(false);
-    if (t.requires_grad()) w.params.push_back(t);
-  }
+  // sinusoidal positions, the base under LoRA), as with transformers and PEFT. Eval updates
+  // none, and leaves them requiring grad as the reference's eval loop does (model.eval() under
+  // torch.no_grad()): autocast then caches each weight's cast for the whole forward
+  // (autocast_mode.cpp cached_cast: a leaf that requires grad), where a frozen one is cast anew
+  // at each use and freed.
+  if (w.train)
+    for (auto& t : w.model->parameters())
+      if (t.requires_grad()) w.params.push_back(t);
   on_meta.reset();  // the optimizer's CPU step counters stay on the CPU, as on the device
   w.weights_bytes = mem.allocated() - base;
   ledger.weights = w.weights_bytes;
