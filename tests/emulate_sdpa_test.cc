@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "sweeps/worker/emulate/emulation.h"
 #include "sweeps/worker/emulate/sdpa_cuda.h"
 #include "sweeps/worker/emulate/sdpa_meta_kernels.h"
 
@@ -420,6 +421,30 @@ TEST(EmulatedSdpa, MathUpcastsAndKeepsBoolDropoutMask) {
   at::Tensor grad = at::empty_like(out);
   torch::autograd::backward({out}, {grad});
   EXPECT_TRUE(x.v_leaf.grad().defined());
+}
+
+// The emulated device configured as the CPU: the CPU's flash attention allocates its output as
+// empty_like(query), so its layout follows the query's. A query viewed from (B, L, H, D)
+// storage (Llama's, GPT-2's) gives (B, L, H, D) storage and transformers'
+// transpose(1, 2).contiguous() copies nothing; a contiguous (B, H, L, D) query (Phi-3's, out of
+// apply_rotary_pos_emb's torch.cat) gives (B, H, L, D) storage, which it copies: one hidden-size
+// tensor more per layer, alive as o_proj's saved input (found by a random fixture case, Phi-3
+// 5 x 14 in fp32: the emulated CPU read 1.3-1.9% low).
+TEST(EmulatedSdpa, CpuFlashOutputTakesTheQuerysLayout) {
+  register_meta_kernels();
+  for (const bool contiguous : {false, true}) {
+    auto query = [&](at::TensorOptions o) {
+      return contiguous ? at::empty({2, 4, 14, 16}, o) : at::empty({2, 14, 4, 16}, o).transpose(1, 2);
+    };
+    const auto cpu = at::TensorOptions().dtype(at::kFloat);
+    const at::Tensor q = query(cpu).normal_(), k = query(cpu).normal_(), v = query(cpu).normal_();
+    const auto real = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, true);
+    const at::Tensor mq = query(meta(at::kFloat)), mk = query(meta(at::kFloat)), mv = query(meta(at::kFloat));
+    const auto emulated = at::_scaled_dot_product_flash_attention_for_cpu(mq, mk, mv, 0.0, true);
+    EXPECT_EQ(std::get<0>(emulated).strides(), std::get<0>(real).strides()) << "contiguous query: " << contiguous;
+    EXPECT_EQ(std::get<1>(emulated).strides(), std::get<1>(real).strides()) << "contiguous query: " << contiguous;
+    EXPECT_EQ(std::get<0>(real).transpose(1, 2).is_contiguous(), !contiguous);
+  }
 }
 
 }  // namespace

@@ -140,13 +140,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
 }
 
 // The CPU's flash attention (transformers/attention.cpp _scaled_dot_product_flash_attention_cpu
-// and its backward): the output and logsumexp allocated (B, L, H, D) and (B, L, H) and returned
-// transposed; the backward's three gradients zero-filled in the same layout. The kernels'
-// per-thread scratch buffers (cpu/FlashAttentionKernel.cpp) are not modelled.
+// and its backward): the output is `at::empty_like(query, query.options()).transpose(1, 2)`,
+// returned transposed back, so it takes the query's layout: (B, L, H, D) storage for a query
+// viewed from the projections (Llama, GPT-2), (B, H, L, D) for a contiguous one (Phi-3's, out
+// of apply_rotary_pos_emb's torch.cat), which transformers' transpose(1, 2).contiguous() then
+// copies. The logsumexp is allocated (B, L, H) and returned transposed; the backward's three
+// gradients are zero-filled (B, L, H, D). The kernels' per-thread scratch buffers
+// (cpu/FlashAttentionKernel.cpp) are not modelled.
 std::tuple<at::Tensor, at::Tensor> flash_attention_for_cpu(
     const at::Tensor& q, const at::Tensor&, const at::Tensor&, double, bool,
     const std::optional<at::Tensor>&, std::optional<double>) {
-  auto out = at::empty({q.size(0), q.size(2), q.size(1), q.size(3)}, q.options());
+  auto out = at::empty_like(q, q.options()).transpose(1, 2);
   auto lse = at::empty({q.size(0), q.size(2), q.size(1)},
                        q.options().dtype(at::toOpMathType(q.scalar_type())));
   return {out.transpose(1, 2), lse.transpose(1, 2)};
