@@ -447,5 +447,34 @@ TEST(EmulatedSdpa, CpuFlashOutputTakesTheQuerysLayout) {
   }
 }
 
+// LayerNorm on both kernels (layer_norm.cpp, cuda/layer_norm_kernel.cu) starts with
+// input.expect_contiguous(): a non-contiguous input is copied first and the copy lives until
+// the kernel returns; the backward copies the input again, then dY (LayerNormBackwardKernelImpl's
+// dY.contiguous()). Whisper's encoder keeps its residual stream in the convolution's (B, C, T)
+// storage, so each of its LayerNorms copies: without the copies the emulated H100 read
+// whisper-small's reserved memory up to 6% low and three of its capped batches wrongly
+// (docs/tables/rtx3060-results.csv).
+TEST(EmulatedMetaKernels, LayerNormCopiesANonContiguousInputAsTheKernelsDo) {
+  register_meta_kernels();
+  auto x = at::empty({2, 8, 10}, meta(at::kFloat)).transpose(1, 2);  // (2, 10, 8), not contiguous
+  auto w = at::empty({8}, meta(at::kFloat)), b = at::empty({8}, meta(at::kFloat));
+  CountingMetaAllocator alloc;
+  auto [y, mean, rstd] = at::native_layer_norm(x, {8}, w, b, 1e-5);
+  // The copy (640), Y (640), mean and rstd (20 rows, fp32), the copy freed.
+  EXPECT_EQ(alloc.take(), (std::vector<int64_t>{640, 640, 80, 80, -640}));
+  const at::Tensor grad = at::empty({2, 8, 10}, meta(at::kFloat)).transpose(1, 2);  // not contiguous
+  alloc.take();
+  {
+    auto grads = at::native_layer_norm_backward(grad, x, {8}, mean, rstd, w, b, {true, true, true});
+    // The input's copy, dX, dgamma, dbeta, dY's copy; both copies freed when the kernel returns.
+    EXPECT_EQ(alloc.take(), (std::vector<int64_t>{640, 640, 32, 32, 640, -640, -640}));
+  }
+  // Contiguous inputs are not copied.
+  auto c = at::empty({2, 10, 8}, meta(at::kFloat));
+  alloc.take();
+  auto yc = at::native_layer_norm(c, {8}, w, b, 1e-5);
+  EXPECT_EQ(alloc.take(), (std::vector<int64_t>{640, 80, 80}));
+}
+
 }  // namespace
 }  // namespace sweep::emu

@@ -85,13 +85,12 @@ TEST(EmulatedH100, PublicPointsWithinOnePercentAllocatedThreeReserved) {
     std::printf("%-40s %14lld %14lld %8.4f %14lld %14lld %8.4f\n", label.c_str(),
                 r.at("peak_alloc").get<long long>(), m.at("peak_allocated_bytes").get<long long>(), alloc,
                 r.at("peak_reserved").get<long long>(), m.at("peak_reserved_bytes").get<long long>(), reserved);
-    // The one known gap: Whisper's convolutions run through cuDNN, whose workspaces (sized by
-    // its heuristics, through the caching allocator) and cuDNN attention's forward workspace are
-    // not modelled. whisper-small b8 fp16-amp reads 1.1% low allocated and 3.4% low reserved;
-    // it is held to 2% and 5% so that it cannot get worse unseen (docs/fidelity.md).
-    const bool cudnn_conv = r.at("model").get<std::string>().rfind("whisper", 0) == 0;
-    EXPECT_NEAR(alloc, 1.0, cudnn_conv ? 0.02 : 0.01) << label << ": peak allocated";
-    EXPECT_NEAR(reserved, 1.0, cudnn_conv ? 0.05 : 0.03) << label << ": peak reserved";
+    // Whisper's convolutions run through cuDNN, whose workspaces (sized by its heuristics,
+    // through the caching allocator) and cuDNN attention's forward workspace are not modelled:
+    // whisper-small b8 fp16-amp reads 0.9% low allocated and 2.9% low reserved, within the bar
+    // since LayerNorm's contiguous copies are (it read 1.1% and 3.4% low; docs/fidelity.md).
+    EXPECT_NEAR(alloc, 1.0, 0.01) << label << ": peak allocated";
+    EXPECT_NEAR(reserved, 1.0, 0.03) << label << ": peak reserved";
     // The weights as the model holds them once on the device, to the byte.
     EXPECT_EQ(m.at("weights_bytes"), r.at("after_load_alloc")) << label;
     ++points;

@@ -44,15 +44,23 @@ at::Tensor embedding_dense_backward(const at::Tensor& grad, const at::Tensor& in
   return at::zeros({num_weights.expect_int(), grad.size(-1)}, grad.options());
 }
 
-// layer_norm_cuda / layer_norm_cpu (layer_norm.cpp, cuda/layer_norm_kernel.cu): Y like X, then
-// mean and rstd of M rows: CUDA in the accumulate type (fp32 for half inputs), the CPU in
-// param_scalar_type (fp32 when the weights are fp32, else the input's type).
+// `input.expect_contiguous()`, as both kernels begin: a contiguous copy of a non-contiguous
+// input, alive until the kernel returns (Whisper's encoder keeps its residual stream in the
+// convolution's (B, C, T) storage, so every one of its LayerNorms copies its input).
+at::Tensor contiguous_copy(const at::Tensor& t) {
+  return t.is_contiguous() ? at::Tensor() : at::empty_like(t, at::MemoryFormat::Contiguous);
+}
+
+// layer_norm_cuda / layer_norm_cpu (layer_norm.cpp, cuda/layer_norm_kernel.cu): X contiguous,
+// Y like X, then mean and rstd of M rows: CUDA in the accumulate type (fp32 for half inputs),
+// the CPU in param_scalar_type (fp32 when the weights are fp32, else the input's type).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(
     const at::Tensor& input, c10::SymIntArrayRef normalized_shape,
     const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>&, double) {
   const int64_t axis = input.dim() - static_cast<int64_t>(normalized_shape.size());
   int64_t M = 1;
   for (int64_t i = 0; i < axis; ++i) M *= input.size(i);
+  const at::Tensor x = contiguous_copy(input);
   auto y = at::empty_like(input, at::MemoryFormat::Contiguous);
   at::ScalarType stat = input.scalar_type();
   if (cuda())
@@ -67,17 +75,20 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(
   return {y, mean.view(stat_shape), rstd.view(stat_shape)};
 }
 
-// layer_norm_backward_{cuda,cpu}: dX like X, dgamma and dbeta like gamma, each when asked.
-// CUDA's gamma/beta reduction over many rows may use a partial-sums buffer that is not modelled.
+// layer_norm_backward_{cuda,cpu}: X contiguous, dX like X, dgamma and dbeta like gamma, each
+// when asked, then LayerNormBackwardKernelImpl's dY.contiguous(); the copies live until the
+// kernel returns. CUDA's gamma/beta reduction over many rows may use a partial-sums buffer, and
+// the CPU's per-thread gamma/beta buffers, that are not modelled.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm_backward(
     const at::Tensor& grad_out, const at::Tensor& input, c10::SymIntArrayRef, const at::Tensor&,
     const at::Tensor&, const std::optional<at::Tensor>& weight,
     const std::optional<at::Tensor>& bias, std::array<bool, 3> mask) {
+  const at::Tensor x = contiguous_copy(input);
   at::Tensor dx, dw, db;
   if (mask[0]) dx = at::empty_like(input, at::MemoryFormat::Contiguous);
   if (mask[1] && weight && weight->defined()) dw = at::empty_like(*weight, at::MemoryFormat::Contiguous);
   if (mask[2] && bias && bias->defined()) db = at::empty_like(*bias, at::MemoryFormat::Contiguous);
-  (void)grad_out;
+  const at::Tensor dy = contiguous_copy(grad_out);
   return {dx, dw, db};
 }
 
