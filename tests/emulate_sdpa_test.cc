@@ -476,5 +476,28 @@ TEST(EmulatedMetaKernels, LayerNormCopiesANonContiguousInputAsTheKernelsDo) {
   EXPECT_EQ(alloc.take(), (std::vector<int64_t>{640, 80, 80}));
 }
 
+// convolution_backward's backend takes grad_output in the input's memory format: a
+// non-contiguous gradient (Whisper's, back through permute(0, 2, 1)) is copied for dX and dW,
+// and the copy is freed before Convolution.cpp sums the bias gradient.
+TEST(EmulatedMetaKernels, ConvolutionBackwardCopiesANonContiguousGradient) {
+  register_meta_kernels();
+  auto input = at::empty({2, 4, 10}, meta(at::kFloat));
+  auto weight = at::empty({6, 4, 3}, meta(at::kFloat));
+  const at::Tensor grad = at::empty({2, 10, 6}, meta(at::kFloat)).transpose(1, 2);  // (2, 6, 10)
+  const at::Tensor contiguous = at::empty({2, 6, 10}, meta(at::kFloat));
+  CountingMetaAllocator alloc;
+  for (const bool copied : {true, false}) {
+    {
+      auto grads = at::convolution_backward(copied ? grad : contiguous, input, weight, {{6}}, {1},
+                                            {1}, {1}, false, {0}, 1, {true, true, true});
+      // dX (320), dW (288), dbias (24); a copy of the gradient (480) first when it is not contiguous.
+      const std::vector<int64_t> expected =
+          copied ? std::vector<int64_t>{480, 320, 288, -480, 24} : std::vector<int64_t>{320, 288, 24};
+      EXPECT_EQ(alloc.take(), expected) << "copied: " << copied;
+    }
+    alloc.take();
+  }
+}
+
 }  // namespace
 }  // namespace sweep::emu

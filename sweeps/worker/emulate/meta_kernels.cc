@@ -139,13 +139,21 @@ at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight,
                                                 C10_AS_INTARRAYREF_SLOW(dilation));
   return at::empty(out, input.options());
 }
+// convolution_backward: the backend (cudnn_convolution_backward, ConvShared.cpp; the CPU's
+// mkldnn and slow paths alike) takes grad_output in the input's memory format,
+// `grad_output_t.to(input.suggest_memory_format())`: a copy of a non-contiguous gradient (Whisper's
+// encoder: it comes back through permute(0, 2, 1) and GELU's backward in that layout), alive
+// while the backend computes dX and dW; then Convolution.cpp sums the bias gradient itself.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
     at::OptionalSymIntArrayRef, c10::SymIntArrayRef, c10::SymIntArrayRef, c10::SymIntArrayRef,
     bool, c10::SymIntArrayRef, c10::SymInt, std::array<bool, 3> mask) {
   at::Tensor gi, gw, gb;
-  if (mask[0]) gi = at::empty_like(input);
-  if (mask[1]) gw = at::empty_like(weight);
+  {
+    const at::Tensor go = contiguous_copy(grad_output);
+    if (mask[0]) gi = at::empty_like(input);
+    if (mask[1]) gw = at::empty_like(weight);
+  }
   if (mask[2]) gb = at::empty({grad_output.size(1)}, grad_output.options());
   return {gi, gw, gb};
 }
