@@ -296,5 +296,38 @@ TEST(OnePick, AnUnprobedMicroBatchUnderTheCeilingIsOffered) {
   EXPECT_FALSE(p->above_ceiling);
 }
 
+// A pick refused because it ran out of memory at its accumulation (fit_pick.cc: the
+// confirmation run OOMs once gradients accumulate) gives way to the next smaller divisor, probed
+// or not: whisper-test on the CPU under 30.7 MiB (an AVX-512 VM, 2026-11-28), batch 25 fits
+// alone at 30.2 MiB and 25 x 4 does not; the answer is 20 x 5, where fit said "Nothing fits".
+TEST(OnePick, ARefusedMicroBatchGivesWayToTheNextDivisor) {
+  FitTechnique t{Precision::kFp32, Checkpointing::kNone, OptimizerKind::kAdamW, true};
+  t.largest = 25;
+  t.first_oom = 26;
+  reports::Row probe;
+  probe.cells[schema::column("batch")] = "25";
+  probe.cells[schema::column("peak_reserved_bytes")] = "31666176";
+  probe.cells[schema::column("tokens_per_s")] = "89379";
+  Analysis a;
+  a.techniques = {t};
+  a.ok_rows[technique_key(t)].push_back(&probe);
+  const reports::FitRule rule{32212254, 0, reports::kDefaultMargin, false, "--memory-gib"};
+  PickQuestion q{.rule = rule, .effective = 100};
+  auto p = pick(a, q);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->batch, 25);
+  EXPECT_EQ(p->accumulation, 4);
+  q.refused.push_back(pick_id(*p));
+  p = pick(a, q);
+  ASSERT_TRUE(p) << "nothing offered after 25 x 4 was refused";
+  EXPECT_EQ(p->batch, 20);
+  EXPECT_EQ(p->accumulation, 5);
+  EXPECT_TRUE(p->unprobed);  // to be confirmed by a run at 20 x 5
+  q.refused.push_back(pick_id(*p));
+  p = pick(a, q);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->batch, 10);  // then 10 x 10
+}
+
 }  // namespace
 }  // namespace sweep

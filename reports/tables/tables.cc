@@ -386,7 +386,13 @@ json table_view(const json& d) {
     if (fit.contains("measured_error")) v["how_sure"] = fit.at("measured_error").at("text");
     const json& r = fit.at("recommendation");
     if (r.is_null()) {
-      v["recommendation"] = "Nothing fits: not even batch 1 of any technique (predicted).";
+      const bool some_fit = std::any_of(techniques.begin(), techniques.end(), [](const json& t) {
+        return t.at("largest_batch").is_number();
+      });
+      v["recommendation"] = some_fit ? "Nothing reaches an effective batch of " + std::to_string(effective) +
+                                           ": every micro-batch that divides it ran out of memory once "
+                                           "gradients accumulated (predicted)."
+                                     : "Nothing fits: not even batch 1 of any technique (predicted).";
     } else {
       const int64_t batch = r.at("batch"), acc = r.at("accumulation");
       if (r.contains("trainer_args")) v["trainer_args"] = r.at("trainer_args").at("text");

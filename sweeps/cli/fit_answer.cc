@@ -1,6 +1,7 @@
 // fit's answer; see fit_answer.h.
 #include "sweeps/cli/fit_answer.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <sstream>
@@ -113,8 +114,17 @@ void print_recommendation(const FitQuestion& q, const FitRows& rows, const FitPi
     return;
   }
   if (!pick.choice) {
-    std::printf("\nNothing fits %s: not even batch 1 of any technique%s.\n", q.card.name.c_str(),
-                q.emulated() ? (" (" + q.predicted + ")").c_str() : "");
+    const auto& ts = rows.analysis.techniques;
+    const bool some_fit = std::any_of(ts.begin(), ts.end(), [](const auto& t) { return t.largest.has_value(); });
+    const std::string predicted = q.emulated() ? " (" + q.predicted + ")" : "";
+    if (some_fit && q.o.effective_batch)
+      std::printf("\nNothing reaches an effective batch of %lld on %s%s: every micro-batch that divides it "
+                  "ran out of memory once gradients accumulated, or does not fit. The table above gives "
+                  "each technique's largest batch alone; ask for a smaller --effective-batch.\n",
+                  static_cast<long long>(*q.o.effective_batch), q.card.name.c_str(), predicted.c_str());
+    else
+      std::printf("\nNothing fits %s: not even batch 1 of any technique%s.\n", q.card.name.c_str(),
+                  predicted.c_str());
     return;
   }
   const Pick& c = *pick.choice;
