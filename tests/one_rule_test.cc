@@ -323,7 +323,10 @@ TEST(OnePick, ARefusedMicroBatchGivesWayToTheNextDivisor) {
   EXPECT_EQ(p->batch, 20);
   EXPECT_EQ(p->accumulation, 5);
   EXPECT_TRUE(p->unprobed);  // to be confirmed by a run at 20 x 5
-  q.refused.push_back(pick_id(*p));
+  // fit_pick.cc records the out-of-memory micro-batch per technique: every one from it up is
+  // passed over once gradients accumulate (memory grows with the batch), so 25 x 4 too.
+  q.refused.clear();
+  q.accumulation_oom[technique_key(t)] = 20;
   p = pick(a, q);
   ASSERT_TRUE(p);
   EXPECT_EQ(p->batch, 10);  // then 10 x 10

@@ -151,6 +151,14 @@ std::string stopped_searches(const Analysis& a) {
 
 namespace {
 
+// Refused by the question: this very pick, or a micro-batch at least as large as one of the
+// same technique that ran out of memory at its accumulation.
+bool is_refused(const Pick& p, const PickQuestion& q) {
+  if (std::find(q.refused.begin(), q.refused.end(), pick_id(p)) != q.refused.end()) return true;
+  const auto oom = q.accumulation_oom.find(technique_key(*p.technique));
+  return p.accumulation > 1 && oom != q.accumulation_oom.end() && p.batch >= oom->second;
+}
+
 // Every fitting probe whose batch reaches the effective batch, less those refused, as a pick
 // each (a confirmed one as measured at its accumulation).
 Pick probe_pick(const FitTechnique& t, const reports::Row& r, int64_t batch, const PickQuestion& q) {
@@ -184,9 +192,7 @@ std::vector<Pick> unprobed_divisors(const FitTechnique& t,
     if (r->number(column("peak_reserved_bytes")).value_or(0) <=
         static_cast<double>(q.rule.ceiling_bytes()))
       under_ceiling = std::max(under_ceiling, batch_of(r));
-  auto refused = [&](const Pick& p) {
-    return std::find(q.refused.begin(), q.refused.end(), pick_id(p)) != q.refused.end();
-  };
+  auto refused = [&](const Pick& p) { return is_refused(p, q); };
   auto probe_at = [&](int64_t b) -> const reports::Row* {
     const auto it = std::find_if(ok.begin(), ok.end(), [&](auto* r) { return batch_of(r) == b; });
     return it == ok.end() ? nullptr : *it;
@@ -223,7 +229,7 @@ std::vector<Pick> candidates(const Analysis& a, const PickQuestion& q) {
   std::vector<Pick> all;
   auto add = [&](Pick p) {
     const std::string id = pick_id(p);
-    if (std::find(q.refused.begin(), q.refused.end(), id) != q.refused.end()) return;
+    if (is_refused(p, q)) return;
     if (const auto c = q.confirmed.find(id); c != q.confirmed.end()) p = c->second;
     else if (q.measured_only && (p.unprobed || p.accumulation > 1)) return;
     all.push_back(p);

@@ -99,6 +99,10 @@ struct PickQuestion {
   bool predicted = false;
   bool bf16 = true;  // false: a card without bf16 tensor cores; bf16 and bf16-amp never picked
   std::vector<std::string> refused;
+  // Per technique (technique_key), the smallest micro-batch that ran out of memory at its
+  // accumulation: memory grows with the batch, so every micro-batch from it up is passed over
+  // once gradients accumulate.
+  std::map<std::string, int64_t> accumulation_oom;
   std::map<std::string, Pick> confirmed;
   // Only what was measured at its own batch and accumulation: the probes of accumulation 1 and
   // the confirmed picks (no unprobed micro-batch, no accumulation taken from a probe).

@@ -108,7 +108,8 @@ FitPick pick_confirmed(const FitQuestion& q, const FitPlan& p, const FitRows& ro
   FitPick f;
   PickQuestion question{q.rule, q.o.effective_batch, q.emulated(), q.bf16_tensor_cores(), {}, {}};
   bool confirmed = false;  // the pick ran ok at its accumulation (or needs none)
-  for (int attempt = 0; attempt < 8 && !confirmed; ++attempt) {
+  // Each attempt refuses a pick or measures one: bounded by the candidates, and by this.
+  for (int attempt = 0; attempt < 32 && !confirmed; ++attempt) {
     f.choice = pick(rows.analysis, question);
     if (!f.choice) break;
     // A pick measured at its accumulation is ranked again with that measurement: confirmed
@@ -127,6 +128,11 @@ FitPick pick_confirmed(const FitQuestion& q, const FitPlan& p, const FitRows& ro
     const auto measured = measured_at_accumulation(fs::path(p.out) / "results.csv", point, *f.choice);
     if (!measured) {  // out of memory once gradients accumulate: the next
       question.refused.push_back(pick_id(*f.choice));
+      if (f.choice->accumulation > 1) {
+        auto& oom = question.accumulation_oom.try_emplace(technique_key(*f.choice->technique),
+                                                          f.choice->batch).first->second;
+        oom = std::min(oom, f.choice->batch);
+      }
       continue;
     }
     // Ranked again with what the confirmation measured, by speed or by memory: one that

@@ -1,8 +1,9 @@
 // fit's fifth stage, the pick: the one recommendation (reports/common/pick.h) among this
 // question's probes, measured at its accumulation. A pick that needs accumulation runs once
 // more as a plain point (OUT/fit-pick.yaml); one that runs out of memory once gradients
-// accumulate is passed over and the next one tried, one measured again is ranked again with
-// that measurement.
+// accumulate is passed over, with every larger micro-batch of its technique, and the next one
+// tried (the next smaller divisor of the effective batch among them); one measured again is
+// ranked again with that measurement.
 #pragma once
 
 #include <optional>
