@@ -192,7 +192,6 @@ std::vector<Pick> unprobed_divisors(const FitTechnique& t,
     if (r->number(column("peak_reserved_bytes")).value_or(0) <=
         static_cast<double>(q.rule.ceiling_bytes()))
       under_ceiling = std::max(under_ceiling, batch_of(r));
-  auto refused = [&](const Pick& p) { return is_refused(p, q); };
   auto probe_at = [&](int64_t b) -> const reports::Row* {
     const auto it = std::find_if(ok.begin(), ok.end(), [&](auto* r) { return batch_of(r) == b; });
     return it == ok.end() ? nullptr : *it;
@@ -204,7 +203,7 @@ std::vector<Pick> unprobed_divisors(const FitTechnique& t,
     for (int64_t d = std::min(limit, *q.effective); d >= 1; --d) {
       if (*q.effective % d != 0) continue;
       if (const reports::Row* probe = probe_at(d)) {
-        if (!refused(probe_pick(t, *probe, d, q))) break;  // a candidate of its own
+        if (!is_refused(probe_pick(t, *probe, d, q), q)) break;  // a candidate of its own
         continue;
       }
       if (std::any_of(out.begin(), out.end(), [&](const Pick& p) { return p.batch == d; })) break;
@@ -214,7 +213,7 @@ std::vector<Pick> unprobed_divisors(const FitTechnique& t,
       if (!above) break;
       Pick p = probe_pick(t, *above, d, q);
       p.unprobed = true;
-      if (refused(p)) continue;
+      if (is_refused(p, q)) continue;
       out.push_back(p);
       break;
     }
