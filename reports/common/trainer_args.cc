@@ -196,19 +196,13 @@ TrainingSetup setup_of(const Row& row) {
   s.mode = row.value<Mode>().value_or(Mode::kTrain);
   s.batch = static_cast<int64_t>(number("batch", 1));
   s.accumulation = static_cast<int64_t>(number("accumulation", 1));
-  s.precision = row.value<Precision>().value_or(Precision::kFp32);
-  s.checkpointing = row.value<Checkpointing>().value_or(Checkpointing::kNone);
-  s.optimizer = row.value<OptimizerKind>().value_or(OptimizerKind::kAdamW);
-  s.use_cache = row.axis(schema::find_column("use_cache")) != "0";
-  s.adapter = row.value<Adapter>().value_or(Adapter::kNone);
+  read_technique(row, s);  // an empty cell without a fallback: the plain value
   s.lora_r = static_cast<int64_t>(number("lora_r", 8));
   s.lora_alpha = number("lora_alpha", 8);
   s.lora_dropout = number("lora_dropout", 0);
   std::stringstream targets(std::string(row.axis(schema::find_column("lora_targets"))));
   for (std::string t; std::getline(targets, t, ';');)
     if (!t.empty()) s.lora_targets.push_back(t);
-  s.offload = row.value<Offload>().value_or(Offload::kNone);
-  s.weights = row.value<Weights>().value_or(Weights::kFull);
   return s;
 }
 

@@ -32,27 +32,23 @@
 #include <vector>
 
 #include "reports/results/rows.h"
+#include "reports/results/technique.h"
 #include "reports/results/vocab.h"
 
 namespace sweep::reports {
 
 // One training configuration, with the fields and vocabulary of a results row.
-struct TrainingSetup {
+// The technique (reports/results/technique.h: precision, checkpointing, optimizer, the cache,
+// adapter, offload, weights) and what else the arguments are made of.
+struct TrainingSetup : Technique {
   std::string family;  // "gpt2" | "t5" | "whisper" | "llama" ...: names the class a quantised load uses
   Mode mode = Mode::kTrain;
   int64_t batch = 1;         // per_device_train_batch_size
   int64_t accumulation = 1;  // gradient_accumulation_steps
-  Precision precision = Precision::kFp32;
-  Checkpointing checkpointing = Checkpointing::kNone;
-  OptimizerKind optimizer = OptimizerKind::kAdamW;
-  bool use_cache = true;
-  Adapter adapter = Adapter::kNone;
   int64_t lora_r = 8;
   double lora_alpha = 8;
   double lora_dropout = 0;
   std::vector<std::string> lora_targets;  // as a row names them: {"c_attn"}, {"q", "v"}
-  Offload offload = Offload::kNone;
-  Weights weights = Weights::kFull;
 };
 
 // The setup a results row measured (its axis cells; an older file's empty cells their fallbacks).

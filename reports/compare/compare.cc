@@ -33,10 +33,8 @@ constexpr std::string_view kRefreshHint =
     "refresh the baseline with results of this version (docs/regression-tracking.md)";
 
 // What a row measured, without how: the identity columns less the measurement settings
-// (steps, warm-up, repetitions) and the suite version. Two rows with the same configuration
-// are the same point for a comparison, whatever those settings were.
-constexpr std::array kMeasurementSettings =
-    std::to_array<std::string_view>({"steps", "warmup_steps", "repetitions", "suite_version"});
+// (the axes of Role::kRun: steps, warm-up, repetitions) and the suite version. Two rows with
+// the same configuration are the same point for a comparison, whatever those settings were.
 // The card an emulated row predicts belongs to the device, as `device` does: a prediction
 // joins the measurement of the same configuration (which compare then refuses to gate
 // unless --allow-predicted).
@@ -47,9 +45,7 @@ std::string configuration(const Row& row) {
   std::string key;
   for (const auto& a : schema::kAxes) {
     if (a.id == schema::Named::kNever || (a.id == schema::Named::kWithLora && !lora) ||
-        a.column == kDeviceAxis ||
-        std::find(kMeasurementSettings.begin(), kMeasurementSettings.end(), a.column) !=
-            kMeasurementSettings.end())
+        a.column == kDeviceAxis || a.role == schema::Role::kRun)
       continue;
     // Numbers by value: "8" and "8.0" are one LoRA alpha.
     const std::size_t col = schema::find_column(a.column);
@@ -64,7 +60,9 @@ std::string configuration(const Row& row) {
 // "steps 5 vs 3, repetitions 9 vs 3", or "" when the settings are the same.
 std::string settings_difference(const Row& b, const Row& n) {
   std::string out;
-  for (std::string_view name : {"steps", "warmup_steps", "repetitions"}) {
+  for (const auto& a : schema::kAxes) {
+    if (a.role != schema::Role::kRun) continue;
+    const std::string_view name = a.column;
     const auto col = schema::find_column(name);
     if (b.at(col) != n.at(col))
       out += (out.empty() ? "" : ", ") + std::string(name) + " " + b.at(col) + " vs " + n.at(col);

@@ -16,6 +16,7 @@
 #include "reports/common/markup.h"
 #include "reports/results/files.h"
 #include "reports/results/stats.h"
+#include "reports/results/technique.h"
 
 namespace sweep::reports {
 namespace {
@@ -320,12 +321,7 @@ std::string bench_name(const Row& row) {
   n += "/" + cell(column("precision")) + "/ckpt-" + cell(column("checkpointing")) + "/acc" +
        cell(column("accumulation")) + "/" + cell(column("optimizer"));
   // Techniques added after the first baselines: named only when used, so old names stay.
-  if (const auto a = row.value<Adapter>(); a != Adapter::kNone)
-    n += "/" + to_string(a) + "-r" + cell(column("lora_r"));
-  if (cell(column("use_cache")) == "0") n += "/no-cache";
-  if (const auto o = row.value<Offload>(); o != Offload::kNone) n += "/offload-" + to_string(o);
-  if (const auto w = row.value<Weights>(); w != Weights::kFull) n += "/weights-" + to_string(w);
-  if (!cell(column("alloc_conf")).empty()) n += "/alloc=" + cell(column("alloc_conf"));
+  n += name_tail(cells_of(row), "/", true);
   if (auto b = row.number(column("budget_bytes")); b && *b > 0) n += "/budget" + bytes(*b);
   return n;
 }

@@ -60,6 +60,7 @@ Measured measure(const Row& r) {
   c.measured_on = r.at(column("device_name"));
   c.where = r.source + ":" + std::to_string(r.line);
   c.setup = setup_of(r);
+  c.cells = technique_cells(r);
   auto peak = r.number(column("peak_reserved_bytes"));
   c.peak_reserved_bytes = peak ? std::llround(*peak) : 0;
   m.ok = c.status == Status::kOk && peak.has_value();
@@ -85,11 +86,12 @@ Measured measure(const Row& r) {
 }
 
 
-// Every axis but the batch and accumulation (which barely moves the peak).
+// Every axis but the batch and accumulation (which barely moves the peak): the mode and each
+// technique axis and LoRA setting (schema::kAxes).
 bool same_configuration(const Choice& x, const Choice& y) {
-  return x.mode == y.mode && x.precision == y.precision && x.checkpointing == y.checkpointing &&
-         x.optimizer == y.optimizer && x.alloc_conf == y.alloc_conf && x.adapter == y.adapter &&
-         x.use_cache == y.use_cache && x.offload == y.offload;
+  return x.mode == y.mode &&
+         configuration_key(cells_of(x.cells), {"accumulation"}) ==
+             configuration_key(cells_of(y.cells), {"accumulation"});
 }
 
 // A choice as the one pick (common/pick.h) sees it. Accumulation is not counted as a change
@@ -443,13 +445,9 @@ TrainerArgs Choice::trainer_args() const {
 }
 
 int Choice::techniques() const {
-  return (precision != Precision::kFp32) + (checkpointing != Checkpointing::kNone) +
-         (accumulation > 1) +
-         (optimizer && optimizer != OptimizerKind::kAdamW && optimizer != OptimizerKind::kNone) +
-         !alloc_conf.empty() + !adapter.empty() + !use_cache + (offload != Offload::kNone) +
-         // 8-bit or 4-bit base weights ("lora r8 on int8 weights"): a change of their own, as
-         // fit counts them (sweeps/cli/fit_analysis.h technique_count).
-         (adapter.find(" weights") != std::string::npos);
+  // Each technique axis off its plain value (8-bit or 4-bit base weights a change of their
+  // own, as fit counts them); the accumulation this choice's own.
+  return changes_but(cells_of(cells), {"accumulation"}) + (accumulation > 1);
 }
 
 bool Choice::noisy() const { return step_ms_cv > kNoisyStepCv; }
@@ -516,6 +514,85 @@ std::vector<Measured> measure_all(const std::vector<Results>& results) {
 
 }  // namespace recommend_internal
 
+namespace {
+
+// Cross-GPU columns: the table's cards that could hold the smallest measured peak, one
+// column per memory size; their context is the target's (or CUDA's default).
+void add_columns(Recommendation& r, int64_t smallest_peak) {
+  r.column_context_bytes = r.target.cuda ? r.target.context_bytes : kDefaultCudaContextBytes;
+  // None for the CPU: its rows' peaks leave out what CUDA adds (context, allocator rounding).
+  for (const auto& spec : gpus()) {
+    auto mem = memory_bytes(spec);
+    if (smallest_peak < 0 || mem < smallest_peak || !r.target.cuda) continue;
+    if (r.columns.empty() || r.columns.back().rule.memory_bytes != mem)
+      r.columns.push_back(
+          {"", {}, FitRule{mem, r.column_context_bytes, r.target.margin, true, ""}});
+    auto& c = r.columns.back();
+    c.name += (c.name.empty() ? "" : " / ") + std::string(spec.name);
+    c.gpus.push_back(&spec);
+  }
+}
+
+// One group's recommendation on the target (and for an effective batch), and its cells of the
+// cross-GPU columns.
+void add_group(Recommendation& r, const std::vector<const Measured*>& members,
+               const RecommendOptions& options, const OnTarget& on_target) {
+  const Row& first = *members.front()->row;
+  GroupRecommendation g;
+  g.model = first.at(column("model"));
+  g.seq = first.at(column("seq"));
+  g.target_seq = first.at(column("target_seq"));
+  g.audio_s = first.at(column("audio_s"));
+  for (const auto* m : members) {
+    g.train_rows += m->train();
+    g.train_ok += m->train() && m->ok;
+    if (m->train() && !m->ok && !m->oom() && m->choice.status != Status::kOk) {
+      if (g.train_failed++ == 0)
+        g.failure = to_string(m->choice.status) + ": " + m->row->at(column("message")) + " (" +
+                    m->choice.where + ")";
+    }
+  }
+  Budgeted b = budgeted(members, r.target, on_target,
+                        !r.target.gpu || has_bf16_tensor_cores(*r.target.gpu));
+  g.fastest = b.fastest(&g.above_ceiling, &g.headline_note);
+  if (options.effective_batch) {
+    std::string why;
+    effective_batch(b, *options.effective_batch, g, &why);
+    // One question, one answer: asked for an effective batch, the headline (and the Trainer
+    // arguments printed for it) is the way to it, as fit's is; its candidates all stay
+    // under the recommended ceiling.
+    if (g.effective) {
+      g.fastest = g.effective;
+      g.above_ceiling = false;
+      g.headline_note = why;
+    }
+  }
+  if (r.has_eval) eval_checks(b, g);
+  max_batch_per_technique(b, g);
+  g.limit_reached = std::any_of(members.begin(), members.end(), [&](const Measured* m) {
+    return m->train() && m->exceeds(r.target.cap_bytes());
+  });
+  g.measure_command = measure_command(g, r.target);
+  if (!g.fastest) walk_closest(b, g);
+  r.groups.push_back(std::move(g));
+
+  auto& cells = r.cells.emplace_back();
+  auto& covered = r.covered.emplace_back();
+  for (const auto& col : r.columns) {
+    auto on_column = [&col](const Measured& m) {
+      const GpuSpec* s = find_gpu(m.choice.measured_on);
+      return std::find(col.gpus.begin(), col.gpus.end(), s) != col.gpus.end();
+    };
+    covered.push_back(std::any_of(members.begin(), members.end(), [&](const Measured* m) {
+      return m->train() && m->exceeds(col.rule.cap_bytes());
+    }));
+    cells.push_back(covered.back() ? budgeted(members, col.rule, on_column).fastest()
+                                   : std::nullopt);
+  }
+}
+
+}  // namespace
+
 Recommendation recommend(const std::vector<Results>& results, const RecommendOptions& options) {
   const std::vector<Measured> rows = measure_all(results);
   Recommendation r;
@@ -546,76 +623,8 @@ Recommendation recommend(const std::vector<Results>& results, const RecommendOpt
             r.predicted_cards.end())
       r.predicted_cards.push_back(m.card);
 
-  // Cross-GPU columns: the table's cards that could hold the smallest measured peak, one
-  // column per memory size; their context is the target's (or CUDA's default).
-  r.column_context_bytes = r.target.cuda ? r.target.context_bytes : kDefaultCudaContextBytes;
-  // None for the CPU: its rows' peaks leave out what CUDA adds (context, allocator rounding).
-  for (const auto& spec : gpus()) {
-    auto mem = memory_bytes(spec);
-    if (smallest_peak < 0 || mem < smallest_peak || !r.target.cuda) continue;
-    if (r.columns.empty() || r.columns.back().rule.memory_bytes != mem)
-      r.columns.push_back(
-          {"", {}, FitRule{mem, r.column_context_bytes, r.target.margin, true, ""}});
-    auto& c = r.columns.back();
-    c.name += (c.name.empty() ? "" : " / ") + std::string(spec.name);
-    c.gpus.push_back(&spec);
-  }
-
-  for (const auto& key : order) {
-    const auto& members = groups[key];
-    const Row& first = *members.front()->row;
-    GroupRecommendation g;
-    g.model = first.at(column("model"));
-    g.seq = first.at(column("seq"));
-    g.target_seq = first.at(column("target_seq"));
-    g.audio_s = first.at(column("audio_s"));
-    for (const auto* m : members) {
-      g.train_rows += m->train();
-      g.train_ok += m->train() && m->ok;
-      if (m->train() && !m->ok && !m->oom() && m->choice.status != Status::kOk) {
-        if (g.train_failed++ == 0)
-          g.failure = to_string(m->choice.status) + ": " + m->row->at(column("message")) + " (" +
-                      m->choice.where + ")";
-      }
-    }
-    Budgeted b = budgeted(members, r.target, on_target,
-                          !r.target.gpu || has_bf16_tensor_cores(*r.target.gpu));
-    g.fastest = b.fastest(&g.above_ceiling, &g.headline_note);
-    if (options.effective_batch) {
-      std::string why;
-      effective_batch(b, *options.effective_batch, g, &why);
-      // One question, one answer: asked for an effective batch, the headline (and the Trainer
-      // arguments printed for it) is the way to it, as fit's is; its candidates all stay
-      // under the recommended ceiling.
-      if (g.effective) {
-        g.fastest = g.effective;
-        g.above_ceiling = false;
-        g.headline_note = why;
-      }
-    }
-    if (r.has_eval) eval_checks(b, g);
-    max_batch_per_technique(b, g);
-    g.limit_reached = std::any_of(members.begin(), members.end(), [&](const Measured* m) {
-      return m->train() && m->exceeds(r.target.cap_bytes());
-    });
-    g.measure_command = measure_command(g, r.target);
-    if (!g.fastest) walk_closest(b, g);
-    r.groups.push_back(std::move(g));
-
-    auto& cells = r.cells.emplace_back();
-    auto& covered = r.covered.emplace_back();
-    for (const auto& col : r.columns) {
-      auto on_column = [&col](const Measured& m) {
-        const GpuSpec* s = find_gpu(m.choice.measured_on);
-        return std::find(col.gpus.begin(), col.gpus.end(), s) != col.gpus.end();
-      };
-      covered.push_back(std::any_of(members.begin(), members.end(), [&](const Measured* m) {
-        return m->train() && m->exceeds(col.rule.cap_bytes());
-      }));
-      cells.push_back(covered.back() ? budgeted(members, col.rule, on_column).fastest()
-                                     : std::nullopt);
-    }
-  }
+  add_columns(r, smallest_peak);
+  for (const auto& key : order) add_group(r, groups[key], options, on_target);
   r.notes = notes_for(r, rows, on_target, options.gpu.empty() && !options.memory_gib);
   return r;
 }

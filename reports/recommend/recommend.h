@@ -17,6 +17,7 @@
 #include "reports/common/fit_rule.h"
 #include "reports/common/gpus.h"
 #include "reports/common/trainer_args.h"
+#include "reports/results/technique.h"
 #include "reports/results/rows.h"
 
 namespace CLI {
@@ -88,6 +89,9 @@ struct Choice {
   // (its first OOM, or a peak over the cap); empty when unbounded.
   std::optional<int64_t> first_over;
 
+  // Every technique axis's and LoRA setting's cell, as the row has them (schema::kAxes): what
+  // a configuration is (same_configuration) and how many changes it makes (techniques()).
+  TechniqueCells cells;
   // What the row ran, in the fields Trainer arguments are made of (the family, LoRA's rank,
   // alpha, dropout and targets); batch and accumulation are this choice's own.
   TrainingSetup setup;

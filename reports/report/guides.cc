@@ -25,9 +25,8 @@ struct Rule {
 };
 
 std::string axes(const Point& p, bool precision, bool checkpointing, bool optimizer, bool batch) {
-  std::string k = to_string(p.mode) + "|" + std::to_string(p.accumulation) + "|" +
-                  to_string(p.adapter) + p.lora_r + "|" + (p.use_cache ? "1" : "0") + "|" +
-                  p.alloc_conf + "|" + to_string(p.offload) + "|" + to_string(p.weights_axis);
+  std::string k = to_string(p.mode) + "|" +
+                  configuration_key(p.cell(), {"precision", "checkpointing", "optimizer"});
   if (precision) k += "|" + to_string(p.precision);
   if (checkpointing) k += "|" + to_string(p.checkpointing);
   if (optimizer) k += "|" + to_string(p.optimizer);

@@ -70,9 +70,7 @@ Point parse_point(const Row& r) {
   p.precision = r.value<Precision>();
   p.checkpointing = r.value<Checkpointing>();
   p.optimizer = r.value<OptimizerKind>();
-  p.adapter = r.value<Adapter>().value_or(p.adapter);
-  p.offload = r.value<Offload>().value_or(p.offload);
-  p.weights_axis = r.value<Weights>().value_or(p.weights_axis);
+  p.techniques = technique_cells(r);
   const std::pair<std::string*, std::size_t> text[] = {
       {&p.alloc_conf, column("alloc_conf")},
       {&p.reason, column("reason")},
@@ -89,13 +87,8 @@ Point parse_point(const Row& r) {
       {&p.timestamp, column("timestamp")},
   };
   for (auto [field, col] : text) *field = r.at(col);
-  p.use_cache = r.at(column("use_cache")) != "0";
   p.host_peak_bytes = r.number(column("host_peak_bytes"));
   p.paged_bytes = r.number(column("paged_bytes"));
-  if (p.adapter == Adapter::kLora) {
-    r.number(column("lora_r"));  // numeric when present
-    p.lora_r = r.at(column("lora_r"));
-  }
   p.budget_bytes = r.number(column("budget_bytes")).value_or(0);
   p.budget_emulated = r.number(column("budget_emulated")).value_or(0) == 1;
   const auto card = predicted_card(r);
@@ -289,10 +282,7 @@ std::string Group::measured_by() const {
 std::string Point::technique() const {
   return to_string(precision) + " / " + to_string(checkpointing) + " / acc " +
          std::to_string(accumulation) + " / " + to_string(optimizer) +
-         (adapter == Adapter::kLora ? " / lora r" + lora_r : "") +
-         (use_cache ? "" : " / use_cache=False") +
-         (offload == Offload::kNone ? "" : " / offload " + to_string(offload)) +
-         (weights_axis == Weights::kFull ? "" : " / weights " + to_string(weights_axis));
+         name_tail(cell(), " / ", false, {"alloc_conf"});  // the group says the allocator's
 }
 
 std::vector<Point> parse_points(const Results& results) {

@@ -10,11 +10,6 @@
 namespace sweep::reports::report {
 namespace {
 
-// "lora r8" for LoRA, else the adapter's name.
-std::string adapter_text(const Point& p) {
-  return p.adapter == Adapter::kLora ? "lora r" + p.lora_r : to_string(p.adapter);
-}
-
 std::string status_text(const Point& p) {
   return p.reason.empty() || p.ok() ? to_string(p.status)
                                     : to_string(p.status) + " (" + p.reason + ")";
@@ -61,33 +56,40 @@ std::string pair_title(const Point& p) {
          (p.checkpointing == Checkpointing::kNone ? std::string("no checkpointing")
           : p.checkpointing ? to_string(p.checkpointing) + " checkpointing"
                             : std::string("checkpointing unknown")) +
-         (p.adapter == Adapter::kNone ? "" : ", " + adapter_text(p));
+         (p.adapter() == Adapter::kNone ? "" : ", " + shown(p.cell(), VocabTable<Adapter>::key));
 }
 
 std::string technique_title(const Point& p) {
   std::string s = pair_title(p) + ", " + to_string(p.optimizer);
   if (p.accumulation > 1) s += ", acc " + std::to_string(p.accumulation);
-  if (!p.use_cache) s += ", use_cache=False";
-  if (p.offload != Offload::kNone) s += ", offload " + to_string(p.offload);
-  if (p.weights_axis != Weights::kFull) s += ", " + to_string(p.weights_axis) + " weights";
+  // The rest of the technique's name (the adapter is in the pair's); the allocator's settings
+  // as the user wrote them.
+  s += name_tail(p.cell(), ", ", false, {"adapter", "alloc_conf"});
   if (!p.alloc_conf.empty()) s += ", " + p.alloc_conf;
   return s;
 }
 
 std::vector<Field<Point>> technique_fields() {
-  return {
+  std::vector<Field<Point>> fields = {
       right<Point>(
           "batch", [](const Point& p) { return std::to_string(p.batch); }, true),
       {.header = "precision", .cell = [](const Point& p) { return to_string(p.precision); }},
       {.header = "checkpointing", .cell = [](const Point& p) { return to_string(p.checkpointing); }},
       right<Point>("accumulation", [](const Point& p) { return std::to_string(p.accumulation); }),
       {.header = "optimizer", .cell = [](const Point& p) { return to_string(p.optimizer); }},
-      {.header = "adapter", .cell = adapter_text},
-      {.header = "use_cache", .cell = [](const Point& p) { return std::string(p.use_cache ? "True" : "False"); }},
-      {.header = "offload", .cell = [](const Point& p) { return to_string(p.offload); }},
-      {.header = "weights", .cell = [](const Point& p) { return to_string(p.weights_axis); }},
-      {.header = "status", .cell = [](const Point& p) { return status_text(p); }},
   };
+  // The technique's named axes, in the order its name gives them (the group holds the
+  // allocator's settings).
+  std::vector<const schema::Axis*> named;
+  for (const auto& a : schema::kAxes)
+    if (a.name_rank > 0 && a.column != "alloc_conf") named.push_back(&a);
+  std::sort(named.begin(), named.end(),
+            [](const schema::Axis* x, const schema::Axis* y) { return x->name_rank < y->name_rank; });
+  for (const schema::Axis* a : named)
+    fields.push_back({.header = std::string(a->column),
+                      .cell = [a](const Point& p) { return shown(p.cell(), a->column); }});
+  fields.push_back({.header = "status", .cell = [](const Point& p) { return status_text(p); }});
+  return fields;
 }
 
 }  // namespace sweep::reports::report

@@ -176,8 +176,8 @@ void technique_batch(Document& doc, Plotter& plotter, const Group& g, int batch,
   const Point* base = nullptr;
   for (const Point& p : pts)
     if (p.ok() && p.precision == Precision::kFp32 && p.checkpointing == Checkpointing::kNone &&
-        p.accumulation == 1 && p.optimizer == base_optimizer && p.adapter == Adapter::kNone &&
-        p.use_cache && p.offload == Offload::kNone && p.weights_axis == Weights::kFull &&
+        p.optimizer == base_optimizer &&
+        plain_but(p.cell(), {"precision", "checkpointing", "optimizer", "alloc_conf"}) &&
         p.peak_allocated && (p.tokens_per_s || p.predicted))
       base = &p;
   auto saving = [&](const Point& p) -> std::optional<double> {

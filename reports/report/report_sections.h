@@ -16,6 +16,7 @@
 #include "reports/common/plots.h"
 #include "reports/recommend/recommend.h"
 #include "reports/results/rows.h"
+#include "reports/results/technique.h"
 
 namespace sweep::reports::report {
 
@@ -32,12 +33,9 @@ struct Point {
   std::string device_name, torch_version, cuda_version, suite_version, git_commit, host;
   std::string timestamp;
   std::string search;  // "max_batch" for a max-batch search probe
-  Adapter adapter = Adapter::kNone;  // files from before the column: none
-  std::string lora_r;            // the LoRA rank as written, when adapter is lora
-  bool use_cache = true;         // false: called with use_cache=False (GPT-2, T5)
-  Offload offload = Offload::kNone;  // kOptimizer: AdamW's state on the host (ZeRO-Offload)
-  // The weights column: int8 (frozen base in 8 bit); older files: full.
-  Weights weights_axis = Weights::kFull;
+  // Every technique axis's and LoRA setting's cell (schema::kAxes; an older file's empty cell
+  // its fallback: adapter none), as the row has it.
+  TechniqueCells techniques;
   int64_t batch = 0;
   int64_t accumulation = 1;
   double budget_bytes = 0;
@@ -56,12 +54,17 @@ struct Point {
   bool failed() const { return status == Status::kCrash || status == Status::kTimeout; }
   // oom, or skipped because a smaller point already ran out of memory
   bool out_of_memory() const { return status == Status::kOom || reason == "implied-oom"; }
+  // A technique axis's cell by its column ("" for none): what the names are spelled from.
+  CellOf cell() const { return cells_of(techniques); }
+  Adapter adapter() const {
+    return parse_as<Adapter>(cell()(VocabTable<Adapter>::key)).value_or(Adapter::kNone);
+  }
   // "fp16-amp / block", "fp16-amp / block / lora"
   std::string pair() const {
     return to_string(precision) + " / " + to_string(checkpointing) +
-           (adapter == Adapter::kNone ? "" : " / " + to_string(adapter));
+           (adapter() == Adapter::kNone ? "" : " / " + to_string(adapter()));
   }
-  // "fp16-amp / block / acc 4 / adamw", "... / adamw / lora r8", "... / use_cache=False"
+  // "fp16-amp / block / acc 4 / adamw", "... / adamw / lora r8", "... / offload optimizer"
   std::string technique() const;
 };
 
@@ -141,14 +144,16 @@ T most_common(const std::vector<T>& values) {
 
 // How the sections order, pick and label points (report_points.cc).
 
-// Order: precision, checkpointing (none first), accumulation, optimizer, adapter (none
-// first), then batch; unknown values after the known ones. Inline: technique_section keys a
+// Order: precision, checkpointing (none first), accumulation, optimizer, the other technique
+// axes (plain first: order_of, reports/results/technique.h), then batch; unknown values after
+// the known ones. Inline: technique_section keys a
 // map by the type it returns.
 inline auto technique_key(const Point& p) {
   const auto checkpointing_rank = p.checkpointing ? static_cast<int>(*p.checkpointing) : 2;
   return std::make_tuple(precision_rank(p.precision), p.precision, checkpointing_rank,
                          p.checkpointing, p.accumulation, optimizer_rank(p.optimizer), p.optimizer,
-                         p.adapter, p.lora_r, !p.use_cache, p.offload, p.weights_axis);
+                         order_of(p.cell(), {"precision", "checkpointing", "accumulation", "optimizer",
+                                             "alloc_conf"}));
 }
 bool by_technique(const Point& a, const Point& b);
 

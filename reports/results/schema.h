@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <string_view>
 
 namespace sweep::schema {
@@ -190,11 +191,24 @@ inline constexpr std::array kAtLeastOneColumns = std::to_array<std::string_view>
 inline constexpr std::array kRequiredWhenOk =
     std::to_array<std::string_view>({"peak_allocated_bytes", "peak_reserved_bytes"});
 
-// The point's axes: the columns that say what was measured, one entry each, in the order the
-// point id names them. The worker side builds from this table and one Point member per entry
-// (SWEEP_POINT_AXES, sweeps/worker/point.h, checked against it at compile time): the point's
-// cells in a row, its id and the grid's axis values; `compare` its configuration key, the run
-// summary its configuration. Adding an axis is one line here and one there.
+// The point's axes: the columns that say what was measured, one declaration each, in the
+// order the point id names them. Every reader and writer of a point's parameters iterates
+// this table; only the code that *does* an axis (the model's cache, the worker's offload) names
+// it. From each entry:
+//   - the results: whether a row has the cell (Cell), what an empty cell means (fallback: an
+//     older file without the column);
+//   - the identity: whether the point id names it (Named); `compare` joins on the identity;
+//   - a config: whether `grid:` takes it and where it nests (grid), its values and their check
+//     (Values, max);
+//   - the readers: what it is (Role: the reports group by the input, a technique is the value of
+//     every technique axis), the plain configuration's value (a change from it is a technique),
+//     and the technique's name where it is not plain (phrase in reports and fit, key in
+//     compare's names, in name_rank order);
+//   - fit: whether it searches the axis (one combination per value).
+// The worker side builds from this table and one Point member per entry (SWEEP_POINT_AXES,
+// sweeps/worker/point.h, checked against it at compile time); the typed technique is
+// reports/results/technique.h (SWEEP_TECHNIQUE_AXES, checked the same way). Adding an axis is an
+// entry here, its member there, and what it does (docs/development.md, "Adding an axis").
 enum class Cell {
   kAlways,    // every row has the cell
   kIfSet,     // 0 means "not applicable to this model" and leaves the cell empty (seq for Whisper)
@@ -207,42 +221,158 @@ enum class Named {
   kWithLora,       // named after the adapter, when it is lora
   kNever,          // not part of the identity (it follows from the others, or is the machine's)
 };
+enum class Role {
+  kInput,      // what is trained: the model, its input's shape, the batch; reports group by it
+  kTechnique,  // how it is trained: a technique is the value of each technique axis
+  kLora,       // LoRA's settings: part of the technique when the adapter is lora
+  kRun,        // how long it is measured
+  kWhere,      // the device and the memory it ran under
+};
+// How a config spells an axis's values, and their check (sweeps/runner/config.cc).
+enum class Values {
+  kNone,         // not a config's
+  kVocabulary,   // the names of the vocabulary whose key is the column (vocab.h)
+  kBool,         // true | false (the cell: 1 | 0)
+  kCount,        // a whole number from 1 to `max`
+  kSeconds,      // a number of seconds above 0, at most `max`
+  kAllocConf,    // PYTORCH_CUDA_ALLOC_CONF as torch 2.11 parses it
+  kPositive,     // a number above 0, at most `max`
+  kProbability,  // a number from 0 up to, not including, 1
+  kNames,        // a list of names (the cell ';'-separated)
+};
 struct Axis {
   std::string_view column;
-  Cell cell;
-  Named id;
-  std::string_view fallback;  // what an empty cell means (an older file); "" = nothing
+  Cell cell = Cell::kAlways;
+  Named id = Named::kAlways;
+  std::string_view fallback = "";  // what an empty cell means (an older file); "" = nothing
+  Role role = Role::kInput;
+  int grid = 0;  // a config's grid key, nested in this order (1 outermost); 0: none
+  // A setting (Role::kLora): a config's top-level key for every point of it, and fit's flag
+  // --COLUMN ('_' as '-'); what it is, for the flag's help and the check's hint.
+  std::string_view help = "";
+  Values values = Values::kNone;
+  int64_t max = 0;  // kCount, kSeconds: the largest value a config may give
+  // A technique axis: the plain configuration's cell ('|' between alternatives); a technique
+  // counts each axis whose cell is not plain as a change.
+  std::string_view plain = "";
+  // Where a technique's name says this axis (rows, run summaries, reports, fit, compare's
+  // names): 0 never (the head of each name says precision, checkpointing, optimizer and the
+  // batch its own way), else in this order, and only where the cell is not plain. "{}" is
+  // the cell, "{column}" another axis's cell.
+  int name_rank = 0;
+  std::string_view phrase = "";  // "offload {}": reports, fit, the run's summary
+  std::string_view key = "";     // "offload-{}": compare's names (dashboards), no spaces
+  // A report's table column shows the cell, a flag as Python spells it ("False"), or this,
+  // plain or not: "{} r{lora_r}" ("lora r8").
+  std::string_view shown = "";
+  // fit searches it: one technique combination per value, nested in this order (1 outermost;
+  // sweeps/cli/fit_plan.cc); 0: not searched.
+  int fit = 0;
+  // fit searches a value other than plain only where this axis is plain (the model's cache
+  // off only without checkpointing, which turns it off in training anyway).
+  std::string_view fit_without = "";
 };
 inline constexpr std::array kAxes = std::to_array<Axis>({
-    {"model", Cell::kAlways, Named::kAlways, ""},
-    {"family", Cell::kAlways, Named::kNever, ""},
-    {"mode", Cell::kAlways, Named::kAlways, ""},
-    {"batch", Cell::kAlways, Named::kAlways, ""},
-    {"seq", Cell::kIfSet, Named::kAlways, ""},
-    {"target_seq", Cell::kIfSet, Named::kAlways, ""},
-    {"audio_s", Cell::kIfSet, Named::kAlways, ""},
-    {"precision", Cell::kAlways, Named::kAlways, ""},
-    {"checkpointing", Cell::kAlways, Named::kAlways, ""},
-    {"accumulation", Cell::kAlways, Named::kAlways, ""},
-    {"optimizer", Cell::kAlways, Named::kAlways, ""},
-    {"use_cache", Cell::kAlways, Named::kUnlessDefault, "1"},
-    {"adapter", Cell::kAlways, Named::kUnlessDefault, "none"},
-    {"lora_r", Cell::kWithLora, Named::kWithLora, ""},
-    {"lora_alpha", Cell::kWithLora, Named::kWithLora, ""},
-    {"lora_dropout", Cell::kWithLora, Named::kWithLora, ""},
-    {"lora_targets", Cell::kWithLora, Named::kWithLora, ""},
-    {"offload", Cell::kAlways, Named::kUnlessDefault, "none"},
-    {"weights", Cell::kAlways, Named::kUnlessDefault, "full"},
-    {"alloc_conf", Cell::kAlways, Named::kAlways, ""},
-    {"steps", Cell::kAlways, Named::kAlways, ""},
-    {"warmup_steps", Cell::kAlways, Named::kAlways, ""},
-    {"repetitions", Cell::kAlways, Named::kAlways, ""},
-    {"budget_bytes", Cell::kAlways, Named::kAlways, ""},
-    {"budget_emulated", Cell::kAlways, Named::kNever, ""},
-    {"device", Cell::kAlways, Named::kNever, ""},
+    {.column = "model", .values = Values::kNone},
+    {.column = "family", .id = Named::kNever},
+    {.column = "mode", .grid = 1, .values = Values::kVocabulary},
+    {.column = "batch", .grid = 12, .values = Values::kCount, .max = int64_t{1} << 30},
+    {.column = "seq", .cell = Cell::kIfSet, .grid = 2, .values = Values::kCount, .max = int64_t{1} << 20},
+    {.column = "target_seq", .cell = Cell::kIfSet, .grid = 3, .values = Values::kCount,
+     .max = int64_t{1} << 20},
+    {.column = "audio_s", .cell = Cell::kIfSet, .grid = 4, .values = Values::kSeconds, .max = 30},
+    {.column = "precision", .role = Role::kTechnique, .grid = 5, .values = Values::kVocabulary,
+     .plain = "fp32", .fit = 1},
+    {.column = "checkpointing", .role = Role::kTechnique, .grid = 6, .values = Values::kVocabulary,
+     .plain = "none", .fit = 2},
+    {.column = "accumulation", .role = Role::kTechnique, .grid = 8, .values = Values::kCount,
+     .max = int64_t{1} << 20, .plain = "1"},
+    {.column = "optimizer", .role = Role::kTechnique, .grid = 7, .values = Values::kVocabulary,
+     .plain = "adamw|none", .fit = 3},
+    {.column = "use_cache", .id = Named::kUnlessDefault, .fallback = "1", .role = Role::kTechnique,
+     .grid = 13, .values = Values::kBool, .plain = "1", .name_rank = 2, .phrase = "use_cache=False",
+     .key = "no-cache", .fit = 7, .fit_without = "checkpointing"},
+    {.column = "adapter", .id = Named::kUnlessDefault, .fallback = "none", .role = Role::kTechnique,
+     .grid = 10, .values = Values::kVocabulary, .plain = "none", .name_rank = 1,
+     .phrase = "{} r{lora_r}", .key = "{}-r{lora_r}", .shown = "{} r{lora_r}", .fit = 4},
+    {.column = "lora_r", .cell = Cell::kWithLora, .id = Named::kWithLora, .role = Role::kLora,
+     .help = "LoRA's rank (LoraConfig r; default 8)", .values = Values::kCount, .max = int64_t{1} << 16},
+    {.column = "lora_alpha", .cell = Cell::kWithLora, .id = Named::kWithLora, .role = Role::kLora,
+     .help = "LoRA's alpha: the update scaled by alpha / r (PEFT's default 8)",
+     .values = Values::kPositive, .max = 1000000},
+    {.column = "lora_dropout", .cell = Cell::kWithLora, .id = Named::kWithLora, .role = Role::kLora,
+     .help = "dropout on the adapters' input, from 0 (PEFT's default: none) up to, not including, 1",
+     .values = Values::kProbability},
+    {.column = "lora_targets", .cell = Cell::kWithLora, .id = Named::kWithLora, .role = Role::kLora,
+     .help = "the modules LoRA adapts (LoraConfig target_modules: names, or all-linear; default the "
+             "family's, as PEFT's)",
+     .values = Values::kNames},
+    {.column = "offload", .id = Named::kUnlessDefault, .fallback = "none", .role = Role::kTechnique,
+     .grid = 11, .values = Values::kVocabulary, .plain = "none", .name_rank = 3,
+     .phrase = "offload {}", .key = "offload-{}", .fit = 5},
+    {.column = "weights", .id = Named::kUnlessDefault, .fallback = "full", .role = Role::kTechnique,
+     .grid = 14, .values = Values::kVocabulary, .plain = "full", .name_rank = 4,
+     .phrase = "{} weights", .key = "weights-{}", .fit = 6},
+    {.column = "alloc_conf", .role = Role::kTechnique, .grid = 9, .values = Values::kAllocConf,
+     .plain = "", .name_rank = 5, .phrase = "alloc_conf {}", .key = "alloc={}"},
+    {.column = "steps", .role = Role::kRun},
+    {.column = "warmup_steps", .role = Role::kRun},
+    {.column = "repetitions", .role = Role::kRun},
+    {.column = "budget_bytes", .role = Role::kWhere},
+    {.column = "budget_emulated", .id = Named::kNever, .role = Role::kWhere},
+    {.column = "device", .id = Named::kNever, .role = Role::kWhere},
     // Two emulated cards are two points; measured points have none, so their ids stay.
-    {"card", Cell::kIfSet, Named::kUnlessDefault, ""},
+    {.column = "card", .cell = Cell::kIfSet, .id = Named::kUnlessDefault, .role = Role::kWhere},
 });
+
+// Whether `cell` is the plain configuration's value of `a` (one of its '|' alternatives).
+constexpr bool is_plain(const Axis& a, std::string_view cell) {
+  for (std::size_t b = 0;;) {
+    const std::size_t e = a.plain.find('|', b);
+    if (a.plain.substr(b, e == std::string_view::npos ? e : e - b) == cell) return true;
+    if (e == std::string_view::npos) return false;
+    b = e + 1;
+  }
+}
+
+// The config's grid keys in nesting order (outermost first).
+consteval auto grid_axes() {
+  constexpr std::size_t n = [] {
+    std::size_t k = 0;
+    for (const auto& a : kAxes) k += a.grid > 0;
+    return k;
+  }();
+  std::array<std::string_view, n> names{};
+  for (const auto& a : kAxes)
+    if (a.grid > 0) names[static_cast<std::size_t>(a.grid - 1)] = a.column;
+  return names;
+}
+// Each grid rank is taken once, from 1 up (fails the build otherwise).
+consteval bool grid_ranks_are_dense() {
+  for (auto name : grid_axes())
+    if (name.empty()) return false;
+  return true;
+}
+static_assert(grid_ranks_are_dense(), "kAxes' grid ranks must run 1, 2, ... without a gap or a repeat");
+
+// The axes fit searches in nesting order (outermost first).
+consteval auto fit_axes() {
+  constexpr std::size_t n = [] {
+    std::size_t k = 0;
+    for (const auto& a : kAxes) k += a.fit > 0;
+    return k;
+  }();
+  std::array<const Axis*, n> axes{};
+  for (const auto& a : kAxes)
+    if (a.fit > 0) axes[static_cast<std::size_t>(a.fit - 1)] = &a;
+  return axes;
+}
+consteval bool fit_ranks_are_dense() {
+  for (const Axis* a : fit_axes())
+    if (a == nullptr) return false;
+  return true;
+}
+static_assert(fit_ranks_are_dense(), "kAxes' fit ranks must run 1, 2, ... without a gap or a repeat");
 
 // The axes' column names, in kAxes order.
 consteval std::array<std::string_view, kAxes.size()> axis_columns() {

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "reports/results/error.h"
 
@@ -88,6 +89,17 @@ constexpr auto all_of() {
   std::array<E, VocabTable<E>::names.size()> values{};
   for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<E>(i);
   return values;
+}
+// The names of the vocabulary whose key is `column` (an axis, or `status`), in enumerator
+// order; empty for a column with none.
+inline std::vector<std::string_view> vocabulary_names(std::string_view column) {
+  std::vector<std::string_view> names;
+  auto add = [&]<class E>(E) {
+    if (VocabTable<E>::key == column) names.assign(VocabTable<E>::names.begin(), VocabTable<E>::names.end());
+  };
+  (add(Mode{}), add(Precision{}), add(Checkpointing{}), add(OptimizerKind{}), add(Adapter{}),
+   add(Offload{}), add(Weights{}), add(Device{}), add(Status{}));
+  return names;
 }
 // The names for a hint: "fp32, fp16-amp, bf16-amp, bf16".
 template <Vocabulary E>

@@ -21,13 +21,18 @@
 namespace sweep {
 
 std::string FitTechnique::label() const {
-  return to_string(precision) + ", " +
-         (checkpointing == Checkpointing::kNone ? "no checkpointing"
-                                                : to_string(checkpointing) + " checkpointing") +
-         ", " + to_string(optimizer) + (use_cache ? "" : ", use_cache=False") +
-         (adapter == Adapter::kNone ? "" : ", " + to_string(adapter)) +
-         (offload == Offload::kNone ? "" : ", offload " + to_string(offload)) +
-         (weights == Weights::kFull ? "" : ", " + to_string(weights) + " weights");
+  // Appended, not "text" + std::string&&: g++ 12 sets off a false -Wstringop-overflow there.
+  std::string s = to_string(precision);
+  if (checkpointing == Checkpointing::kNone) {
+    s += ", no checkpointing, ";
+  } else {
+    s += ", ";
+    s += to_string(checkpointing);
+    s += " checkpointing, ";
+  }
+  s += to_string(optimizer);
+  s += name_tail(cells_of(*this), ", ");
+  return s;
 }
 
 int run_fit(const FitOptions& given, nlohmann::json* answer) {

@@ -1,6 +1,6 @@
 // `sweep fit MODEL --gpu NAME | --memory-gib N`: what fits on a card, and what is fastest.
-// For each technique combination (precision x checkpointing x optimizer, and use_cache where
-// the model has a cache), a max-batch search under the card's usable memory, each probe an
+// For each technique combination (every axis fit searches, reports/results/technique.h), a
+// max-batch search under the card's usable memory, each probe an
 // isolated worker; then the recommendation, measured: the fastest way to the effective batch.
 // It writes an ordinary results directory (OUT/fit.yaml is the config it ran), so `report`,
 // `recommend` and `compare` read it and a second `fit` reuses every probe already measured.
@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "reports/results/technique.h"
 #include "reports/results/vocab.h"
 
 namespace sweep {
@@ -40,22 +41,17 @@ struct FitOptions {
   bool predict = true;  // --no-prediction: searches not seeded by emulation (RunOptions::predict)
 };
 
-// One technique combination and what its search found.
-struct FitTechnique {
-  Precision precision = Precision::kFp32;
-  Checkpointing checkpointing = Checkpointing::kNone;
-  OptimizerKind optimizer = OptimizerKind::kAdamW;
-  bool use_cache = true;
-  Adapter adapter = Adapter::kNone;  // lora: PEFT's LoRA, the base frozen
-  Offload offload = Offload::kNone;  // optimizer: AdamW's state on the host (ZeRO-Offload)
-  Weights weights = Weights::kFull;  // int8: the frozen base in 8 bit (with lora)
+// One technique combination (the axes fit searches) and what its search found.
+struct FitTechnique : Technique {
   std::optional<int64_t> largest;    // largest batch that fits; none: not even batch 1
   std::optional<int64_t> first_oom;  // smallest batch measured out of memory
   int probes = 0;
   double peak_reserved = 0, peak_allocated = 0, tokens_per_s = 0, step_ms_cv = 0;
   std::string stopped;  // a probe that crashed or timed out: its status
   std::string stopped_message;  // and its message
-  std::string label() const;  // "bf16-amp, block, adamw" (+ ", use_cache=False", ", lora")
+  // "bf16-amp, block checkpointing, adamw" and the technique's name parts: ", lora",
+  // ", offload optimizer" (reports/results/technique.h name_tail)
+  std::string label() const;
 };
 
 // Exit code; UserError for bad input (the CLI prints it, exit 2). With `answer`, the answer

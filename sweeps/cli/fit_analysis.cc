@@ -16,35 +16,7 @@ namespace sweep {
 
 using schema::column;
 
-std::string technique_key(const FitTechnique& t) {
-  return to_string(t.precision) + "|" + to_string(t.checkpointing) + "|" + to_string(t.optimizer) +
-         "|" + (t.use_cache ? "1" : "0") + "|" + to_string(t.adapter) + "|" + to_string(t.offload) +
-         "|" + to_string(t.weights);
-}
-
-namespace {
-
-// The technique a probe row measured; nullopt for a row that does not name one.
-std::optional<FitTechnique> technique_of(const reports::Row& r) {
-  const auto precision = r.value<Precision>();
-  const auto checkpointing = r.value<Checkpointing>();
-  const auto optimizer = r.value<OptimizerKind>();
-  const auto adapter = r.value<Adapter>();
-  const auto offload = r.value<Offload>();
-  const auto weights = r.value<Weights>();
-  if (!precision || !checkpointing || !optimizer || !adapter || !offload || !weights) return std::nullopt;
-  return FitTechnique{*precision, *checkpointing, *optimizer, r.axis(column("use_cache")) != "0",
-                      *adapter, *offload, *weights};
-}
-
-}  // namespace
-
-nlohmann::json technique_json(const FitTechnique& t) {
-  return {{"precision", to_string(t.precision)}, {"checkpointing", to_string(t.checkpointing)},
-          {"optimizer", to_string(t.optimizer)}, {"use_cache", t.use_cache},
-          {"adapter", to_string(t.adapter)},     {"offload", to_string(t.offload)},
-          {"weights", to_string(t.weights)}};
-}
+std::string technique_key(const FitTechnique& t) { return t.key(); }
 
 
 namespace {
@@ -88,7 +60,7 @@ Analysis analyse(const reports::Results& results, const std::vector<Point>& sear
       continue;
     const auto technique = technique_of(*r);
     if (!technique) continue;
-    auto it = by_key.find(technique_key(*technique));
+    auto it = by_key.find(technique->key());
     if (it == by_key.end()) continue;
     FitTechnique& t = it->second;
     const auto batch = static_cast<int64_t>(r->number(column("batch")).value_or(0));
@@ -273,11 +245,7 @@ std::optional<reports::TrainingSetup> training_setup(const Analysis& a, const Pi
   return s;
 }
 
-int technique_count(const FitTechnique& t) {
-  return (t.precision != Precision::kFp32) + (t.checkpointing != Checkpointing::kNone) +
-         (t.optimizer != OptimizerKind::kAdamW) + !t.use_cache + (t.adapter != Adapter::kNone) +
-         (t.offload != Offload::kNone) + (t.weights != Weights::kFull);
-}
+int technique_count(const FitTechnique& t) { return t.changes(); }
 
 std::string pick_id(const Pick& p) {
   const auto& t = *p.technique;

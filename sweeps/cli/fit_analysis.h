@@ -20,7 +20,7 @@
 
 namespace sweep {
 
-// The key of a technique in Analysis::ok_rows: "bf16|none|adamw|1|none|none|full".
+// The key of a technique in Analysis::ok_rows: "bf16|none|adamw|1|none|none|full" (Technique::key).
 std::string technique_key(const FitTechnique& t);
 
 // What the rows of OUT say about each technique: the probes of this fit's question (its
@@ -111,11 +111,9 @@ struct PickQuestion {
 // The pick; nullopt when nothing fits.
 std::optional<Pick> pick(const Analysis& a, const PickQuestion& q);
 // Changes from plain training (fp32, no checkpointing, AdamW, the cache on, no adapter, no
-// offload, full weights): each costs throughput on a real card.
+// offload, full weights; Technique::changes): each costs throughput on a real card.
 int technique_count(const FitTechnique& t);
 std::string pick_id(const Pick& p);
 
-// The technique's axes as fit's JSON names them.
-nlohmann::json technique_json(const FitTechnique& t);
 
 }  // namespace sweep

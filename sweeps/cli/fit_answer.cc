@@ -30,7 +30,7 @@ bool borderline(const FitQuestion& q, const FitTechnique& t) {
 
 nlohmann::json technique_answer(const FitQuestion& q, const FitTechnique& t, int64_t budget) {
   const bool emulated = q.emulated();
-  nlohmann::json e = technique_json(t);
+  nlohmann::json e = t.json();
   e["probes"] = t.probes;
   e["limit_reached"] = t.first_oom.has_value();
   e["largest_batch"] = t.largest ? nlohmann::json(*t.largest) : nlohmann::json(nullptr);
@@ -61,7 +61,7 @@ nlohmann::json recommendation_json(const FitQuestion& q, const FitRows& rows, co
   if (!pick.choice) return nullptr;
   const Pick& c = *pick.choice;
   const bool emulated = q.emulated();
-  nlohmann::json j = technique_json(*c.technique);
+  nlohmann::json j = c.technique->json();
   j.update({{"batch", c.batch},
             {"accumulation", c.accumulation},
             {"peak_reserved_bytes", c.peak_reserved},

@@ -25,14 +25,14 @@ Point install_pick_config(const FitQuestion& q, const FitPlan& p, const FitRows&
   YAML::Node grid = v["grid"];
   grid["batch"] = choice.batch;
   add_input_axes(q.o, grid);
-  grid["precision"] = to_string(t.precision);
-  grid["checkpointing"] = to_string(t.checkpointing);
-  grid["optimizer"] = to_string(t.optimizer);
-  grid["adapter"] = to_string(t.adapter);
-  grid["offload"] = to_string(t.offload);
-  grid["weights"] = to_string(t.weights);
+  // Each searched axis at the pick's value; a flag the model lacks (its cache) left to its default.
+  for (const schema::Axis* a : schema::fit_axes())
+    if (a->values != schema::Values::kBool)
+      grid[std::string(a->column)] = t.cell(a->column);
   grid["accumulation"] = choice.accumulation;
-  if (q.has_cache()) grid["use_cache"] = t.use_cache;
+  for (const schema::Axis* a : schema::fit_axes())
+    if (a->values == schema::Values::kBool && q.has_cache())
+      grid[std::string(a->column)] = config_text(a->column, t.cell(a->column)) == "true";
   const auto points = install_fit_config(
       fs::path(p.out) / "fit-pick.yaml",
       emit_config("The recommendation of `sweep fit`, measured at its accumulation.", v), q.device);

@@ -2,6 +2,7 @@
 #include "sweeps/cli/fit_plan.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "models/zoo.h"
 #include "reports/results/error.h"
@@ -12,72 +13,87 @@ namespace {
 
 using reports::kGiB;
 
-template <Vocabulary E>
-YAML::Node yaml_list(const std::vector<E>& v) {
-  std::vector<std::string> names;
-  for (const auto& e : v) names.push_back(to_string(e));
-  return flow_list(names);
-}
-
-template <Vocabulary E>
-bool has(const std::vector<E>& v, E e) {
-  return std::find(v.begin(), v.end(), e) != v.end();
-}
-
 // The values a flag gives (checked and spelled as a config would be), else the defaults.
 template <Vocabulary E>
-std::vector<E> checked(const std::vector<std::string>& given, const std::vector<E>& defaults,
-                       const std::string& flag) {
-  if (given.empty()) return defaults;
-  std::vector<E> out;
+std::vector<std::string> checked(const std::vector<std::string>& given, const std::vector<E>& defaults,
+                                 const std::string& flag) {
+  std::vector<std::string> out;
   for (const auto& v : given) {
     const auto e = parse_as<E>(canonical_axis_value(std::string(VocabTable<E>::key), v, "", 0, flag));
     SWEEP_CHECK(e.has_value(), "a canonical " + std::string(VocabTable<E>::key) + " that is no value");
-    if (!has(out, *e)) out.push_back(*e);
+    if (std::find(out.begin(), out.end(), to_string(*e)) == out.end()) out.push_back(to_string(*e));
   }
+  if (given.empty())
+    for (const E e : defaults) out.push_back(to_string(e));
   return out;
 }
 
-// Each axis' values: the flag's, else the defaults for the device.
+// Each searched axis's values as cells, in schema::fit_axes() order: the flag's, else the
+// defaults for the device.
 struct Axes {
-  std::vector<Precision> precisions;
-  std::vector<Checkpointing> checkpointing;
-  std::vector<OptimizerKind> optimizers;
-  std::vector<Adapter> adapters;
-  std::vector<Offload> offloads;
-  std::vector<Weights> weights;
+  std::vector<std::pair<const schema::Axis*, std::vector<std::string>>> values;
+  const std::vector<std::string>& of(std::string_view column) const {
+    for (const auto& [axis, v] : values)
+      if (axis->column == column) return v;
+    SWEEP_CHECK(false, "fit searches no axis " + std::string(column));
+  }
+  template <Vocabulary E>
+  std::vector<E> of() const {
+    std::vector<E> out;
+    for (const auto& v : of(VocabTable<E>::key)) out.push_back(*parse_as<E>(v));
+    return out;
+  }
+  template <Vocabulary E>
+  bool has(E e) const {
+    const auto v = of<E>();
+    return std::find(v.begin(), v.end(), e) != v.end();
+  }
 };
 
-Axes axes_of(const FitQuestion& q) {
+// One searched axis's values: its flag's, else the defaults for the device and model.
+std::vector<std::string> values_of(const FitQuestion& q, const schema::Axis& axis) {
   const FitOptions& o = q.o;
-  Axes x;
+  const std::string_view c = axis.column;
   // A card without bf16 tensor cores (T4, V100) trains in fp16 autocast with a GradScaler,
   // not bf16 autocast (the per-card tables do the same, sweeps/cli/tables.cc lacks_bf16).
-  x.precisions = checked<Precision>(
-      o.precisions,
-      q.bf16_tensor_cores() ? std::vector{Precision::kFp32, Precision::kBf16Amp, Precision::kBf16}
-                            : std::vector{Precision::kFp32, Precision::kFp16Amp, Precision::kBf16},
-      "--precision");
-  x.checkpointing = checked<Checkpointing>(
-      o.checkpointing, {Checkpointing::kNone, Checkpointing::kBlock}, "--checkpointing");
+  if (c == "precision")
+    return checked<Precision>(
+        o.precisions,
+        q.bf16_tensor_cores() ? std::vector{Precision::kFp32, Precision::kBf16Amp, Precision::kBf16}
+                              : std::vector{Precision::kFp32, Precision::kFp16Amp, Precision::kBf16},
+        "--precision");
+  if (c == "checkpointing")
+    return checked<Checkpointing>(o.checkpointing, {Checkpointing::kNone, Checkpointing::kBlock},
+                                  "--checkpointing");
   // 8-bit AdamW and optimizer offload by default where they cost what they cost a user (on
   // CUDA); on the CPU 8-bit AdamW's ATen path is slow and host and device are one memory
   // (ask for them with --optimizer, --offload). LoRA changes what is trained: --adapter.
-  x.optimizers = checked<OptimizerKind>(
-      o.optimizers,
-      !q.cpu() ? std::vector{OptimizerKind::kAdamW, OptimizerKind::kAdafactor, OptimizerKind::kAdamW8bit}
-               : std::vector{OptimizerKind::kAdamW, OptimizerKind::kAdafactor},
-      "--optimizer");
-  x.adapters = checked<Adapter>(o.adapters, {Adapter::kNone}, "--adapter");
-  x.offloads = checked<Offload>(
-      o.offloads,
-      !q.cpu() ? std::vector{Offload::kNone, Offload::kOptimizer} : std::vector{Offload::kNone},
-      "--offload");
+  if (c == "optimizer")
+    return checked<OptimizerKind>(
+        o.optimizers,
+        !q.cpu() ? std::vector{OptimizerKind::kAdamW, OptimizerKind::kAdafactor, OptimizerKind::kAdamW8bit}
+                 : std::vector{OptimizerKind::kAdamW, OptimizerKind::kAdafactor},
+        "--optimizer");
+  if (c == "adapter") return checked<Adapter>(o.adapters, {Adapter::kNone}, "--adapter");
+  if (c == "offload")
+    return checked<Offload>(
+        o.offloads,
+        !q.cpu() ? std::vector{Offload::kNone, Offload::kOptimizer} : std::vector{Offload::kNone},
+        "--offload");
   // 8- and 4-bit base weights only when asked (--weights full,int8,nf4), and then with LoRA
   // only: the quantised base is frozen.
-  x.weights = checked<Weights>(o.weights, {Weights::kFull}, "--weights");
-  for (const Weights w : x.weights)
-    if (w != Weights::kFull && !has(x.adapters, Adapter::kLora))
+  if (c == "weights") return checked<Weights>(o.weights, {Weights::kFull}, "--weights");
+  // A flag without a command-line flag of its own (the model's cache): both ways where the
+  // model has it.
+  SWEEP_CHECK(axis.values == schema::Values::kBool, "fit has no values for " + std::string(c));
+  return q.has_cache() ? std::vector<std::string>{"1", "0"} : std::vector<std::string>{"1"};
+}
+
+Axes axes_of(const FitQuestion& q) {
+  Axes x;
+  for (const schema::Axis* a : schema::fit_axes()) x.values.push_back({a, values_of(q, *a)});
+  for (const Weights w : x.of<Weights>())
+    if (w != Weights::kFull && !x.has(Adapter::kLora))
       throw UserError("", 0, "--weights",
                       to_string(w) + " weights train only with LoRA: the " +
                           (w == Weights::kInt8 ? "8" : "4") + "-bit base is frozen",
@@ -96,21 +112,31 @@ bool trainable(Weights w, Precision p) {
   return w == Weights::kFull || w == Weights::kInt8 || p != Precision::kBf16;
 }
 
-// Every combination of the axes that trains, and use_cache=False without checkpointing
-// (transformers turns the cache off under checkpointing in training anyway).
-std::vector<FitTechnique> combine(const Axes& x, bool model_has_cache) {
+// A value other than plain where the axis's fit_without is not plain (schema.h).
+bool searched_together(const Technique& t) {
+  for (const schema::Axis* a : schema::fit_axes())
+    if (!a->fit_without.empty() && !schema::is_plain(*a, t.cell(a->column)) &&
+        !schema::is_plain(*schema::find_axis(a->fit_without), t.cell(a->fit_without)))
+      return false;
+  return true;
+}
+
+// Every combination of the axes' values that trains, nested in fit_axes() order.
+std::vector<FitTechnique> combine(const Axes& x) {
   std::vector<FitTechnique> wanted;
-  for (const auto& p : x.precisions)
-    for (const auto& c : x.checkpointing)
-      for (const auto& opt : x.optimizers)
-        for (const auto& ad : x.adapters)
-          for (const auto& off : x.offloads)
-            for (const auto& w : x.weights)
-              for (bool cache : {true, false})
-                if ((cache || (model_has_cache && c == Checkpointing::kNone)) &&
-                    (off == Offload::kNone || offloadable(p, opt)) &&
-                    (w == Weights::kFull || ad == Adapter::kLora) && trainable(w, p))
-                  wanted.push_back({p, c, opt, cache, ad, off, w});
+  std::function<void(std::size_t, FitTechnique)> nest = [&](std::size_t i, FitTechnique t) {
+    if (i == x.values.size()) {
+      if (searched_together(t) && (t.offload == Offload::kNone || offloadable(t.precision, t.optimizer)) &&
+          (t.weights == Weights::kFull || t.adapter == Adapter::kLora) && trainable(t.weights, t.precision))
+        wanted.push_back(t);
+      return;
+    }
+    for (const auto& v : x.values[i].second) {
+      SWEEP_CHECK(t.set(x.values[i].first->column, v), "a searched value that is none");
+      nest(i + 1, t);
+    }
+  };
+  nest(0, FitTechnique{});
   return wanted;
 }
 
@@ -138,31 +164,36 @@ YAML::Node search_config(const FitQuestion& q, const FitPlan& p, const Axes& x) 
   YAML::Node grid = y["grid"];
   grid["batch"] = 1;
   add_input_axes(q.o, grid);
-  grid["precision"] = yaml_list(x.precisions);
-  grid["checkpointing"] = yaml_list(x.checkpointing);
-  grid["optimizer"] = yaml_list(x.optimizers);
-  grid["adapter"] = yaml_list(x.adapters);
-  grid["offload"] = yaml_list(x.offloads);
-  grid["weights"] = yaml_list(x.weights);
-  auto exclude = [&](std::initializer_list<std::pair<const char*, std::string>> rule) {
+  auto exclude = [&](std::initializer_list<std::pair<std::string_view, std::string>> rule) {
     YAML::Node r;
-    for (const auto& [axis, value] : rule) r[axis] = value;
+    for (const auto& [axis, value] : rule) r[std::string(axis)] = value;
     r.SetStyle(YAML::EmitterStyle::Flow);
     y["exclude"].push_back(r);
   };
-  if (q.has_cache()) {
-    grid["use_cache"] = flow_list({"true", "false"});
-    exclude({{"checkpointing", "block"}, {"use_cache", "false"}});
+  // Each searched axis with its values (one that only takes its plain value is left to its
+  // default), and a value searched only where another axis is plain.
+  for (const auto& [axis, values] : x.values) {
+    if (axis->values == schema::Values::kBool && values.size() == 1 && schema::is_plain(*axis, values[0]))
+      continue;
+    std::vector<std::string> spelled;
+    for (const auto& v : values) spelled.push_back(config_text(axis->column, v));
+    grid[std::string(axis->column)] = flow_list(spelled);
+    if (axis->fit_without.empty()) continue;
+    const schema::Axis& other = *schema::find_axis(axis->fit_without);
+    for (const auto& v : values)
+      if (!schema::is_plain(*axis, v))
+        for (const auto& w : x.of(other.column))
+          if (!schema::is_plain(other, w)) exclude({{other.column, w}, {axis->column, config_text(axis->column, v)}});
   }
-  if (has(x.offloads, Offload::kOptimizer)) {
-    for (const auto opt : x.optimizers)
+  if (x.has(Offload::kOptimizer)) {
+    for (const auto opt : x.of<OptimizerKind>())
       if (opt != OptimizerKind::kAdamW) exclude({{"offload", "optimizer"}, {"optimizer", to_string(opt)}});
-    if (has(x.precisions, Precision::kBf16)) exclude({{"offload", "optimizer"}, {"precision", "bf16"}});
+    if (x.has(Precision::kBf16)) exclude({{"offload", "optimizer"}, {"precision", "bf16"}});
   }
-  for (const Weights w : x.weights) {
+  for (const Weights w : x.of<Weights>()) {
     if (w == Weights::kFull) continue;
-    if (has(x.adapters, Adapter::kNone)) exclude({{"weights", to_string(w)}, {"adapter", "none"}});
-    if (w != Weights::kInt8 && has(x.precisions, Precision::kBf16))
+    if (x.has(Adapter::kNone)) exclude({{"weights", to_string(w)}, {"adapter", "none"}});
+    if (w != Weights::kInt8 && x.has(Precision::kBf16))
       exclude({{"weights", to_string(w)}, {"precision", "bf16"}});
   }
   return y;
@@ -173,7 +204,7 @@ YAML::Node search_config(const FitQuestion& q, const FitPlan& p, const Axes& x) 
 FitPlan plan(const FitQuestion& q) {
   const Axes x = axes_of(q);
   FitPlan p;
-  p.wanted = combine(x, q.has_cache());
+  p.wanted = combine(x);
   // A config.json's model is named by its path; its folder names the results directory.
   const std::string slug = models::model_slug(*q.spec);
   p.out = q.o.out.empty() ? "results/fit-" + slug + "-" + q.card.key : q.o.out;

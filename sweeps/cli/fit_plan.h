@@ -1,6 +1,7 @@
-// fit's second stage, the plan: the technique combinations to search (precision x
-// checkpointing x optimizer x adapter x offload x weights, and use_cache where the model has a
-// cache) and the config that searches them, OUT/fit.yaml, not yet written.
+// fit's second stage, the plan: the technique combinations to search (every axis fit searches,
+// schema::fit_axes(), in its nesting order: precision x checkpointing x optimizer x adapter x
+// offload x weights x the model's cache) and the config that searches them, OUT/fit.yaml, not
+// yet written.
 #pragma once
 
 #include <string>

@@ -39,7 +39,7 @@ struct FitQuestion {
   bool emulated() const { return device == Device::kEmulated; }
   bool cpu() const { return device == Device::kCpu; }
   int64_t cap() const { return rule.cap_bytes(); }  // the budget the probes run under
-  bool has_cache() const;                           // the model has a use_cache axis
+  bool has_cache() const;                           // the model keeps a KV cache (fit tries it off)
   // False on a card of the table without bf16 tensor cores (T4, V100): bf16 and bf16-amp are
   // searched only when asked, and never picked.
   bool bf16_tensor_cores() const { return !card.spec || has_bf16_tensor_cores(*card.spec); }

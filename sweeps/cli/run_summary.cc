@@ -10,6 +10,7 @@
 #include "reports/common/gpus.h"
 #include "reports/results/stats.h"
 #include "reports/results/schema.h"
+#include "reports/results/technique.h"
 
 namespace sweep {
 namespace {
@@ -44,20 +45,15 @@ json cells(const reports::Row& r, const std::array<std::string_view, N>& names) 
   return j;
 }
 
-// "gpt2 batch 4, fp32, checkpointing none, adamw" (+ ", accumulation 4", ", lora r8",
-// ", use_cache=False", ", offload optimizer", ", int8 weights" where they apply: a LoRA row is not full
-// fine-tuning)
+// "gpt2 batch 4, fp32, checkpointing none, adamw" (+ ", accumulation 4" and the technique's
+// name parts where they apply, ", lora r8", ", offload optimizer": a LoRA row is not full
+// fine-tuning; reports/results/technique.h)
 std::string row_label(const reports::Row& r) {
   std::string s = r.at(column("model")) + " batch " + r.at(column("batch")) + ", " +
                   r.at(column("precision")) + ", checkpointing " + r.at(column("checkpointing")) +
                   ", " + r.at(column("optimizer"));
   if (const auto& a = r.at(column("accumulation")); !a.empty() && a != "1") s += ", accumulation " + a;
-  if (const auto a = r.value<Adapter>(); a && *a != Adapter::kNone)
-    s += ", " + to_string(*a) + " r" + r.at(column("lora_r"));
-  if (r.at(column("use_cache")) == "0") s += ", use_cache=False";
-  if (const auto o = r.value<Offload>(); o && *o != Offload::kNone) s += ", offload " + to_string(*o);
-  if (const auto w = r.value<Weights>(); w && *w != Weights::kFull) s += ", " + to_string(*w) + " weights";
-  return s;
+  return s + name_tail(cells_of(r), ", ");
 }
 
 double cv(const reports::Row* r) { return r->number(column("step_ms_cv")).value_or(0); }

@@ -32,7 +32,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 // Beyond fit's default combinations (full fine-tuning: precision x checkpointing x optimizer
-// incl. 8-bit AdamW x offload x use_cache), a second fit per input tries LoRA and int8 weights
+// incl. 8-bit AdamW x offload x the cache), a second fit per input tries LoRA and int8 weights
 // with LoRA, with AdamW only (LoRA's optimizer state is a few MiB whatever the optimizer):
 // trying them with every optimizer and offload tripled a card's time for rows that differ by
 // bytes. The recommendation is the first fit's: full fine-tuning, what `sweep fit` answers.
@@ -136,13 +136,9 @@ json card_head(const CardSpec& card, const FitOptions& base) {
 // A technique's (or the recommendation's) label as fit prints it.
 std::string technique_label(const json& t) {
   FitTechnique x;
-  x.precision = *parse_as<Precision>(t.at("precision").get<std::string>());
-  x.checkpointing = *parse_as<Checkpointing>(t.at("checkpointing").get<std::string>());
-  x.optimizer = *parse_as<OptimizerKind>(t.at("optimizer").get<std::string>());
-  x.use_cache = t.at("use_cache");
-  x.adapter = *parse_as<Adapter>(t.at("adapter").get<std::string>());
-  x.offload = *parse_as<Offload>(t.at("offload").get<std::string>());
-  x.weights = *parse_as<Weights>(t.at("weights").get<std::string>());
+  for (const auto& [column, value] : t.items())  // fit's JSON: Technique::json's members and more
+    if (value.is_boolean() || value.is_string())
+      x.set(column, value.is_boolean() ? (value.get<bool>() ? "1" : "0") : value.get<std::string>());
   return x.label();
 }
 
@@ -330,7 +326,7 @@ json catalogue_cell(const FitOptions& base, const CardSpec& card, const models::
                         std::string(card.name) + " failed (exit " + std::to_string(rc) + ")",
                     "run it alone to see why: sweep fit " + spec.name + " --gpu " + std::string(card.key) +
                         " --device emulated --seq " + std::to_string(seq) + " " + way_flags(w));
-  // Its best technique (fit may try use_cache both ways): the largest batch.
+  // Its best technique (fit may try an axis both ways): the largest batch.
   auto largest = [](const json& t) {
     return t.at("largest_batch").is_null() ? int64_t{0} : t.at("largest_batch").get<int64_t>();
   };

@@ -30,40 +30,44 @@
 
 namespace sweep {
 
-const std::vector<std::string> kAxes = {"mode",          "seq",       "target_seq",
-                                        "audio_s",       "precision", "checkpointing",
-                                        "optimizer",     "accumulation", "alloc_conf",
-                                        "adapter",       "offload",   "batch",
-                                        "use_cache",     "weights"};
+// The grid's keys, nested in this order (schema::kAxes' grid ranks).
+const std::vector<std::string> kAxes = [] {
+  std::vector<std::string> names;
+  for (const auto column : schema::grid_axes()) names.emplace_back(column);
+  return names;
+}();
 
 namespace {
 
-// The names a config may give an enumerated axis: its vocabulary's, but optimizer "none",
-// which an eval point gets by itself.
-template <Vocabulary E>
-std::pair<const std::string, std::vector<std::string>> choices_of() {
-  std::vector<std::string> names;
-  for (const E e : all_of<E>()) {
-    if constexpr (std::is_same_v<E, OptimizerKind>)
-      if (e == OptimizerKind::kNone) continue;
-    names.push_back(to_string(e));
+// Each grid axis of named values: its vocabulary's names (but optimizer "none", which an eval
+// point gets by itself), or true and false.
+const std::map<std::string, std::vector<std::string>> kChoices = [] {
+  std::map<std::string, std::vector<std::string>> choices;
+  for (const auto& a : schema::kAxes) {
+    const std::string column(a.column);
+    if (a.values == schema::Values::kBool) choices[column] = {"true", "false"};
+    if (a.values != schema::Values::kVocabulary) continue;
+    for (const auto name : vocabulary_names(a.column))
+      if (column != VocabTable<OptimizerKind>::key || name != name_of(OptimizerKind::kNone))
+        choices[column].emplace_back(name);
+    SWEEP_CHECK(!choices[column].empty(), "the grid axis " + column + " has no vocabulary");
   }
-  return {std::string(VocabTable<E>::key), names};
-}
+  return choices;
+}();
 
-const std::map<std::string, std::vector<std::string>> kChoices = {
-    choices_of<Mode>(),    choices_of<Precision>(), choices_of<Checkpointing>(),
-    choices_of<OptimizerKind>(), choices_of<Adapter>(), choices_of<Offload>(),
-    choices_of<Weights>(), {"use_cache", {"true", "false"}},
-};
-
-// Ranges of the numeric axes. The upper ends keep every product the burst forms (batch x
-// seq x accumulation x steps) far inside int64 and stop a typo from asking for a petabyte.
-const std::map<std::string, Range> kAxisRanges = {
-    {"batch", {1, 1 << 30, true}},       {"seq", {1, 1 << 20, true}},
-    {"target_seq", {1, 1 << 20, true}},  {"accumulation", {1, 1 << 20, true}},
-    {"audio_s", {0, 30, false}},
-};
+// Ranges of the numeric axes (schema::kAxes' max). The upper ends keep every product the burst
+// forms (batch x seq x accumulation x steps) far inside int64 and stop a typo from asking for a
+// petabyte.
+const std::map<std::string, Range> kAxisRanges = [] {
+  std::map<std::string, Range> ranges;
+  for (const auto& a : schema::kAxes) {
+    if (a.values == schema::Values::kCount)
+      ranges[std::string(a.column)] = {1, static_cast<double>(a.max), true};
+    if (a.values == schema::Values::kSeconds)
+      ranges[std::string(a.column)] = {0, static_cast<double>(a.max), false};
+  }
+  return ranges;
+}();
 
 std::string join(const std::vector<std::string>& v) {
   std::string s;
@@ -282,6 +286,33 @@ std::vector<std::string> parse_targets(const Ctx& c, const YAML::Node& n, const 
     name = models::kAllLinear;
   }
   return names;
+}
+
+// A setting's value (schema::Axis::values) as a point's config spelling; the axis's help is
+// the hint of a value out of range.
+std::string parse_setting(const Ctx& c, const YAML::Node& n, const schema::Axis& a) {
+  const std::string key(a.column), help(a.help);
+  switch (a.values) {
+    case schema::Values::kCount:
+      return std::to_string(c.integer(n, key, {1, static_cast<double>(a.max), true}));
+    case schema::Values::kPositive: {
+      const double v = c.number(n, key, {0, static_cast<double>(a.max)});
+      if (v <= 0) c.fail(n, key, "must be more than 0, got " + c.scalar(n, key), help);
+      return number_text(v);
+    }
+    case schema::Values::kProbability: {
+      const double v = c.number(n, key, {0, 1});
+      if (v >= 1) c.fail(n, key, "must be less than 1, got " + c.scalar(n, key), help);
+      return number_text(v);
+    }
+    case schema::Values::kNames: {
+      std::string names;
+      for (const auto& name : parse_targets(c, n, key)) names += (names.empty() ? "" : ";") + name;
+      return names;
+    }
+    default: break;
+  }
+  SWEEP_CHECK(false, "the setting " + key + " has no values a config can give");
 }
 
 // "8.6" -> {8, 6}.
@@ -678,10 +709,13 @@ std::string name_from_file(const std::string& path) {
 
 Config parse_config(const YAML::Node& root, const Ctx& c) {
   const std::string& path = c.file;
-  c.only_keys(root, "", {"name", "device", "out", "gpu", "budget_gib", "timeout_s", "steps",
-                         "warmup_steps", "repetitions", "prune_oom", "search", "search_max_batch",
-                         "lr", "weight_decay", "seed", "transformers", "lora_r", "lora_alpha", "lora_dropout",
-                         "lora_targets", "models", "grid", "exclude", "sweeps"});
+  std::set<std::string> keys = {"name", "device", "out", "gpu", "budget_gib", "timeout_s", "steps",
+                                "warmup_steps", "repetitions", "prune_oom", "search", "search_max_batch",
+                                "lr", "weight_decay", "seed", "transformers", "models", "grid", "exclude",
+                                "sweeps"};
+  for (const auto& a : schema::kAxes)
+    if (a.role == schema::Role::kLora) keys.emplace(a.column);
+  c.only_keys(root, "", keys);
   Config cfg;
   cfg.path = path;
   for (const auto& kv : root) {
@@ -732,20 +766,9 @@ Config parse_config(const YAML::Node& root, const Ctx& c) {
                "5.23 (the default) or 5.17: the releases whose forward code differs for a model "
                "of the zoo (T5's attention mask layout); quote it, transformers: \"5.17\"");
     }
-    else if (key == "lora_r") cfg.lora_r = c.integer(v, key, {1, 1 << 16, true});
-    else if (key == "lora_alpha") {
-      cfg.lora_alpha = c.number(v, key, {0, 1e6});
-      if (cfg.lora_alpha <= 0)
-        c.fail(v, key, "must be more than 0, got " + c.scalar(v, key),
-               "LoRA scales its update by lora_alpha / lora_r; PEFT's default is 8");
-    } else if (key == "lora_dropout") {
-      cfg.lora_dropout = c.number(v, key, {0, 1});
-      if (cfg.lora_dropout >= 1)
-        c.fail(v, key, "must be less than 1, got " + c.scalar(v, key),
-               "a dropout probability from 0 (PEFT's default: none) up to, not including, 1");
-    } else if (key == "lora_targets") {
-      cfg.lora_targets = parse_targets(c, v, key);
-      cfg.lora_targets_line = c.line(v);
+    else if (const schema::Axis* a = schema::find_axis(key); a && a->role == schema::Role::kLora) {
+      cfg.settings[key] = parse_setting(c, v, *a);
+      cfg.setting_lines[key] = c.line(v);
     } else if (key == "grid") cfg.grid = parse_grid(c, v, "grid");
     else if (key == "exclude") cfg.exclude = parse_excludes(c, v, "exclude");
   }

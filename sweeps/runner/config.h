@@ -96,13 +96,11 @@ struct Config {
   uint64_t seed = 0;
   // The transformers release the models follow where releases differ (models/model.h).
   std::string transformers = "5.23";
-  // LoRA settings for the points with adapter lora (PEFT's LoraConfig defaults); no targets =
-  // each family's default target modules.
-  int64_t lora_r = 8;
-  double lora_alpha = 8;
-  double lora_dropout = 0;
-  std::vector<std::string> lora_targets;
-  int lora_targets_line = 0;  // where lora_targets was set
+  // The settings the config gives (schema::kAxes of Role::kLora: LoRA's rank, alpha, dropout
+  // and target modules, for the points with adapter lora), each as a point's config spelling
+  // ("16", "q;v"); one not given is PEFT's default (no targets: each family's defaults).
+  std::map<std::string, std::string> settings;
+  std::map<std::string, int> setting_lines;  // where each was set
   GridSpec grid;
   std::vector<ExcludeRule> exclude;
   std::vector<SweepGroup> sweeps;  // from `sweeps:`, or one group from top-level `models:`

@@ -63,24 +63,28 @@ namespace {
 // LoRA targets as PEFT takes them: a model must have a layer that some target names (PEFT
 // fails otherwise), and a target that names no layer of any model it is used with is a typo.
 void check_lora_targets(const Config& cfg, const std::set<std::string>& lora_models) {
-  if (cfg.lora_targets.empty()) return;  // each family's defaults
+  const auto given = cfg.settings.find("lora_targets");
+  if (given == cfg.settings.end()) return;  // each family's defaults
+  Point targets;
+  set_axis_text(targets, given->first, given->second);
+  const int line = cfg.setting_lines.at(given->first);
   std::set<std::string> families;
   for (const auto& name : lora_models) {
     const auto* spec = models::find_model(name);
     families.insert(spec->family);
     bool any = false;
-    for (const auto& t : cfg.lora_targets) any = any || models::names_lora_layer(spec->family, t);
+    for (const auto& t : targets.lora_targets) any = any || models::names_lora_layer(spec->family, t);
     if (!any)
-      throw UserError(cfg.path, cfg.lora_targets_line, "lora_targets",
+      throw UserError(cfg.path, line, "lora_targets",
                       "no target names a layer of " + name,
                       "layers of " + spec->family + " models LoRA can adapt: " +
                           models::lora_layer_list(spec->family) + ", or all of them: all-linear");
   }
-  for (const auto& t : cfg.lora_targets) {
+  for (const auto& t : targets.lora_targets) {
     bool any = false;
     for (const auto& f : families) any = any || models::names_lora_layer(f, t);
     if (!any && !families.empty())
-      throw UserError(cfg.path, cfg.lora_targets_line, "lora_targets",
+      throw UserError(cfg.path, line, "lora_targets",
                       "'" + t + "' names no layer of the models with adapter lora",
                       "layers LoRA can adapt: " + models::lora_layer_list(*families.begin()) +
                           " (a name matches a layer's name or its end after a dot), or all-linear");
@@ -214,11 +218,8 @@ std::vector<Point> expand_grid(const Config& cfg, const RunSettings& run) {
       base.weight_decay = cfg.weight_decay;
       base.seed = cfg.seed;
       base.transformers = cfg.transformers;
-      base.lora_r = cfg.lora_r;
-      base.lora_alpha = cfg.lora_alpha;
-      base.lora_dropout = cfg.lora_dropout;
-      base.lora_targets = cfg.lora_targets.empty() ? models::default_lora_targets(spec->family)
-                                                   : cfg.lora_targets;
+      for (const auto& [column, text] : cfg.settings) set_axis(base, column, text);
+      if (base.lora_targets.empty()) base.lora_targets = models::default_lora_targets(spec->family);
 
       std::function<void(std::size_t, Point)> rec = [&](std::size_t i, Point p) {
         if (i == kAxes.size()) {
