@@ -32,7 +32,10 @@
 # present, holds build/sweeps/sweep, build/tests/sweep_tests and lib/ (the Debian libraries
 # they link that the host lacks) as built here against the same torch wheel: they run there
 # once the paths compiled into them resolve (the wheel's site-packages under this machine's
-# cache, the checkout at its path here), which saves the build.
+# cache, the checkout at its path here), which saves the build. They are used only when they
+# are the checkout's: the commit `sweep --version` names must be the checkout's HEAD (where
+# git can say) and every file of .gpu/sources.sha256 (written with the tarball, docs/cuda-path.md)
+# unchanged; else the script stops (exit 1) saying why. FORCE_PREBUILT=1 uses them anyway.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -52,19 +55,41 @@ fi
   g++ --version | head -1; cmake --version | head -1
 } 2>&1 | tee "$RES/environment.txt"
 
-# The binaries built here, when they start there.
+# Why the unpacked binaries are not the checkout's, or nothing when they are (see the top).
+stale_prebuilt() {
+  local built here
+  built=$(.gpu/build/sweeps/sweep --version 2>/dev/null | sed -n 's/.*(\([0-9a-f]*\)).*/\1/p')
+  here=$(git rev-parse --short=12 HEAD 2>/dev/null)
+  if [ -z "$built" ]; then
+    echo "the binaries name no commit (\`sweep --version\`)"
+  elif [ -n "$here" ] && [ "$built" != "$here" ]; then
+    echo "they were built at commit $built, the checkout is at $here"
+  elif [ -z "$here" ] && [ ! -f .gpu/sources.sha256 ]; then
+    echo "built at $built, and neither git nor .gpu/sources.sha256 can say what the checkout is"
+  elif [ -f .gpu/sources.sha256 ] && ! sha256sum --quiet --strict -c .gpu/sources.sha256 >/dev/null 2>&1; then
+    echo "sources changed since they were built: $(sha256sum --quiet -c .gpu/sources.sha256 2>&1 | head -n 3 | tr '\n' ' ')"
+  fi
+}
+
+# The binaries built here, when they start there and are the checkout's.
 prebuilt() {
   [ -f .gpu/sweep-bin.tar.xz ] || return 1
   tar -xJf .gpu/sweep-bin.tar.xz -C .gpu || return 1
-  local site here_site src
+  local site here_site src stale
   site=$(python3 -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
   here_site=$(cat .gpu/site-packages)  # where the wheel's libraries were when they were linked
   [ -e "$here_site" ] || { mkdir -p "$(dirname "$here_site")" && ln -s "$site" "$here_site"; }
   src=$(cat .gpu/source-dir)           # SWEEP_SOURCE_DIR, SWEEP_BINARY of the tests
   [ -e "$src" ] || { mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"; }
+  export LD_LIBRARY_PATH=$root/.gpu/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  stale=$(stale_prebuilt)
+  if [ -n "$stale" ] && [ -z "${FORCE_PREBUILT:-}" ]; then
+    log "refused .gpu/sweep-bin.tar.xz: $stale. Pack it again from this checkout (docs/cuda-path.md), remove it to build here, or set FORCE_PREBUILT=1"
+    exit 1
+  fi
+  [ -n "$stale" ] && log "FORCE_PREBUILT: stale binaries used ($stale)"
   mkdir -p build/sweeps build/tests
   cp .gpu/build/sweeps/sweep build/sweeps/ && cp .gpu/build/tests/sweep_tests build/tests/
-  export LD_LIBRARY_PATH=$root/.gpu/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   build/sweeps/sweep --version >>"$RES/environment.txt" 2>&1
 }
 if [ -z "${BUILD:-}" ] && prebuilt; then

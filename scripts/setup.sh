@@ -11,7 +11,8 @@
 #   SWEEP_WERROR=ON|OFF         a compiler warning in our code fails the build (default: on with
 #                               --tests, so a developer's test build is CI's, compile flags and
 #                               ccache entries alike, and CI's build hits the cache the session
-#                               filled; off for the plain build, whose users may have another g++)
+#                               filled; off for the plain build, CI=true or not: its users, and
+#                               the GPU workflow's runner, may have another g++ than ours)
 #
 # The compiler's output goes to BUILD/setup.log; the terminal gets a progress line every
 # 30 s, and on a failure the log's errors.
@@ -34,12 +35,15 @@ mkdir -p "$cache"
 say() { printf '[setup] %s\n' "$*" >&2; }
 
 # --- Debian packages -------------------------------------------------------------
-# slurmctld, slurmd, slurm-client and munge: the Slurm tests start a throw-away one-host
-# cluster (tests/slurm/cluster.sh); `sweep run --slurm` needs only sbatch (slurm-client).
-# chromium: the tables' test opens docs/tables/index.html headless (tests/reports_tables_test.cc).
+# What the build needs (GoogleTest and Google Benchmark too: CMake's configure requires them),
+# gnuplot for the reports' charts and python3-venv for the torch wheel. With --tests only:
+# slurmctld, slurmd, slurm-client and munge, for the Slurm tests' throw-away one-host cluster
+# (tests/slurm/cluster.sh; `sweep run --slurm` itself needs only sbatch, the cluster's), and
+# chromium, which the tables' test opens docs/tables/index.html in, headless
+# (tests/reports_tables_test.cc; on Ubuntu 24.04 the chromium package is a snap).
 pkgs=(cmake g++ ccache libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libfccp-dev
-      libbenchmark-dev libgtest-dev gnuplot-nox python3-venv
-      slurmctld slurmd slurm-client munge chromium)
+      libbenchmark-dev libgtest-dev gnuplot-nox python3-venv)
+if [ -n "$tests" ]; then pkgs+=(slurmctld slurmd slurm-client munge chromium); fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -89,7 +93,7 @@ fail() {
   say "the whole output: $log"
   exit 1
 }
-werror=${SWEEP_WERROR:-${tests:-${CI:+ON}}}
+werror=${SWEEP_WERROR:-$tests}
 if [ ! -f "$build/CMakeCache.txt" ]; then
   say "configuring $build"
   cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=${SWEEP_BUILD_TYPE:-Release} \

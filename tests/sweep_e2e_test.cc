@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "reports/results/rows.h"
+#include "sweeps/runner/sweep.h"
 #include "test_util.h"
 
 namespace sweep {
@@ -140,7 +141,12 @@ TEST(SweepEndToEnd, CrashingWorkerIsRecordedAndTheSweepGoesOn) {
   auto cfg = tiny_config(dir, "");
   auto r = testing::run_sweep_cli("run " + cfg + " --out " + (dir / "out").string(),
                                   "SWEEP_TEST_FAULT=crash@2");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // Every row written and reported, and the status says a point crashed (issue 57: exit 0 let
+  // a CI gate pass on a broken build).
+  ASSERT_EQ(r.exit_code, kExitPointsFailed) << r.output;
+  EXPECT_NE(r.output.find("sweep run: 1 of 4 point(s) crashed or timed out (exit 3)"), std::string::npos)
+      << r.output;
+  EXPECT_TRUE(std::filesystem::exists(dir / "out" / "report.md"));
   auto s = statuses((dir / "out").string());
   EXPECT_EQ(s, (std::map<int, std::string>{{1, "ok"}, {2, "crash"}, {4, "ok"}, {8, "ok"}}));
   for (const auto& row : read_results((dir / "out").string()).rows) {
@@ -185,7 +191,7 @@ TEST(SweepEndToEnd, HangingWorkerIsKilledAtItsTimeout) {
   auto r = testing::run_sweep_cli("run " + cfg + " --out " + (dir / "out").string(),
                                   "SWEEP_TEST_FAULT=hang@4");
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(r.exit_code, kExitPointsFailed) << r.output;
   auto s = statuses((dir / "out").string());
   EXPECT_EQ(s[4], "timeout");
   EXPECT_EQ(s[8], "ok");

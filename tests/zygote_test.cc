@@ -262,6 +262,38 @@ TEST(Zygote, AZygoteStalledAtItsStartCostsThePointNoTime) {
   EXPECT_EQ(zygote.pid(), -1);  // the stalled zygote killed
 }
 
+// Issue 57: a worker stopped before it ran is no timeout. Before, with a zygote stopped at
+// start, the first point was recorded "timeout 5.26 s" (timeout_s 5) though its worker never
+// ran. The point's time now counts from the worker's start (its first byte on the result pipe,
+// kWorkerStarted); one silent for start_limit_s is killed and its row says it did not start (no
+// result: a resumed run runs it again). The test-only `stopped` fault stops the worker as it
+// starts; forked from a zygote (which serves on) and exec'd.
+TEST(Zygote, AWorkerThatNeverStartsIsNoTimeout) {
+  const auto dir = testing::temp_dir("zygote_never_started");
+  Zygote zygote(SWEEP_BINARY);
+  for (Zygote* z : {&zygote, static_cast<Zygote*>(nullptr)}) {
+    Point p = tiny_point();
+    p.timeout_s = 1;  // less than the start limit: before, the timeout fired first
+    IsolateOptions o = options(dir, z, {{"SWEEP_TEST_FAULT", "stopped"}});
+    o.start_limit_s = 3;
+    const WorkerResult r = run_isolated(p, o);
+    const char* how = z ? "forked" : "exec'd";
+    EXPECT_EQ(r.status, Status::kCrash) << how << ": " << r.message;
+    EXPECT_FALSE(r.started) << how;
+    EXPECT_NE(r.message.find("the worker did not start within 3 s"), std::string::npos) << how << ": " << r.message;
+    EXPECT_GE(r.wall_s, 3.0) << how;
+  }
+  // The zygote serves the next point, and a point that started is timed from its start.
+  const WorkerResult next = run_isolated(tiny_point(), options(dir, &zygote));
+  EXPECT_EQ(next.status, Status::kOk) << next.message;
+  EXPECT_TRUE(next.started);
+  Point hang = tiny_point();
+  hang.timeout_s = 2;
+  const WorkerResult hung = run_isolated(hang, options(dir, &zygote, {{"SWEEP_TEST_FAULT", "hang"}}));
+  EXPECT_EQ(hung.status, Status::kTimeout) << hung.message;
+  EXPECT_TRUE(hung.started);
+}
+
 // An environment too large for a request (over 96 KiB) is exec'd without starting a zygote
 // for it, and the lane's zygote serves on. Before, each such point started two zygotes that
 // refused it (20 s instead of 2.6 s for 10 points). Starts are counted by a wrapper script.

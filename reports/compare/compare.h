@@ -154,11 +154,14 @@ nlohmann::json bencher_json(const Results& results);
 bool write_compare_exports(const CompareResult& r, const Results& next, const std::string& dir);
 
 // `sweep compare BASELINE NEW [--memory-threshold 1%] [--throughput-threshold 5%]
-//  [--noise RERUN] [--record-missing] [--gate-reserved] [--allow-predicted] [--allow-empty]
-//  [--format md|json|csv] [--export DIR]`.
+//  [--noise RERUN] [--record-missing] [--advance-baseline] [--gate-reserved] [--allow-predicted]
+//  [--allow-empty] [--format md|json|csv] [--export DIR]`.
 // --record-missing: a BASELINE that does not exist, or whose schema version cannot be compared
 // with NEW's, is replaced by NEW (its rows, byte for byte) and the command says so and exits 0:
-// the first run on a runner records its baseline.
+// the first run on a runner records its baseline. --advance-baseline: after a comparison where
+// nothing regressed, NEW replaces BASELINE, which is kept beside it as <name>.previous.csv.
+// Either refuses (exit 2, nothing written) a NEW with a point that crashed or timed out, or
+// with no point ok.
 // exit_code: 0 nothing regressed, 1 something did, 2 bad input (`file:line: message` and a
 // `hint:` on stderr, a measured row against a predicted one without --allow-predicted among
 // them) or nothing compared without --allow-empty (the report is printed first).

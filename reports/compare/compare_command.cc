@@ -1,5 +1,6 @@
-// The `compare` command (compare.h): its flags, the run-to-run thresholds of --noise, and
-// --record-missing, which makes a runner's first run its baseline.
+// The `compare` command (compare.h): its flags, the run-to-run thresholds of --noise,
+// --record-missing, which makes a runner's first run its baseline, and --advance-baseline,
+// which makes a run that passed the next one (the previous kept beside it).
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -18,13 +19,19 @@ namespace {
 
 struct Args {
   std::string base, next, memory = "1%", throughput = "5%", format = "md", export_dir, noise;
-  bool gate_reserved = false, allow_predicted = false, allow_empty = false, record_missing = false;
+  bool gate_reserved = false, allow_predicted = false, allow_empty = false, record_missing = false,
+       advance_baseline = false;
 };
 
 // The file a baseline argument names: the CSV itself, or DIR/results.csv.
 std::filesystem::path baseline_file(const std::string& arg) {
   const std::filesystem::path p(arg);
   return p.extension() == ".csv" ? p : p / "results.csv";
+}
+
+// Where --advance-baseline keeps the baseline it replaces: results.csv -> results.previous.csv.
+std::filesystem::path previous_baseline(const std::filesystem::path& target) {
+  return target.parent_path() / (target.stem().string() + ".previous.csv");
 }
 
 // Why `base` cannot be NEW's baseline (it does not exist, or its schema version does not
@@ -42,15 +49,57 @@ std::optional<std::string> unusable_baseline(const std::string& base, const Resu
   return std::nullopt;
 }
 
-// --record-missing: NEW's file, byte for byte, becomes the baseline (written beside it and
-// renamed into place, so a reader never sees half a file). Returns the report.
-std::string record_baseline(const std::string& base, const Results& next, const std::string& why) {
+// A baseline is recorded only from a run whose every point is a result: ok, or out of memory
+// (and the larger batches skipped as implied by it), at least one ok. A point that crashed or
+// timed out is a broken build or machine, and every later run would be compared against it
+// (issue 57: an all-crash first run became the baseline). Throws UserError (exit 2) naming the
+// points; nothing is written.
+void check_recordable(const Results& next, const std::string& what) {
+  std::size_t failed = 0, ok = 0;
+  std::string first;
+  const auto latest = latest_per_point(next);
+  for (const Row* r : latest.rows) {
+    if (r->status == Status::kOk) ++ok;
+    if (r->status != Status::kCrash && r->status != Status::kTimeout) continue;
+    if (failed++ == 0)
+      first = r->where() + " (" + std::string(to_string(r->status)) +
+              (r->at(schema::column("message")).empty() ? "" : ": " + r->at(schema::column("message"))) + ")";
+  }
+  if (failed == 0 && ok > 0) return;
+  const std::string why =
+      failed > 0 ? std::to_string(failed) + " of " + std::to_string(latest.rows.size()) +
+                       " point(s) crashed or timed out, the first " + first
+                 : "none of its " + std::to_string(latest.rows.size()) + " point(s) ran ok";
+  throw UserError(next.path, 0, "status",
+                  "not " + what + ": " + why +
+                      "; a baseline is recorded only from a run whose every point is ok (or out of "
+                      "memory)",
+                  "fix what failed (each row's message, and the run's logs/ folder), then run "
+                  "again; the baseline was left as it was");
+}
+
+// NEW's file, byte for byte, becomes the baseline at `target` (written beside it and renamed
+// into place, so a reader never sees half a file); a baseline already there is kept beside it
+// as <name>.previous.csv.
+void install_baseline(const std::filesystem::path& target, const Results& next) {
   namespace fs = std::filesystem;
-  const fs::path target = baseline_file(base);
   if (target.has_parent_path()) fs::create_directories(target.parent_path());
-  const fs::path temp = target.string() + ".tmp-" + std::to_string(::getpid());
+  const std::string tail = ".tmp-" + std::to_string(::getpid());
+  if (fs::exists(target)) {
+    const fs::path previous = previous_baseline(target);
+    fs::copy_file(target, previous.string() + tail, fs::copy_options::overwrite_existing);
+    fs::rename(previous.string() + tail, previous);
+  }
+  const fs::path temp = target.string() + tail;
   fs::copy_file(next.path, temp, fs::copy_options::overwrite_existing);
   fs::rename(temp, target);
+}
+
+// --record-missing: NEW becomes the baseline. Returns the report.
+std::string record_baseline(const std::string& base, const Results& next, const std::string& why) {
+  check_recordable(next, "recorded as the baseline");
+  const std::filesystem::path target = baseline_file(base);
+  install_baseline(target, next);
   const std::string device =
       next.rows.empty() ? std::string("no rows") : next.rows.front().at(schema::column("device_name"));
   return "## sweep compare: baseline recorded\n\nNo usable baseline for this runner: " + why +
@@ -109,7 +158,18 @@ int run_compare(const Args& a) {
                     "check that NEW measured the baseline's configurations (the same models, "
                     "axes and budget); pass --allow-empty to accept a comparison with nothing in "
                     "common");
-  return r.regressed() ? 1 : 0;
+  if (r.regressed()) return 1;
+  if (a.advance_baseline) {
+    // Passed: this run is the baseline from now on, the one it replaces kept beside it.
+    check_recordable(next, "advanced to this run");
+    const std::filesystem::path target = baseline_file(a.base);
+    install_baseline(target, next);
+    const std::string note = "The baseline advanced to this run: `" + target.string() +
+                             "`; the one it replaces is `" + previous_baseline(target).string() + "`.";
+    if (a.format == "md") std::cout << "\n" << note << "\n";
+    std::cerr << "sweep compare: " << note << "\n";
+  }
+  return 0;
 }
 
 }  // namespace
@@ -133,7 +193,11 @@ void register_compare_command(CLI::App& app, int& exit_code) {
                   "--throughput-threshold)");
   cmd->add_flag("--record-missing", a->record_missing,
                 "Without a usable BASELINE (none, or of a schema version that does not compare), "
-                "write NEW there and exit 0, saying so");
+                "write NEW there and exit 0, saying so; refused (exit 2) when a point of NEW "
+                "crashed or timed out");
+  cmd->add_flag("--advance-baseline", a->advance_baseline,
+                "When nothing regressed, NEW becomes the baseline and the one it replaces is kept "
+                "beside it as <name>.previous.csv (CI on a push to main)");
   cmd->add_flag("--gate-reserved", a->gate_reserved,
                 "Fail on peak reserved memory growth too (default: warn)");
   cmd->add_flag("--allow-empty", a->allow_empty,

@@ -1,9 +1,12 @@
 // fit's pick; see fit_pick.h.
 #include "sweeps/cli/fit_pick.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <iterator>
 #include <sstream>
+#include <vector>
 
 #include "reports/results/error.h"
 #include "reports/results/schema.h"
@@ -17,9 +20,21 @@ namespace {
 namespace fs = std::filesystem;
 using schema::column;
 
-// OUT/fit-pick.yaml: the pick at its batch and accumulation, one point.
-Point install_pick_config(const FitQuestion& q, const FitPlan& p, const FitRows& rows,
-                          const Pick& choice) {
+// A pick's accumulation up to this runs as such to confirm it (the per-card tables' effective
+// batch, 32: their picks are measured as before). A larger one is not: a step of k micro-batches
+// costs k forwards and backwards, and a prime effective batch leaves only micro-batch 1 (4099
+// micro-batches a step took gpt2-test's confirmation 70 s, 65521 over 5 minutes). It runs at
+// accumulation 2 and 3, and its peak is extrapolated from them, exactly: a step holds all k
+// micro-batches' inputs from its start (as Trainer's get_batch_samples fetches them, burst.cc
+// builds them before the step), and from the second micro-batch on the gradients accumulate in
+// place, so each micro-batch past the second adds its inputs and nothing else, the difference
+// between the runs at 3 and 2 (FitPick.ALargeAccumulationIsConfirmedAtTwoAndThree).
+constexpr int64_t kConfirmedAsSuchUpTo = 32;
+constexpr int64_t kExtrapolatedFrom[] = {2, 3};
+
+// OUT/fit-pick.yaml: the pick at its batch and `accumulations`, one point each, in that order.
+std::vector<Point> install_pick_config(const FitQuestion& q, const FitPlan& p, const FitRows& rows,
+                                      const Pick& choice, const std::vector<int64_t>& accumulations) {
   const auto& t = *choice.technique;
   YAML::Node v = config_head(q.o, p.name + "-pick", q.device, p.out, rows.analysis.budget_bytes, p.gpu);
   YAML::Node grid = v["grid"];
@@ -29,15 +44,26 @@ Point install_pick_config(const FitQuestion& q, const FitPlan& p, const FitRows&
   for (const schema::Axis* a : schema::fit_axes())
     if (a->values != schema::Values::kBool)
       grid[std::string(a->column)] = t.cell(a->column);
-  grid["accumulation"] = choice.accumulation;
+  for (const int64_t a : accumulations) grid["accumulation"].push_back(a);
+  if (accumulations.size() == 1) grid["accumulation"] = accumulations.front();
   for (const schema::Axis* a : schema::fit_axes())
     if (a->values == schema::Values::kBool && q.has_cache())
       grid[std::string(a->column)] = config_text(a->column, t.cell(a->column)) == "true";
   const auto points = install_fit_config(
       fs::path(p.out) / "fit-pick.yaml",
-      emit_config("The recommendation of `sweep fit`, measured at its accumulation.", v), q.device);
-  SWEEP_CHECK(points.size() == 1, "fit's pick is one point");
-  return points.front();
+      emit_config(accumulations.size() == 1
+                      ? "The recommendation of `sweep fit`, measured at its accumulation."
+                      : "The recommendation of `sweep fit` at accumulation 2 and 3: its peak at " +
+                            std::to_string(choice.accumulation) + " is extrapolated from them.",
+                  v),
+      q.device);
+  std::vector<Point> ordered;
+  for (const int64_t a : accumulations)
+    for (const auto& point : points)
+      if (point.accumulation == a) ordered.push_back(point);
+  SWEEP_CHECK(ordered.size() == accumulations.size() && points.size() == ordered.size(),
+              "fit's pick is one point per accumulation");
+  return ordered;
 }
 
 // The row that measured `point` in OUT/results.csv, read again into a copy of its own (the
@@ -53,6 +79,36 @@ std::optional<Pick> measured_at_accumulation(const fs::path& results, const Poin
   choice.step_ms_cv = measured->number(column("step_ms_cv")).value_or(0);
   choice.peak_reserved =
       measured->number(column("peak_reserved_bytes")).value_or(choice.peak_reserved);
+  return choice;
+}
+
+// The rows that measured `two` and `three` (the pick at accumulation 2 and 3), extrapolated to
+// the pick's accumulation (kConfirmedAsSuchUpTo); nullopt when either did not run ok or the
+// extrapolated peak exceeds `budget_bytes` (0: none), as the run at that accumulation would have
+// run out of memory.
+std::optional<Pick> extrapolated_to_accumulation(const fs::path& results, const Point& two,
+                                                 const Point& three, Pick choice,
+                                                 int64_t budget_bytes) {
+  const auto after = reports::read_results(results.string());
+  const reports::Row *at2 = nullptr, *at3 = nullptr;
+  for (const auto* r : reports::latest_per_point(after).rows) {
+    if (measures(*r, two)) at2 = r;
+    if (measures(*r, three)) at3 = r;
+  }
+  if (!at2 || !at3 || at2->status != reports::Status::kOk || at3->status != reports::Status::kOk)
+    return std::nullopt;
+  const auto extra = static_cast<double>(choice.accumulation - 2);
+  auto at_k = [&](std::size_t col) {
+    const double p2 = at2->number(col).value_or(0), p3 = at3->number(col).value_or(0);
+    return p2 + extra * std::max(0.0, p3 - p2);
+  };
+  const double allocated = at_k(column("peak_allocated_bytes"));
+  const double reserved = at_k(column("peak_reserved_bytes"));
+  if (budget_bytes > 0 && std::max(allocated, reserved) > static_cast<double>(budget_bytes))
+    return std::nullopt;
+  choice.tokens_per_s = at3->number(column("tokens_per_s")).value_or(0);
+  choice.step_ms_cv = at3->number(column("step_ms_cv")).value_or(0);
+  choice.peak_reserved = reserved;
   return choice;
 }
 
@@ -78,15 +134,17 @@ std::string reason_of(const FitQuestion& q, const FitPlan& p, const Pick& choice
     why << " (none stayed under the recommended ceiling of "
         << reports::format_bytes(static_cast<double>(q.rule.ceiling_bytes()))
         << ": this one fits the cap with less than the margin kept free)";
+  const bool extrapolated = choice.accumulation > kConfirmedAsSuchUpTo;
+  const std::string as_such =
+      extrapolated ? std::string(", ") + (q.emulated() ? "predicted" : "measured") +
+                         " at accumulation 2 and 3, its peak extrapolated from them"
+      : choice.accumulation > 1 ? (choice.by_memory && q.emulated() ? ", predicted as such" : ", measured as such")
+                                : "";
   if (effective && choice.by_memory)
-    why << " (micro-batch " << choice.batch << " x accumulation " << choice.accumulation
-        << (choice.accumulation > 1 ? q.emulated() ? ", predicted as such" : ", measured as such"
-                                    : "")
-        << ")";
+    why << " (micro-batch " << choice.batch << " x accumulation " << choice.accumulation << as_such << ")";
   else if (effective)
     why << " and reach an effective batch of " << *effective << " (micro-batch " << choice.batch
-        << " x accumulation " << choice.accumulation
-        << (choice.accumulation > 1 ? ", measured as such" : "") << ")";
+        << " x accumulation " << choice.accumulation << as_such << ")";
   // The question without an effective batch is another one than the per-card tables' (32):
   // said, so that two answers for one model and card are not taken for one.
   if (!effective)
@@ -119,13 +177,21 @@ FitPick pick_confirmed(const FitQuestion& q, const FitPlan& p, const FitRows& ro
       confirmed = true;
       break;
     }
-    const Point point = install_pick_config(q, p, rows, *f.choice);
+    const bool extrapolate = f.choice->accumulation > kConfirmedAsSuchUpTo;
+    const auto points = install_pick_config(
+        q, p, rows, *f.choice,
+        extrapolate ? std::vector<int64_t>(std::begin(kExtrapolatedFrom), std::end(kExtrapolatedFrom))
+                    : std::vector<int64_t>{f.choice->accumulation});
     const auto run = fit_run_options(q, p.out, (fs::path(p.out) / "fit-pick.yaml").string());
     if (const int rc = run_sweep(run).exit_code; rc != 0) {
       f.exit_code = rc;
       return f;
     }
-    const auto measured = measured_at_accumulation(fs::path(p.out) / "results.csv", point, *f.choice);
+    const fs::path results = fs::path(p.out) / "results.csv";
+    const auto measured =
+        extrapolate ? extrapolated_to_accumulation(results, points[0], points[1], *f.choice,
+                                                   rows.analysis.budget_bytes)
+                    : measured_at_accumulation(results, points.front(), *f.choice);
     if (!measured) {  // out of memory once gradients accumulate: the next
       question.refused.push_back(pick_id(*f.choice));
       if (f.choice->accumulation > 1) {

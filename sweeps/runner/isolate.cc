@@ -194,30 +194,40 @@ Started start_worker(const std::string& point_json, const IsolateOptions& opt, i
   return w;
 }
 
-// What the worker writes on its result pipe until it closes it (it exited) or `deadline`
-// passes; true in .second when the deadline passed.
+// What the worker writes on its result pipe, appended to `out`, until it closes it (it
+// exited) or `deadline` passes (true: it passed); with `first_byte`, also once `out` holds
+// anything (the worker's start, kWorkerStarted).
 using Deadline = std::chrono::time_point<std::chrono::steady_clock, std::chrono::duration<double>>;
-std::pair<std::string, bool> read_result(int fd, Deadline deadline) {
-  std::string out;
+bool read_result(int fd, Deadline deadline, std::string& out, bool first_byte = false) {
   char buf[4096];
   while (true) {
+    if (first_byte && !out.empty()) return false;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return {out, true};
+    if (left.count() <= 0) return true;
     pollfd pfd{fd, POLLIN, 0};
     int pr = poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left.count(), 1000)));
     if (pr < 0 && errno == EINTR) continue;
     if (pr <= 0) continue;
     ssize_t n = read(fd, buf, sizeof buf);
     if (n > 0) out.append(buf, static_cast<std::size_t>(n));
-    else if (n == 0 || errno != EINTR) return {out, false};  // EOF: the worker closed fd 3 (exited)
+    else if (n == 0 || errno != EINTR) return false;  // EOF: the worker closed fd 3 (exited)
   }
 }
 
 // The point's outcome from the worker's record and exit: the record's status when it exited
-// 0, else a timeout or a crash with why.
-void classify(WorkerResult& r, const Point& p, const IsolateOptions& opt, bool timed_out) {
-  if (timed_out) {
+// 0, else a timeout or a crash with why (one that never started: no result).
+void classify(WorkerResult& r, const Point& p, const IsolateOptions& opt, bool timed_out,
+              bool never_started) {
+  if (never_started) {
+    r.status = Status::kCrash;
+    std::ostringstream s;
+    s << "the worker did not start within " << opt.start_limit_s
+      << " s (stopped or starved before it ran) and was killed; no result: the point runs again "
+         "on resume";
+    r.message = s.str();
+    r.started = false;
+  } else if (timed_out) {
     r.status = Status::kTimeout;
     std::ostringstream s;
     s << "killed after the point's time limit of " << p.timeout_s << " s";
@@ -250,11 +260,18 @@ WorkerResult run_isolated(const Point& p, const IsolateOptions& opt) {
   if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + strerror(errno));
   const Started w = start_worker(point_json, opt, fds[1]);
   close(fds[1]);
-  // The point's clock starts with its own worker: waits on a zygote (its start, its answer)
-  // are the runner's, and a zygote that took its time never turns a point into a timeout.
-  const auto t0 = std::chrono::steady_clock::now();
-  const auto [out, timed_out] = read_result(fds[0], t0 + std::chrono::duration<double>(p.timeout_s));
-  if (timed_out) {
+  // The point's clock starts with its own worker, when it says it started: waits on a zygote
+  // (its start, its answer) and on a worker that has not run yet (stopped, starved) are the
+  // runner's, never the point's time. A worker silent for start_limit_s never started.
+  const auto spawned = std::chrono::steady_clock::now();
+  auto t0 = spawned;
+  std::string out;
+  const bool never_started =
+      read_result(fds[0], t0 + std::chrono::duration<double>(opt.start_limit_s), out, true);
+  if (!out.empty() && out.front() == kWorkerStarted) t0 = std::chrono::steady_clock::now();
+  const bool timed_out =
+      !never_started && read_result(fds[0], t0 + std::chrono::duration<double>(p.timeout_s), out);
+  if (timed_out || never_started) {
     kill(-w.pid, SIGKILL);
     kill(w.pid, SIGKILL);
   }
@@ -275,17 +292,18 @@ WorkerResult run_isolated(const Point& p, const IsolateOptions& opt) {
     while (waitpid(w.pid, &st, 0) < 0 && errno == EINTR) {
     }
   }
-  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - spawned).count();
   if (WIFEXITED(st)) r.exit_code = WEXITSTATUS(st);
   if (WIFSIGNALED(st)) r.signal = WTERMSIG(st);
-  if (!out.empty()) {
+  // The record: the first line after the start byte.
+  if (const auto begin = out.find_first_not_of(kWorkerStarted); begin != std::string::npos) {
     try {
-      r.record = nlohmann::json::parse(out.substr(0, out.find('\n')));
+      r.record = nlohmann::json::parse(out.substr(begin, out.find('\n', begin) - begin));
     } catch (const nlohmann::json::exception&) {
       r.record = nlohmann::json();
     }
   }
-  classify(r, p, opt, timed_out);
+  classify(r, p, opt, timed_out, never_started);
   return r;
 }
 

@@ -20,7 +20,16 @@ struct IsolateOptions {
   std::string log_path;  // worker stdout+stderr go here
   std::map<std::string, std::string> env;  // set in the worker (empty value = unset)
   Zygote* zygote = nullptr;  // fork the worker from this pre-loaded one; null: exec it
+  // How long a worker may take to start (its first byte on the result pipe, kWorkerStarted)
+  // before it is killed as one that never ran: not the point's time_s, which counts from its
+  // start. LibTorch's load of an exec'd worker, as a zygote's ready wait (ZygoteDeadlines).
+  double start_limit_s = 60;
 };
+
+// What a worker writes on its result pipe as it starts (worker_main), before its record: the
+// point's time limit counts from it, so a worker that never ran (stopped, or starved, before
+// it started) is no timeout but a row that says it did not start (issue 57).
+inline constexpr char kWorkerStarted = '\n';
 
 struct WorkerResult {
   Status status = Status::kCrash;  // ok | oom | crash | timeout
@@ -28,8 +37,9 @@ struct WorkerResult {
   std::optional<int> exit_code, signal;
   std::string message;        // for crash/timeout: the record's message or the log's tail
   double wall_s = 0;          // from the worker's start (not the runner's waits on a zygote)
-  // False when no worker ran (it could not be exec'd): the row says so (reason
-  // kNotStartedReason, results_store.h) and is no result, so a resumed run runs the point again.
+  // False when no worker ran (it could not be exec'd, or did not start within start_limit_s):
+  // the row says so (reason kNotStartedReason, results_store.h) and is no result, so a resumed
+  // run runs the point again.
   bool started = true;
 };
 

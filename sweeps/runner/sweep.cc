@@ -166,6 +166,8 @@ class Runner {
     store.append(row);
     forced_.insert(id);
     if (prediction) return *store.outcome(id);
+    ++measured_;
+    if (r.status == Status::kCrash || r.status == Status::kTimeout) ++failed_;
     count_kept_row();
     progress_.finish(p, r.status, detail, prefix, why);
     return *store.outcome(id);
@@ -188,6 +190,10 @@ class Runner {
     forced_.insert(p.id());
     progress_.finish(p, Status::kSkipped, "implied-oom");
   }
+
+  // Points measured by this run, and those that crashed or timed out (RunOutcome).
+  std::size_t measured() const { return measured_; }
+  std::size_t failed() const { return failed_; }
 
   void note(const std::string& line) {
     std::lock_guard lock(mu_);
@@ -218,6 +224,7 @@ class Runner {
   Progress& progress_;
   std::mutex mu_;
   std::set<std::string> forced_;  // with --force: points already re-run by this run
+  std::size_t measured_ = 0, failed_ = 0;
 };
 
 // The grid, one combination: batches in order; past an OOM, larger batches are implied.
@@ -600,7 +607,7 @@ RunOutcome run_sweep(const RunOptions& opt) {
   });
   if (!opt.quiet) std::fprintf(stderr, "results: %s\n", store.path().c_str());
   // A Slurm task leaves the report to the merge job, which writes results.csv.
-  return {0, out, !task, !task};
+  return {0, out, !task, !task, runner.measured(), runner.failed()};
 }
 
 }  // namespace sweep

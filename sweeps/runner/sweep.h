@@ -63,7 +63,16 @@ struct RunOutcome {
   std::string out;       // the output directory
   bool report = false;   // OUT/results.csv was written here and holds rows: report on it
   bool summary = false;  // a local run's closing summary is due too
+  // The points (probes) this run measured, and those of them that crashed or timed out: a
+  // broken build or machine, where an OOM is a result. `sweep run` exits kExitPointsFailed when
+  // any did; `fit` and `tables`, which run sweeps of their own, read the rows instead.
+  std::size_t measured = 0, failed = 0;
 };
+
+// `sweep run`'s exit status when every point ran but some crashed or timed out (their rows are
+// written and the report too): 0 is reserved for runs whose every point is a result (ok, oom
+// or skipped), 2 stays bad input (docs/errors.md).
+inline constexpr int kExitPointsFailed = 3;
 
 // The file of a seeded search's predictions, beside results.csv: emulated rows, not
 // measurements of the run's device, so no report reads them as such.

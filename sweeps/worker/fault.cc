@@ -36,6 +36,7 @@ const std::map<std::string, Fault::Kind>& kinds() {
   static const std::map<std::string, Fault::Kind> k = {
       {"crash", Fault::Kind::kCrash},
       {"hang", Fault::Kind::kHang},
+      {"stopped", Fault::Kind::kStopped},
       {"oom", Fault::Kind::kOom},
       {"cublas-alloc", Fault::Kind::kCublasAlloc},
       {"cudnn-alloc", Fault::Kind::kCudnnAlloc},
@@ -113,10 +114,11 @@ Fault Fault::parse(const std::string& spec, const Point& p) {
   if (it == kinds().end())
     throw std::invalid_argument("SWEEP_TEST_FAULT: no fault '" + s +
                                 "' (crash, hang, oom:PHASE, cublas-alloc:PHASE, cudnn-alloc:PHASE, "
-                                "cuda-oom:PHASE, cudnn-no-engine:PHASE, no-engine:PHASE, recovered-oom:PHASE or "
-                                "state)");
+                                "cuda-oom:PHASE, cudnn-no-engine:PHASE, no-engine:PHASE, recovered-oom:PHASE, "
+                                "state or stopped)");
   f.kind = it->second;
-  const bool phased = f.kind != Kind::kCrash && f.kind != Kind::kHang && f.kind != Kind::kState;
+  const bool phased = f.kind != Kind::kCrash && f.kind != Kind::kHang && f.kind != Kind::kState &&
+                      f.kind != Kind::kStopped;
   if (phased == f.phase.empty())
     throw std::invalid_argument("SWEEP_TEST_FAULT: '" + spec + "': " +
                                 (phased ? "name the phase (KIND:PHASE)" : "takes no phase"));

@@ -34,13 +34,15 @@ namespace sweep {
 //                        and recovered from as cuDNN's plan search does (the point goes on)
 //   "state"              no burst: the record is the process's state at the worker's entry
 //                        (process_state), to show a zygote's child equal to an exec'd worker
+//   "stopped[@B]"        SIGSTOP as the worker starts, before it says so (kWorkerStarted): a
+//                        worker stopped, or starved, before it ran
 // PHASE#N fires on the N-th entry into PHASE only (warm-up steps included; 1 = the first),
 // once: an oom's cap is lifted again on the next phase entered, as after an OOM that a
 // retry survives (a fragmentation OOM, say).
 struct Fault {
   enum class Kind {
     kNone, kCrash, kHang, kOom, kCublasAlloc, kCudnnAlloc, kCudaOom, kCudnnNoEngine, kNoEngine,
-    kRecoveredOom, kState
+    kRecoveredOom, kState, kStopped
   };
   Kind kind = Kind::kNone;
   std::string phase;   // for the phase faults

@@ -5,6 +5,7 @@
 #include <torch/cuda.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -110,6 +111,9 @@ int worker_main(const std::string& point_json, int result_fd) {
     write_all(result_fd, state.dump() + "\n");
     return 0;
   }
+  if (fault.kind == Fault::Kind::kStopped) std::raise(SIGSTOP);
+  // Started: the runner times the point from here (kWorkerStarted, sweeps/runner/isolate.h).
+  write_all(result_fd, "\n");
   nlohmann::json record;
   try {
     std::unique_ptr<MemoryTracker> mem;
