@@ -86,7 +86,8 @@ TEST(AxisTable, ALoraNameSaysItsRankWhereItHasOne) {
   Technique t;
   ASSERT_TRUE(t.set("adapter", "lora"));
   EXPECT_EQ(name_tail(cells_of(t), ", "), ", lora");
-  const TechniqueCells cells = {{"adapter", "lora"}, {"lora_r", "16"}, {"use_cache", "1"}};
+  const TechniqueCells cells = {{"adapter", "lora"}, {"lora_r", "16"}, {"use_cache", "1"},
+                               {"offload", "none"}, {"weights", "full"}};
   EXPECT_EQ(name_tail(cells_of(cells), ", "), ", lora r16");
   EXPECT_EQ(name_tail(cells_of(cells), "/", true), "/lora-r16");
   EXPECT_EQ(shown(cells_of(cells), "adapter"), "lora r16");
