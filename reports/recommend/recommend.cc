@@ -61,6 +61,7 @@ Measured measure(const Row& r) {
   c.where = r.source + ":" + std::to_string(r.line);
   c.setup = setup_of(r);
   c.cells = technique_cells(r);
+  c.configuration = to_string(c.mode) + '\x1f' + configuration_key(cells_of(c.cells), {"accumulation"});
   auto peak = r.number(column("peak_reserved_bytes"));
   c.peak_reserved_bytes = peak ? std::llround(*peak) : 0;
   m.ok = c.status == Status::kOk && peak.has_value();
@@ -89,9 +90,7 @@ Measured measure(const Row& r) {
 // Every axis but the batch and accumulation (which barely moves the peak): the mode and each
 // technique axis and LoRA setting (schema::kAxes).
 bool same_configuration(const Choice& x, const Choice& y) {
-  return x.mode == y.mode &&
-         configuration_key(cells_of(x.cells), {"accumulation"}) ==
-             configuration_key(cells_of(y.cells), {"accumulation"});
+  return x.configuration == y.configuration;
 }
 
 // A choice as the one pick (common/pick.h) sees it. Accumulation is not counted as a change

@@ -92,6 +92,9 @@ struct Choice {
   // Every technique axis's and LoRA setting's cell, as the row has them (schema::kAxes): what
   // a configuration is (same_configuration) and how many changes it makes (techniques()).
   TechniqueCells cells;
+  // The mode and every cell but the accumulation, computed once when read (same_configuration
+  // compares it in loops over every row).
+  std::string configuration;
   // What the row ran, in the fields Trainer arguments are made of (the family, LoRA's rank,
   // alpha, dropout and targets); batch and accumulation are this choice's own.
   TrainingSetup setup;

@@ -71,6 +71,8 @@ Point parse_point(const Row& r) {
   p.checkpointing = r.value<Checkpointing>();
   p.optimizer = r.value<OptimizerKind>();
   p.techniques = technique_cells(r);
+  p.technique_order =
+      order_of(p.cell(), {"precision", "checkpointing", "accumulation", "optimizer", "alloc_conf"});
   const std::pair<std::string*, std::size_t> text[] = {
       {&p.alloc_conf, column("alloc_conf")},
       {&p.reason, column("reason")},

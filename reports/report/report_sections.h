@@ -36,6 +36,9 @@ struct Point {
   // Every technique axis's and LoRA setting's cell (schema::kAxes; an older file's empty cell
   // its fallback: adapter none), as the row has it.
   TechniqueCells techniques;
+  // The order of its technique beyond precision, checkpointing, accumulation and optimizer
+  // (order_of), computed once when read: the sections sort by it.
+  std::vector<std::pair<double, std::string>> technique_order;
   int64_t batch = 0;
   int64_t accumulation = 1;
   double budget_bytes = 0;
@@ -152,8 +155,7 @@ inline auto technique_key(const Point& p) {
   const auto checkpointing_rank = p.checkpointing ? static_cast<int>(*p.checkpointing) : 2;
   return std::make_tuple(precision_rank(p.precision), p.precision, checkpointing_rank,
                          p.checkpointing, p.accumulation, optimizer_rank(p.optimizer), p.optimizer,
-                         order_of(p.cell(), {"precision", "checkpointing", "accumulation", "optimizer",
-                                             "alloc_conf"}));
+                         p.technique_order);
 }
 bool by_technique(const Point& a, const Point& b);
 
