@@ -261,6 +261,33 @@ def load_quantized(model, quantization_config, dtype, device):
     return model
 
 
+def save_checkpoint(a, path):
+    """The model as sweep builds it (seeded, fp32), saved with save_pretrained: the checkpoint a
+    user's from_pretrained reads (load_checkpoint)."""
+    import torch
+    torch.manual_seed(a.seed)
+    _, model = build(a.model)
+    model.save_pretrained(path)
+
+
+def load_checkpoint(path, weights, device):
+    """AutoModelForCausalLM.from_pretrained(path, quantization_config=BitsAndBytesConfig(...),
+    device_map=device) as users call it: no dtype, so the checkpoint's (dtype="auto"); 4 bit as
+    QLoRA's recipe (nf4 or fp4, double quantisation, compute dtype bf16), 8 bit with the
+    defaults. Nothing is copied afterwards: on the CPU the tensors it need not convert stay views
+    into the file's buffer."""
+    import torch
+    import transformers as tf
+    if weights == "int8":
+        cfg = tf.BitsAndBytesConfig(load_in_8bit=True)
+    else:
+        cfg = tf.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=weights,
+                                    bnb_4bit_use_double_quant=True,
+                                    bnb_4bit_compute_dtype=torch.bfloat16)
+    return tf.AutoModelForCausalLM.from_pretrained(path, quantization_config=cfg,
+                                                   device_map=device.type)
+
+
 def burst(a, device, phase=None):
     """The training (or eval) loop as a user writes it. `phase(name)` returns a context manager
     around each phase (build, forward, backward, optimizer): the CPU fixtures mark phases with
@@ -271,10 +298,25 @@ def burst(a, device, phase=None):
     train = a.mode == "train"
     k = a.accumulation if train else 1
     torch.manual_seed(a.seed)
+    weights = getattr(a, "weights", "full")
+    checkpoint = getattr(a, "checkpoint", None)
+    if checkpoint:
+        # The user's load: a checkpoint on disk (saved before the burst), read by
+        # from_pretrained(path, quantization_config=..., device_map) with no dtype (auto: the
+        # checkpoint's), then prepare_model_for_kbit_training for 4 bit.
+        with phase("load"):
+            family = build_family(a.model)
+            model = load_checkpoint(checkpoint, weights, device)
+            if train and weights in ("nf4", "fp4"):
+                import peft
+                model = peft.prepare_model_for_kbit_training(
+                    model, use_gradient_checkpointing=a.checkpointing == "block")
     with phase("build"):
-        family, model = build(a.model)
-        weights = getattr(a, "weights", "full")
-        if weights == "int8":
+        if not checkpoint:
+            family, model = build(a.model)
+        if checkpoint:
+            pass  # loaded above
+        elif weights == "int8":
             model = load_int8(model, a, device)
         elif weights in ("nf4", "fp4"):
             model = load_4bit(model, a, device)
@@ -287,7 +329,7 @@ def burst(a, device, phase=None):
             if a.precision == "bf16":
                 model.to(torch.bfloat16)
         model.train(train)
-        if train and weights in ("nf4", "fp4"):
+        if train and weights in ("nf4", "fp4") and not checkpoint:
             # QLoRA's recipe; its checkpointing (reentrant, as it passes no use_reentrant) is
             # made non-reentrant again by the call below, as the Trainer's
             # gradient_checkpointing=True makes it.

@@ -83,6 +83,10 @@ Point point_of(const nlohmann::json& c) {
   }
   // 8-bit base weights (from_pretrained with BitsAndBytesConfig(load_in_8bit=True)).
   p.weights = named<Weights>(c, "weights", "full");
+  // The quantised cases load with from_pretrained(dtype=compute dtype) and copy each tensor
+  // (scripts/hf_reference.py load_quantized), not from a checkpoint as a user's CPU load does
+  // (tests/load_fidelity_test.cc).
+  p.load = c.value("load", std::string("cast"));
   const auto& steps = fixture().at("steps");
   p.steps = steps.at("steps");
   p.warmup_steps = steps.at("warmup");

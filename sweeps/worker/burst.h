@@ -15,7 +15,7 @@ namespace sweep {
 
 struct Measurement {
   Status status = Status::kOk;  // ok | oom
-  std::string phase;          // phase of an OOM: build | forward | backward | optimizer
+  std::string phase;          // phase of an OOM: load | build | forward | backward | optimizer
   std::string message;
   // An OOM outside the caching allocator: the library that ran out (cublas-alloc-failed,
   // cudnn-alloc-failed, cuda-out-of-memory); empty for the allocator's own.
@@ -31,6 +31,9 @@ struct Measurement {
           at_peak_activations_bytes = 0;
   // The peak of each phase, over every step.
   std::optional<int64_t> forward_peak_bytes, backward_peak_bytes, optimizer_peak_bytes;
+  // A quantised model's from_pretrained (and prepare_model_for_kbit_training): the phase
+  // "load", before the rest of the build; none for full weights.
+  std::optional<int64_t> load_peak_bytes;
   std::optional<int64_t> leak_bytes_per_step;
   std::optional<int64_t> oom_retries;
   std::optional<int64_t> oom_gap_bytes;  // unknown (none) where the allocator's observer never fired

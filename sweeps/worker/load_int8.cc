@@ -136,4 +136,116 @@ void load_4bit(torch::nn::Module& model, const std::string& family, torch::Devic
   });
 }
 
+namespace {
+
+// The parameters save_pretrained writes: each tensor once, under its first name.
+std::vector<std::pair<std::string, torch::Tensor>> saved_parameters(torch::nn::Module& model) {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  std::set<const c10::TensorImpl*> seen;
+  for (const auto& item : model.named_parameters())
+    if (seen.insert(item.value().unsafeGetTensorImpl()).second) out.emplace_back(item.key(), item.value());
+  return out;
+}
+
+// safetensors' dtype names (src/tensor.rs Dtype), for the header's length.
+std::string safetensors_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return "F32";
+    case at::kBFloat16: return "BF16";
+    case at::kHalf: return "F16";
+    case at::kDouble: return "F64";
+    case at::kChar: return "I8";
+    case at::kByte: return "U8";
+    case at::kLong: return "I64";
+    case at::kInt: return "I32";
+    case at::kBool: return "BOOL";
+    default: break;
+  }
+  TORCH_CHECK(false, "no safetensors dtype for ", t);
+  return "";
+}
+
+struct Layout {
+  int64_t data_start = 0, file_bytes = 0;
+  std::map<std::string, int64_t> offset;  // by name, from data_start
+};
+
+// safetensors src/tensor.rs prepare: tensors sorted by dtype (larger elements first, as its
+// Dtype order puts them for the float types here) then name; the header JSON
+// serde_json writes (no spaces) padded with spaces to 8 bytes; data back to back.
+Layout safetensors_layout(const std::vector<std::pair<std::string, torch::Tensor>>& tensors) {
+  std::vector<std::pair<std::string, torch::Tensor>> sorted = tensors;
+  std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+    if (a.second.element_size() != b.second.element_size())
+      return a.second.element_size() > b.second.element_size();
+    return a.first < b.first;
+  });
+  Layout l;
+  std::string header = R"({"__metadata__":{"format":"pt"})";
+  int64_t at = 0;
+  for (const auto& [name, t] : sorted) {
+    const int64_t n = static_cast<int64_t>(t.nbytes());
+    // Appended piece by piece: g++ 12 warns falsely on "text" + std::string&& (CMakeLists.txt).
+    header.append(",\"").append(name).append("\":{\"dtype\":\"");
+    header.append(safetensors_dtype(t.scalar_type())).append("\",\"shape\":[");
+    for (std::size_t i = 0; i < t.sizes().size(); ++i) {
+      if (i) header.append(",");
+      header.append(std::to_string(t.sizes()[i]));
+    }
+    header.append("],\"data_offsets\":[").append(std::to_string(at)).append(",");
+    header.append(std::to_string(at + n)).append("]}");
+    l.offset[name] = at;
+    at += n;
+  }
+  header += "}";
+  const int64_t padded = (static_cast<int64_t>(header.size()) + 7) / 8 * 8;
+  l.data_start = 8 + padded;
+  l.file_bytes = l.data_start + at;
+  return l;
+}
+
+}  // namespace
+
+int64_t safetensors_bytes(torch::nn::Module& model) {
+  return safetensors_layout(saved_parameters(model)).file_bytes;
+}
+
+void load_checkpoint_cpu(torch::nn::Module& model, const std::string& family, bool four_bit,
+                         const models::Quant4Settings& s) {
+  torch::NoGradGuard no_grad;
+  // The model's non-persistent buffers (the rotary tables) are made where it is instantiated.
+  for (auto& b : model.buffers()) b.set_data(b.clone());
+  auto saved = saved_parameters(model);
+  const Layout layout = safetensors_layout(saved);
+  // safetensors' load: the whole file in one buffer (a CPU tensor of its bytes).
+  auto file = torch::empty({layout.file_bytes}, saved.front().second.options().dtype(torch::kByte));
+  auto view_of = [&](const std::string& name, const torch::Tensor& t) {
+    auto v = file.narrow(0, layout.data_start + layout.offset.at(name), static_cast<int64_t>(t.nbytes()));
+    v = v.view(t.scalar_type()).view(t.sizes());
+    if (!v.is_meta()) v.copy_(t);  // the bytes the file holds
+    return v;
+  };
+  std::map<std::string, models::Int8Layer*> int8_of;
+  std::map<std::string, models::Layer4*> four_of;
+  auto int8 = four_bit ? std::vector<models::Int8Layer>{} : models::int8_layers(model, family);
+  auto four = four_bit ? models::layers_4bit(model, family) : std::vector<models::Layer4>{};
+  for (auto& l : int8) int8_of[l.name + ".weight"] = &l;
+  for (auto& l : four) four_of[l.name + ".weight"] = &l;
+  std::stable_sort(saved.begin(), saved.end(),
+                   [](const auto& a, const auto& b) { return natural_key_less(a.first, b.first); });
+  for (auto& [name, t] : saved) {
+    auto value = view_of(name, t);
+    if (auto it = four_of.find(name); it != four_of.end()) {
+      auto& layer = *it->second;
+      models::quantize_4bit_layer(layer, layer.conv1d ? value.t() : value, s);
+    } else if (auto it8 = int8_of.find(name); it8 != int8_of.end()) {
+      auto& layer = *it8->second;
+      auto [CB, SCB] = models::int8_quantize_weight(layer.conv1d ? value.t() : value);
+      set_int8_weight(layer, CB, SCB);
+    } else {
+      t.set_data(value);  // the host copy goes with the old data
+    }
+  }
+}
+
 }  // namespace sweep

@@ -38,4 +38,26 @@ void load_int8(torch::nn::Module& model, const std::string& family, torch::Devic
 void load_4bit(torch::nn::Module& model, const std::string& family, torch::Device device,
                at::ScalarType dtype, const models::Quant4Settings& s);
 
+// The bytes of the model.safetensors save_pretrained writes for `model`'s parameters (each
+// once; transformers leaves tied aliases and non-persistent buffers out), as safetensors 0.8
+// lays it out: an 8-byte header size, the JSON header (metadata {"format": "pt"}, then each
+// tensor's dtype, shape and data_offsets, sorted by dtype then name) padded with spaces to a
+// multiple of 8, then the data.
+int64_t safetensors_bytes(torch::nn::Module& model);
+
+// from_pretrained(checkpoint, quantization_config=BitsAndBytesConfig(load_in_4bit=True, ...) or
+// (load_in_8bit=True), device_map="cpu") with no dtype (so the checkpoint's: the fp32 a model
+// built here saves as), for a model built in a HostScope (standing for the file on disk), on
+// the CPU or on Meta standing for it. Traced with torch.profiler's memory events
+// (tests/fixtures/make_load_fixtures.py; transformers 5.23, safetensors 0.8, bitsandbytes
+// 0.50.2): safetensors reads the whole file into one buffer of the CPU allocator
+// (safetensors_bytes; what transformers' loader gets are views into it); then, in natural key
+// order, every tensor it need not convert stays that view (same dtype, same device: no copy),
+// and each converted layer's weight is quantised from its view (4 bit: Params4bit._quantize,
+// the fp32 weight's temporaries; 8 bit: Int8Params._quantize, the weight as float16 then
+// int8_vectorwise_quant). The buffer lives as long as any view of it: with an fp32 checkpoint
+// the embeddings and norms keep the whole file allocated through training.
+void load_checkpoint_cpu(torch::nn::Module& model, const std::string& family, bool four_bit,
+                         const models::Quant4Settings& s);
+
 }  // namespace sweep

@@ -63,6 +63,14 @@ struct Point {
   // The transformers release whose forward code the model follows where releases differ
   // (models/model.h follow_transformers): "5.23", or "5.17" where a config names it.
   std::string transformers = "5.23";
+  // How from_pretrained loads a quantised model (weights int8, nf4, fp4; issue 58):
+  // "checkpoint": from a checkpoint on disk with no dtype, so the checkpoint's (the fp32 one a
+  // model built here saves as), on the CPU every tensor not converted a view of the file's
+  // buffer (sweeps/worker/load_int8.h load_checkpoint_cpu); "cast": with dtype= the compute
+  // dtype (bf16 for 4 bit; the point's for 8 bit), each tensor copied as a GPU's load copies it,
+  // as tests/fixtures/memory_fidelity.json's quantised cases load; "": the device's: checkpoint
+  // on the CPU, cast on a card (the committed tables' basis).
+  std::string load;
 
   // 16 hex digits: FNV-1a over the identity axes and the suite version. Stable across runs.
   std::string id() const;
@@ -88,7 +96,7 @@ std::string fnv1a_hex(const std::string& text);
   X(checkpointing) X(accumulation) X(optimizer) X(use_cache) X(adapter) X(lora_r) X(lora_alpha)  \
   X(lora_dropout) X(lora_targets) X(offload) X(weights) X(alloc_conf) X(steps) X(warmup_steps)              \
   X(repetitions) X(budget_bytes) X(budget_emulated) X(device) X(card)
-#define SWEEP_POINT_SETTINGS(X) X(timeout_s) X(lr) X(weight_decay) X(seed) X(transformers)
+#define SWEEP_POINT_SETTINGS(X) X(timeout_s) X(lr) X(weight_decay) X(seed) X(transformers) X(load)
 
 // The point's cells of a results row, as `sweep run` writes them before the measurement:
 // every axis whose schema::Cell rule says the row has it.

@@ -1,0 +1,131 @@
+// Quantised models loaded the way users load them (issue 58): a checkpoint saved with
+// save_pretrained, then from_pretrained(path, quantization_config=BitsAndBytesConfig(...),
+// device_map="cpu") with no dtype, QLoRA's prepare_model_for_kbit_training, LoRA, two steps.
+// tests/fixtures/make_load_fixtures.py measured transformers 5.23 + PEFT 0.21.2 + bitsandbytes
+// 0.50.2 with torch.profiler's memory events from before the load (tests/fixtures/
+// load_fidelity.json); our bursts on the CPU device (Point::load "checkpoint", the CPU's
+// default) are held to 1% of its peak and of each phase's, the load's included.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "models/hf_config.h"
+#include "models/zoo.h"
+#include "sweeps/worker/burst.h"
+#include "sweeps/worker/load_int8.h"
+
+namespace sweep {
+namespace {
+
+constexpr double kTolerance = 0.01;
+
+const nlohmann::json& fixture() {
+  static const nlohmann::json j = [] {
+    std::ifstream in(SWEEP_SOURCE_DIR "/tests/fixtures/load_fidelity.json");
+    return nlohmann::json::parse(in);
+  }();
+  return j;
+}
+
+template <Vocabulary E>
+E named(const nlohmann::json& c, const char* key) {
+  const auto e = parse_as<E>(c.at(key).get<std::string>());
+  if (!e) ADD_FAILURE() << "case " << c.dump() << ": " << key << " is no value";
+  return e.value_or(E{});
+}
+
+Point point_of(const nlohmann::json& c) {
+  Point p;
+  const std::string model = c.at("model");
+  p.model = models::names_config_file(model) ? SWEEP_SOURCE_DIR "/" + model : model;
+  p.family = models::find_model(p.model)->family;
+  p.mode = named<Mode>(c, "mode");
+  p.batch = c.at("batch");
+  p.seq = c.at("seq");
+  p.precision = named<Precision>(c, "precision");
+  p.checkpointing = named<Checkpointing>(c, "checkpointing");
+  p.accumulation = c.at("accumulation");
+  p.optimizer = named<OptimizerKind>(c, "optimizer");
+  p.use_cache = c.at("use_cache");
+  if (c.contains("adapter")) {
+    p.adapter = named<Adapter>(c, "adapter");
+    p.lora_r = c.at("lora_r");
+    p.lora_alpha = c.at("lora_alpha");
+    p.lora_dropout = c.at("lora_dropout");
+    p.lora_targets = c.at("lora_targets").get<std::vector<std::string>>();
+  }
+  p.weights = named<Weights>(c, "weights");
+  p.load = c.at("load");
+  const auto& steps = fixture().at("steps");
+  p.steps = steps.at("steps");
+  p.warmup_steps = steps.at("warmup");
+  p.repetitions = steps.at("repetitions");
+  p.seed = steps.at("seed");
+  return p;
+}
+
+double error(int64_t ours, int64_t ref) {
+  return ref ? static_cast<double>(ours - ref) / static_cast<double>(ref) : 0.0;
+}
+
+// Each case: the peak, each phase's peak (load, build, forward, backward, optimizer) within 1%,
+// and the phase the peak is in named as the reference's.
+TEST(LoadFidelity, FromACheckpointWithinOnePercentOfTransformers) {
+  static auto mem = make_cpu_tracker();
+  static auto timer = make_cpu_timer();
+  int cases = 0;
+  for (const auto& c : fixture().at("cases")) {
+    const Point p = point_of(c);
+    const int64_t base = mem->allocated();
+    const Measurement m = run_burst(p, *mem, *timer);
+    ASSERT_EQ(m.status, Status::kOk) << p.label() << ": " << m.message;
+    const auto& ref_phases = c.at("phase_peak_bytes");
+    const int64_t ref = c.at("peak_bytes"), ours = m.peak_allocated_bytes - base;
+    std::string ref_phase;
+    for (const auto& [name, peak] : ref_phases.items())
+      if (peak.get<int64_t>() == ref && ref_phase.empty()) ref_phase = name;
+    std::printf("%s load=%s\n  %-10s %12s %12s %8s\n", p.label().c_str(), p.load.c_str(), "phase",
+                "sweep", "transformers", "error");
+    std::printf("  %-10s %12lld %12lld %+7.2f%%  (peak in %s; transformers' in %s)\n", "peak",
+                static_cast<long long>(ours), static_cast<long long>(ref), 100 * error(ours, ref),
+                m.peak_phase.c_str(), ref_phase.c_str());
+    EXPECT_LE(std::abs(error(ours, ref)), kTolerance) << p.label() << ": peak " << ours << " vs " << ref;
+    for (auto [name, phase] : {std::pair{"load", m.load_peak_bytes},
+                               std::pair{"forward", m.forward_peak_bytes},
+                               std::pair{"backward", m.backward_peak_bytes},
+                               std::pair{"optimizer", m.optimizer_peak_bytes}}) {
+      if (!ref_phases.contains(name)) continue;
+      ASSERT_TRUE(phase.has_value()) << p.label() << ": no phase " << name;
+      const int64_t r = ref_phases.at(name), o = *phase - base;
+      std::printf("  %-10s %12lld %12lld %+7.2f%%\n", name, static_cast<long long>(o),
+                  static_cast<long long>(r), 100 * error(o, r));
+      EXPECT_LE(std::abs(error(o, r)), kTolerance) << p.label() << ": phase " << name;
+    }
+    // The phase named as the peak's: checked where the reference's leads every other phase by
+    // more than the tolerance (Qwen2.5's 2 layers at 4 tokens: the load 0.4% above the
+    // backward, whose dequantised fp32 MLP weight is the same size whatever the batch).
+    int64_t second = 0;
+    for (const auto& [name, peak] : ref_phases.items())
+      if (name != ref_phase) second = std::max(second, peak.get<int64_t>());
+    if (static_cast<double>(ref) > (1 + kTolerance) * static_cast<double>(second))
+      EXPECT_EQ(m.peak_phase, ref_phase) << p.label();
+    ++cases;
+  }
+  EXPECT_GT(cases, 0);
+}
+
+// The file save_pretrained writes for a model, to the byte: qwen2-tiny's (78,400 fp32
+// parameters, the tied lm_head left out) measured 316,248 bytes with transformers 5.23 and
+// safetensors 0.8, a 2,640-byte header.
+TEST(LoadFidelity, SafetensorsFileBytesAreSavePretrainedsFile) {
+  const auto* spec = models::find_model(SWEEP_SOURCE_DIR "/tests/fixtures/configs/qwen2-tiny/config.json");
+  ASSERT_TRUE(spec);
+  auto model = spec->make();
+  EXPECT_EQ(safetensors_bytes(*model), 316248);
+}
+
+}  // namespace
+}  // namespace sweep
