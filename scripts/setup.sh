@@ -8,11 +8,10 @@
 #   scripts/setup.sh --tests    the same, and every test binary (what ctest runs)
 #   SWEEP_CACHE=DIR             where the torch venv and ccache live (default ~/.cache/sweep)
 #   SWEEP_BUILD_DIR=DIR         build folder (default ./build)
-#   SWEEP_WERROR=ON|OFF         a compiler warning in our code fails the build (default: on with
-#                               --tests, so a developer's test build is CI's, compile flags and
-#                               ccache entries alike, and CI's build hits the cache the session
-#                               filled; off for the plain build, CI=true or not: its users, and
-#                               the GPU workflow's runner, may have another g++ than ours)
+#   SWEEP_WERROR=ON|OFF         a compiler warning in our code fails the build; unset, CMake
+#                               decides by the compiler, the same for both commands (ON with
+#                               g++ 12, which CI builds with; OFF with others, such as the GPU
+#                               image's g++ 13), so --tests after a plain build reuses its objects
 #
 # The compiler's output goes to BUILD/setup.log; the terminal gets a progress line every
 # 30 s, and on a failure the log's errors.
@@ -93,14 +92,16 @@ fail() {
   say "the whole output: $log"
   exit 1
 }
-werror=${SWEEP_WERROR:-$tests}
+# No -Werror of its own: the plain build and --tests compile every object alike (CMakeLists.txt).
+werror_arg=()
+[ -n "${SWEEP_WERROR:-}" ] && werror_arg=(-DSWEEP_WERROR="$SWEEP_WERROR")
 if [ ! -f "$build/CMakeCache.txt" ]; then
   say "configuring $build"
   cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=${SWEEP_BUILD_TYPE:-Release} \
     -DCMAKE_PREFIX_PATH="$torch_prefix${SWEEP_EXTRA_PREFIX:+;$SWEEP_EXTRA_PREFIX}" "${cuda_args[@]}" \
-    -DSWEEP_WERROR="${werror:-OFF}" >>"$log" 2>&1 || fail "configuring"
-elif [ -n "$werror" ]; then
-  cmake "$build" -DSWEEP_WERROR="$werror" >>"$log" 2>&1 || fail "configuring"
+    "${werror_arg[@]}" >>"$log" 2>&1 || fail "configuring"
+elif ((${#werror_arg[@]})); then
+  cmake "$build" "${werror_arg[@]}" >>"$log" 2>&1 || fail "configuring"
 fi
 what=${targets[*]:+the sweep binary}
 what=${what:-everything (the tests too)}
