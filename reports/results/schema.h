@@ -62,7 +62,7 @@ inline constexpr std::array kColumns = std::to_array<std::string_view>({
     // outcome
     "status",             // "ok" | "oom" | "crash" | "timeout" | "skipped"
     "reason",             // why skipped ("implied-oom"), signal name of a crash, ...
-    "phase",              // where an oom/crash happened: build|forward|backward|optimizer
+    "phase",              // where an oom/crash happened: load|build|forward|backward|optimizer
     "message",            // first line of the error, empty when ok
     "exit_code",          // worker exit code, empty if killed by a signal
     "signal",             // signal number that ended the worker, empty otherwise
@@ -86,6 +86,9 @@ inline constexpr std::array kColumns = std::to_array<std::string_view>({
     "forward_peak_bytes",         // each phase's peak over every step
     "backward_peak_bytes",
     "optimizer_peak_bytes",
+    "load_peak_bytes",      // a quantised model's from_pretrained and prepare_model_for_kbit_
+                            // training (the phase "load", before "build"): QLoRA's peak at small
+                            // batches; empty for full weights
     "leak_bytes_per_step",  // growth of allocated memory per step after the second; empty if none
     "oom_retries",          // allocator retries (CUDA) at failure
     "oom_gap_bytes",        // reserved minus allocated at failure
@@ -158,7 +161,7 @@ inline constexpr std::array kNumberColumns = std::to_array<std::string_view>({
     "peak_allocated_bytes", "peak_reserved_bytes", "device_used_bytes",
     "at_peak_weights_bytes", "at_peak_grads_bytes", "at_peak_optimizer_bytes",
     "at_peak_activations_bytes", "forward_peak_bytes", "backward_peak_bytes",
-    "optimizer_peak_bytes", "leak_bytes_per_step",
+    "optimizer_peak_bytes", "load_peak_bytes", "leak_bytes_per_step",
     "oom_retries", "oom_gap_bytes", "step_ms", "step_ms_mean", "step_ms_stddev", "step_ms_cv",
     "tokens_per_s", "samples_per_s", "tflops", "wall_s", "device_memory_bytes",
     "host_peak_bytes", "paged_bytes", "offload_transfer_ms",
@@ -179,7 +182,7 @@ inline constexpr std::array kIntegerColumns = std::to_array<std::string_view>({
     "peak_allocated_bytes", "peak_reserved_bytes", "device_used_bytes",
     "at_peak_weights_bytes", "at_peak_grads_bytes", "at_peak_optimizer_bytes",
     "at_peak_activations_bytes", "forward_peak_bytes", "backward_peak_bytes",
-    "optimizer_peak_bytes", "leak_bytes_per_step", "oom_retries", "oom_gap_bytes",
+    "optimizer_peak_bytes", "load_peak_bytes", "leak_bytes_per_step", "oom_retries", "oom_gap_bytes",
     "device_memory_bytes", "host_peak_bytes", "paged_bytes",
 });
 // Cells every row has: a row without them measured nothing any command can place. The

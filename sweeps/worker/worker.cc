@@ -57,6 +57,7 @@ nlohmann::json to_record(const Measurement& m) {
   put(j, "forward_peak_bytes", m.forward_peak_bytes);
   put(j, "backward_peak_bytes", m.backward_peak_bytes);
   put(j, "optimizer_peak_bytes", m.optimizer_peak_bytes);
+  put(j, "load_peak_bytes", m.load_peak_bytes);
   put(j, "leak_bytes_per_step", m.leak_bytes_per_step);
   put(j, "oom_retries", m.oom_retries);
   put(j, "oom_gap_bytes", m.oom_gap_bytes);
