@@ -16,6 +16,7 @@
 #include "models/zoo.h"
 #include "sweeps/worker/burst.h"
 #include "sweeps/worker/load_int8.h"
+#include "fidelity_case.h"
 
 namespace sweep {
 namespace {
@@ -23,49 +24,12 @@ namespace {
 constexpr double kTolerance = 0.01;
 
 const nlohmann::json& fixture() {
-  static const nlohmann::json j = [] {
-    std::ifstream in(SWEEP_SOURCE_DIR "/tests/fixtures/load_fidelity.json");
-    return nlohmann::json::parse(in);
-  }();
+  static const nlohmann::json j = testing::read_fixture("load_fidelity.json");
   return j;
 }
 
-template <Vocabulary E>
-E named(const nlohmann::json& c, const char* key) {
-  const auto e = parse_as<E>(c.at(key).get<std::string>());
-  if (!e) ADD_FAILURE() << "case " << c.dump() << ": " << key << " is no value";
-  return e.value_or(E{});
-}
-
-Point point_of(const nlohmann::json& c) {
-  Point p;
-  const std::string model = c.at("model");
-  p.model = models::names_config_file(model) ? SWEEP_SOURCE_DIR "/" + model : model;
-  p.family = models::find_model(p.model)->family;
-  p.mode = named<Mode>(c, "mode");
-  p.batch = c.at("batch");
-  p.seq = c.at("seq");
-  p.precision = named<Precision>(c, "precision");
-  p.checkpointing = named<Checkpointing>(c, "checkpointing");
-  p.accumulation = c.at("accumulation");
-  p.optimizer = named<OptimizerKind>(c, "optimizer");
-  p.use_cache = c.at("use_cache");
-  if (c.contains("adapter")) {
-    p.adapter = named<Adapter>(c, "adapter");
-    p.lora_r = c.at("lora_r");
-    p.lora_alpha = c.at("lora_alpha");
-    p.lora_dropout = c.at("lora_dropout");
-    p.lora_targets = c.at("lora_targets").get<std::vector<std::string>>();
-  }
-  p.weights = named<Weights>(c, "weights");
-  p.load = c.at("load");
-  const auto& steps = fixture().at("steps");
-  p.steps = steps.at("steps");
-  p.warmup_steps = steps.at("warmup");
-  p.repetitions = steps.at("repetitions");
-  p.seed = steps.at("seed");
-  return p;
-}
+// Every case names its load ("checkpoint").
+Point point_of(const nlohmann::json& c) { return testing::fixture_point(c, fixture().at("steps"), ""); }
 
 double error(int64_t ours, int64_t ref) {
   return ref ? static_cast<double>(ours - ref) / static_cast<double>(ref) : 0.0;

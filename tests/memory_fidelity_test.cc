@@ -18,6 +18,7 @@
 #include "sweeps/measure/emulated_card.h"
 #include "sweeps/worker/burst.h"
 #include "sweeps/worker/emulate/emulation.h"
+#include "fidelity_case.h"
 
 namespace sweep {
 namespace {
@@ -36,64 +37,14 @@ bool cpu_has_native_bf16() {
 }
 
 const nlohmann::json& fixture() {
-  static const nlohmann::json j = [] {
-    std::ifstream in(SWEEP_SOURCE_DIR "/tests/fixtures/memory_fidelity.json");
-    return nlohmann::json::parse(in);
-  }();
+  static const nlohmann::json j = testing::read_fixture("memory_fidelity.json");
   return j;
 }
 
-// A case's enumerated axis, by its name; `fallback` where the case leaves it out.
-template <Vocabulary E>
-E named(const nlohmann::json& c, const char* key, const char* fallback = "") {
-  const std::string name = c.value(key, std::string(fallback));
-  const auto e = parse_as<E>(name);
-  if (!e) ADD_FAILURE() << "case " << c.dump() << ": " << key << " '" << name << "' is no value";
-  return e.value_or(E{});
-}
-
-// A case's model: a zoo name, or a config.json under tests/fixtures/configs/ named by its path
-// from the checkout, as a user names a file.
-std::string model_of(const nlohmann::json& c) {
-  const std::string model = c.at("model");
-  return models::names_config_file(model) ? SWEEP_SOURCE_DIR "/" + model : model;
-}
-
-Point point_of(const nlohmann::json& c) {
-  Point p;
-  p.model = model_of(c);
-  p.family = models::find_model(p.model)->family;
-  p.mode = named<Mode>(c, "mode");
-  p.batch = c.at("batch");
-  p.seq = c.value("seq", 0);
-  p.target_seq = c.value("target_seq", 0);
-  p.audio_s = c.value("audio_s", 0.0);
-  p.precision = named<Precision>(c, "precision");
-  p.checkpointing = named<Checkpointing>(c, "checkpointing");
-  p.accumulation = c.at("accumulation");
-  p.optimizer = named<OptimizerKind>(c, "optimizer");
-  p.use_cache = c.at("use_cache");
-  // LoRA cases (peft.get_peft_model) carry the adapter's settings; the others train every weight.
-  p.adapter = named<Adapter>(c, "adapter", "none");
-  if (p.adapter == Adapter::kLora) {
-    p.lora_r = c.at("lora_r");
-    p.lora_alpha = c.at("lora_alpha");
-    p.lora_dropout = c.at("lora_dropout");
-    p.lora_targets = c.at("lora_targets").get<std::vector<std::string>>();
-  }
-  // 8-bit base weights (from_pretrained with BitsAndBytesConfig(load_in_8bit=True)).
-  p.weights = named<Weights>(c, "weights", "full");
-  // The quantised cases load with from_pretrained(dtype=compute dtype) and copy each tensor
-  // (scripts/hf_reference.py load_quantized), not from a checkpoint as a user's CPU load does
-  // (tests/load_fidelity_test.cc).
-  p.load = c.value("load", std::string("cast"));
-  const auto& steps = fixture().at("steps");
-  p.steps = steps.at("steps");
-  p.warmup_steps = steps.at("warmup");
-  p.repetitions = steps.at("repetitions");
-  p.seed = steps.at("seed");
-  return p;
-}
+// The quantised cases load with from_pretrained(dtype=compute dtype) and copy each tensor
+// (scripts/hf_reference.py load_quantized), not from a checkpoint as a user's CPU load does
+// (tests/load_fidelity_test.cc).
+Point point_of(const nlohmann::json& c) { return testing::fixture_point(c, fixture().at("steps"), "cast"); }
 
 // Where the emulated device configured as the CPU may allocate less than the CPU: scratch that a
 // CPU kernel allocates through the CPU allocator and frees before it returns, which a Meta
@@ -212,7 +163,7 @@ void check_family(const std::string& family, MemoryTracker& mem, StepTimer& time
   EXPECT_GT(cases, 0) << "no fixture cases for " << family;
 }
 
-class MemoryFidelity : public testing::TestWithParam<std::string> {};
+class MemoryFidelity : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(MemoryFidelity, PeaksWithinOnePercentOfTransformers) {
   static auto mem = make_cpu_tracker();
@@ -239,7 +190,7 @@ TEST_P(MemoryFidelity, EmulatedAsTheCpuWithinOnePercentOfTransformers) {
 // A case's test name: a zoo model's name without "-test" ("whisper-s2s-test" -> "whispers2s",
 // "whisper-tiny" -> "whispertiny"), or a decoder fixture's folder up to its first '-'
 // ("qwen2.5-0.5b-2layers" -> "qwen25"); letters and digits only.
-std::string family_test_name(const testing::TestParamInfo<std::string>& info) {
+std::string family_test_name(const ::testing::TestParamInfo<std::string>& info) {
   const std::string& m = info.param;
   std::string folder = m;
   if (m.ends_with("-test")) folder = m.substr(0, m.size() - 5);
@@ -258,7 +209,7 @@ std::string family_test_name(const testing::TestParamInfo<std::string>& info) {
 // Qwen2, Qwen3, Phi-3 and Mistral at published widths with fewer layers, tests/fixtures/configs/) by their folder;
 // one catalogue model whole (SmolLM2-135M, tied embeddings) by its Hub id.
 INSTANTIATE_TEST_SUITE_P(Families, MemoryFidelity,
-                         testing::Values("gpt2-test", "t5-test", "whisper-test", "whisper-s2s-test",
+                         ::testing::Values("gpt2-test", "t5-test", "whisper-test", "whisper-s2s-test",
                                          "whisper-tiny", "whisper-base",
                                          "tests/fixtures/configs/qwen2.5-0.5b-2layers/config.json",
                                          "tests/fixtures/configs/qwen3-0.6b-2layers/config.json",
