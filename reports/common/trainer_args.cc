@@ -1,10 +1,9 @@
 // The Trainer arguments of a configuration (trainer_args.h). Every name below was read in
 // transformers 5.23.0 (training_args.py OptimizerNames and the fields, trainer_optimizer.py
-// _get_adamw_torch/_get_sgd/_get_adafactor/_get_bitsandbytes_optimizer, trainer.py's use_cache
-// and checkpointing), PEFT 0.21's LoraConfig and DeepSpeed 0.19's config keys.
+// _get_adamw_torch/_get_sgd/_get_adafactor/_get_bitsandbytes_optimizer, trainer.py's
+// checkpointing), PEFT 0.21's LoraConfig and DeepSpeed 0.19's config keys; the words of the axes
+// one keyword runs are the table's (schema::Axis::trainer).
 #include "reports/common/trainer_args.h"
-
-#include <sstream>
 
 namespace sweep::reports {
 namespace {
@@ -162,17 +161,37 @@ void add_weights(const TrainingSetup& s, TrainerArgs& a) {
                     "copies of the other parameters) was not called");
 }
 
+// A setting's value as LoraConfig takes it.
+template <class T>
+Json peft_value(const T& v) { return v; }
+// PEFT's "all-linear" is a string, not a module name in a list.
+Json peft_value(const std::vector<std::string>& names) {
+  return names.size() == 1 && names[0] == "all-linear" ? Json(names[0]) : Json(names);
+}
+
 void add_lora(const TrainingSetup& s, TrainerArgs& a) {
   if (s.adapter != Adapter::kLora) return;
-  // PEFT's "all-linear" is a string, not a module name in a list.
-  const bool all_linear = s.lora_targets.size() == 1 && s.lora_targets[0] == "all-linear";
-  a.lora_config = {{"r", s.lora_r}, {"lora_alpha", s.lora_alpha}, {"lora_dropout", s.lora_dropout},
-                   {"target_modules", all_linear ? Json(s.lora_targets[0]) : Json(s.lora_targets)}};
+  a.lora_config = Json::object();
+  s.for_each([&](std::string_view column, const auto& v) {
+    a.lora_config[std::string(schema::find_axis(column)->trainer)] = peft_value(v);
+  });
   // sweeps/worker/burst.cc: get_peft_model after gradient_checkpointing_enable(), so that PEFT
   // makes the embeddings' output require grad, as a script that enables it first does.
   if (s.mode == Mode::kTrain && s.checkpointing == Checkpointing::kBlock && !four_bit(s.weights))
     a.model_code.push_back("model.gradient_checkpointing_enable()  # before get_peft_model, as measured");
   a.model_code.push_back("model = get_peft_model(model, LoraConfig(" + keywords(a.lora_config) + "))");
+}
+
+// The technique axes one TrainingArguments flag runs (schema::Axis::trainer): the flag as the
+// row has it, and a note where the Trainer's default would run something else.
+void add_trainer_flags(const TrainingSetup& s, TrainerArgs& a) {
+  for (const auto& axis : schema::kAxes) {
+    if (axis.role != schema::Role::kTechnique || axis.trainer.empty()) continue;
+    SWEEP_CHECK(axis.values == schema::Values::kBool, "a TrainingArguments word for no flag");
+    const std::string cell = s.cell(axis.column);
+    a.training_arguments[std::string(axis.trainer)] = cell == "1";
+    if (cell != axis.trainer_default && !axis.trainer_note.empty()) a.notes.emplace_back(axis.trainer_note);
+  }
 }
 
 void add_offload(const TrainingSetup& s, TrainerArgs& a) {
@@ -197,12 +216,7 @@ TrainingSetup setup_of(const Row& row) {
   s.batch = static_cast<int64_t>(number("batch", 1));
   s.accumulation = static_cast<int64_t>(number("accumulation", 1));
   read_technique(row, s);  // an empty cell without a fallback: the plain value
-  s.lora_r = static_cast<int64_t>(number("lora_r", 8));
-  s.lora_alpha = number("lora_alpha", 8);
-  s.lora_dropout = number("lora_dropout", 0);
-  std::stringstream targets(std::string(row.axis(schema::find_column("lora_targets"))));
-  for (std::string t; std::getline(targets, t, ';');)
-    if (!t.empty()) s.lora_targets.push_back(t);
+  read_lora_settings(row, s);
   return s;
 }
 
@@ -227,12 +241,7 @@ TrainerArgs trainer_args(const TrainingSetup& s) {
                         "the old name works, with a warning, until v6");
     if (s.offload == Offload::kNone) add_optimizer(s, a);
   }
-  // trainer.py: model.config.use_cache = args.use_cache, whose default is False; the row's
-  // model kept transformers' model default (True) unless it says otherwise.
-  t["use_cache"] = s.use_cache;
-  if (s.use_cache)
-    a.notes.push_back("use_cache=True as measured (the model's cache kept alive in training); "
-                      "Trainer's default is False, which it writes into model.config");
+  add_trainer_flags(s, a);
   add_lora(s, a);
   if (s.mode == Mode::kTrain) add_offload(s, a);
   return a;

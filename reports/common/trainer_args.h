@@ -16,13 +16,15 @@
 //              decay 0.01 = "sgd" with optim_args="momentum=0.9"; adamw8bit: bnb.optim.AdamW8bit
 //              = "adamw_bnb_8bit" (not paged); adafactor: torch.optim.Adafactor, whose state
 //              transformers' Adafactor (optim="adafactor") shares, not its arithmetic.
-//   use_cache  TrainingArguments.use_cache (5.x; default False, written into model.config).
-//   adapter    lora: get_peft_model(model, LoraConfig(r, lora_alpha, lora_dropout, targets)).
+//   adapter    lora: get_peft_model(model, LoraConfig(...)), each setting by its LoraConfig word
+//              (schema::Axis::trainer).
 //   weights    int8: from_pretrained(quantization_config=BitsAndBytesConfig(load_in_8bit=True));
 //              nf4 | fp4: BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type,
 //              bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype bf16 (fp16 under
 //              fp16-amp)), then prepare_model_for_kbit_training when training (QLoRA).
 //   offload    optimizer: DeepSpeed ZeRO-Offload (stage 2, offload_optimizer cpu, its CPU AdamW).
+// An axis one TrainingArguments flag runs as it is, the model's cache among them, is the
+// table's (schema::Axis::trainer: the flag, and a note where Trainer's default differs).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -39,16 +41,13 @@ namespace sweep::reports {
 
 // One training configuration, with the fields and vocabulary of a results row.
 // The technique (reports/results/technique.h: precision, checkpointing, optimizer, the cache,
-// adapter, offload, weights) and what else the arguments are made of.
-struct TrainingSetup : Technique {
+// adapter, offload, weights), LoRA's settings (the targets as a row names them: {"c_attn"},
+// {"q", "v"}) and what else the arguments are made of.
+struct TrainingSetup : Technique, LoraSettings {
   std::string family;  // "gpt2" | "t5" | "whisper" | "llama" ...: names the class a quantised load uses
   Mode mode = Mode::kTrain;
   int64_t batch = 1;         // per_device_train_batch_size
   int64_t accumulation = 1;  // gradient_accumulation_steps
-  int64_t lora_r = 8;
-  double lora_alpha = 8;
-  double lora_dropout = 0;
-  std::vector<std::string> lora_targets;  // as a row names them: {"c_attn"}, {"q", "v"}
 };
 
 // The setup a results row measured (its axis cells; an older file's empty cells their fallbacks).

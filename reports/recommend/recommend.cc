@@ -50,7 +50,7 @@ Measured measure(const Row& r) {
   // on int8 weights" is a technique and a configuration of its own.
   if (const auto w = r.value<Weights>(); w != Weights::kFull)
     c.adapter += (c.adapter.empty() ? "" : " on ") + to_string(w) + " weights";
-  c.use_cache = r.at(column("use_cache")) != "0";
+  read_flags(r, c);
   c.offload = r.value<Offload>().value_or(c.offload);
   c.batch = as_int(r, column("batch"), 0);
   c.accumulation = as_int(r, column("accumulation"), 1);
@@ -311,13 +311,21 @@ void bound(const Budgeted& b, Choice& c) {
   if (!c.bounded) c.predicted_batch = predicted_batch(b, c);
 }
 
+// The flags' order: each at its plain value first ("0"), then off it ("1").
+std::string flags_order(const TechniqueFlags& f) {
+  std::string order;
+  for (const auto& a : schema::kAxes)
+    if (const std::string cell = f.cell(a.column); !cell.empty()) order += is_plain(a, cell) ? '0' : '1';
+  return order;
+}
+
 // The report's technique order: precision, checkpointing (none first), optimizer, then the
 // rest of the label.
 bool technique_order(const Choice& x, const Choice& y) {
   auto key = [](const Choice& c) {
     return std::make_tuple(static_cast<int>(c.precision), static_cast<int>(c.checkpointing),
                            c.optimizer ? static_cast<int>(*c.optimizer) : -1, c.adapter,
-                           c.offload, !c.use_cache, c.alloc_conf);
+                           c.offload, flags_order(c), c.alloc_conf);
   };
   return key(x) < key(y);
 }
@@ -463,7 +471,8 @@ std::string label_tail(const Choice& c) {
   if (c.mode == Mode::kEval) return " (eval)";
   std::string s = ", " + to_string(c.optimizer);
   if (!c.alloc_conf.empty()) s += ", alloc_conf " + c.alloc_conf;
-  if (!c.use_cache) s += ", use_cache=False";
+  // The technique's named axes this label does not say its own way, as reports name them.
+  s += name_tail(cells_of(c.cells), ", ", false, {"alloc_conf", "adapter", "weights", "offload"});
   if (!c.adapter.empty()) s += ", " + c.adapter;
   if (c.offload != Offload::kNone) s += ", offload " + to_string(c.offload);
   return s;

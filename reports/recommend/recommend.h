@@ -54,8 +54,9 @@ struct Target : FitRule {
   bool from_budget = false;
 };
 
-// One configuration and what was measured for it.
-struct Choice {
+// One configuration and what was measured for it; the technique's flags as the row has them
+// (TechniqueFlags: the model's cache).
+struct Choice : TechniqueFlags {
   // An older file's empty cell reads as train, fp32, no checkpointing; an empty optimizer
   // stays unknown.
   Mode mode = Mode::kTrain;
@@ -64,7 +65,6 @@ struct Choice {
   std::optional<OptimizerKind> optimizer;
   std::string alloc_conf;
   std::string adapter;    // "" (full fine-tuning) or "lora r8": LoRA trains far fewer weights
-  bool use_cache = true;  // false: the model was called with use_cache=False
   Offload offload = Offload::kNone;  // kOptimizer: AdamW's state on the host (ZeRO-Offload)
   int64_t batch = 0, accumulation = 1;
   double tokens_per_s = 0;

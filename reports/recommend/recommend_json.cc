@@ -27,7 +27,6 @@ void to_json(json& j, const Choice& c) {
        {"optimizer", to_string(c.optimizer)},  // "" when the row did not say
        {"alloc_conf", c.alloc_conf},
        {"adapter", c.adapter},
-       {"use_cache", c.use_cache},
        {"offload", c.offload == Offload::kNone ? std::string() : to_string(c.offload)},
        {"batch", c.batch},
        {"accumulation", c.accumulation},
@@ -51,6 +50,7 @@ void to_json(json& j, const Choice& c) {
        {"precision_words", precision_words(c.precision)},
        // The same configuration in the words of a Hugging Face training script.
        {"trainer_args", trainer_args_json(c.trainer_args())}};
+  j.update(c.json());  // the technique's flags, by column
 }
 
 json recommendations_json(const Recommendation& r) {

@@ -207,11 +207,13 @@ inline constexpr std::array kRequiredWhenOk =
 //     every technique axis), the plain configuration's value (a change from it is a technique),
 //     and the technique's name where it is not plain (phrase in reports and fit, key in
 //     compare's names, in name_rank order);
-//   - fit: whether it searches the axis (one combination per value).
+//   - fit: whether it searches the axis (one combination per value), a setting's flag;
+//   - the Trainer: its word in TrainingArguments or LoraConfig, where one keyword runs it.
 // The worker side builds from this table and one Point member per entry (SWEEP_POINT_AXES,
-// sweeps/worker/point.h, checked against it at compile time); the typed technique is
-// reports/results/technique.h (SWEEP_TECHNIQUE_AXES, checked the same way). Adding an axis is an
-// entry here, its member there, and what it does (docs/development.md, "Adding an axis").
+// sweeps/worker/point.h, checked against it at compile time); the typed technique and LoRA
+// settings are reports/results/technique.h (SWEEP_TECHNIQUE_AXES, SWEEP_LORA_SETTINGS, checked
+// the same way). Adding an axis is an entry here, its member there, and what it does
+// (docs/development.md, "Adding an axis").
 enum class Cell {
   kAlways,    // every row has the cell
   kIfSet,     // 0 means "not applicable to this model" and leaves the cell empty (seq for Whisper)
@@ -241,7 +243,7 @@ enum class Values {
   kAllocConf,    // PYTORCH_CUDA_ALLOC_CONF as torch 2.11 parses it
   kPositive,     // a number above 0, at most `max`
   kProbability,  // a number from 0 up to, not including, 1
-  kNames,        // a list of names (the cell ';'-separated)
+  kNames,        // module names (the cell ';'-separated), each naming a layer of the model
 };
 struct Axis {
   std::string_view column;
@@ -251,8 +253,12 @@ struct Axis {
   Role role = Role::kInput;
   int grid = 0;  // a config's grid key, nested in this order (1 outermost); 0: none
   // A setting (Role::kLora): a config's top-level key for every point of it, and fit's flag
-  // --COLUMN ('_' as '-'); what it is, for the flag's help and the check's hint.
+  // --COLUMN ('_' as '-'). What it is: the hint of a config's value out of range, and the
+  // flag's help unless `flag` says it otherwise; what the flag's value is in its check's
+  // message ("'0' is not a rank from 1 to 65536").
   std::string_view help = "";
+  std::string_view flag = "";
+  std::string_view flag_value = "";
   Values values = Values::kNone;
   int64_t max = 0;  // kCount, kSeconds: the largest value a config may give
   // A technique axis: the plain configuration's cell ('|' between alternatives); a technique
@@ -274,6 +280,13 @@ struct Axis {
   // fit searches a value other than plain only where this axis is plain (the model's cache
   // off only without checkpointing, which turns it off in training anyway).
   std::string_view fit_without = "";
+  // The Trainer's word for the axis, where one keyword runs it as it is
+  // (reports/common/trainer_args.cc): a technique axis's TrainingArguments flag (True or False
+  // as the row's cell), a setting's LoraConfig argument. Where the row's cell is not
+  // `trainer_default`, what the Trainer's default would do instead is a note under the arguments.
+  std::string_view trainer = "";
+  std::string_view trainer_default = "";
+  std::string_view trainer_note = "";
 };
 inline constexpr std::array kAxes = std::to_array<Axis>({
     {.column = "model", .values = Values::kNone},
@@ -292,24 +305,35 @@ inline constexpr std::array kAxes = std::to_array<Axis>({
      .max = int64_t{1} << 20, .plain = "1"},
     {.column = "optimizer", .role = Role::kTechnique, .grid = 7, .values = Values::kVocabulary,
      .plain = "adamw|none", .fit = 3},
+    // TrainingArguments.use_cache (transformers 5.x; trainer.py: model.config.use_cache =
+    // args.use_cache, whose default is False); a row's model kept transformers' model default
+    // (True) unless it says otherwise.
     {.column = "use_cache", .id = Named::kUnlessDefault, .fallback = "1", .role = Role::kTechnique,
      .grid = 13, .values = Values::kBool, .plain = "1", .name_rank = 2, .phrase = "use_cache=False",
-     .key = "no-cache", .fit = 7, .fit_without = "checkpointing"},
+     .key = "no-cache", .fit = 7, .fit_without = "checkpointing", .trainer = "use_cache",
+     .trainer_default = "0",
+     .trainer_note = "use_cache=True as measured (the model's cache kept alive in training); "
+                     "Trainer's default is False, which it writes into model.config"},
     {.column = "adapter", .id = Named::kUnlessDefault, .fallback = "none", .role = Role::kTechnique,
      .grid = 10, .values = Values::kVocabulary, .plain = "none", .name_rank = 1,
      .phrase = "{} r{lora_r}", .key = "{}-r{lora_r}", .shown = "{} r{lora_r}", .fit = 4},
     {.column = "lora_r", .cell = Cell::kWithLora, .id = Named::kWithLora, .role = Role::kLora,
-     .help = "LoRA's rank (LoraConfig r; default 8)", .values = Values::kCount, .max = int64_t{1} << 16},
+     .help = "LoRA's rank (LoraConfig r; default 8)", .flag_value = "a rank",
+     .values = Values::kCount, .max = int64_t{1} << 16, .trainer = "r"},
     {.column = "lora_alpha", .cell = Cell::kWithLora, .id = Named::kWithLora, .role = Role::kLora,
      .help = "LoRA's alpha: the update scaled by alpha / r (PEFT's default 8)",
-     .values = Values::kPositive, .max = 1000000},
+     .flag = "LoRA's alpha: the update scaled by alpha / r (default 8)", .flag_value = "an alpha",
+     .values = Values::kPositive, .max = 1000000, .trainer = "lora_alpha"},
     {.column = "lora_dropout", .cell = Cell::kWithLora, .id = Named::kWithLora, .role = Role::kLora,
      .help = "dropout on the adapters' input, from 0 (PEFT's default: none) up to, not including, 1",
-     .values = Values::kProbability},
+     .flag = "Dropout on the adapters' input, from 0 up to 1 (default 0)",
+     .flag_value = "a dropout probability", .values = Values::kProbability, .trainer = "lora_dropout"},
     {.column = "lora_targets", .cell = Cell::kWithLora, .id = Named::kWithLora, .role = Role::kLora,
      .help = "the modules LoRA adapts (LoraConfig target_modules: names, or all-linear; default the "
              "family's, as PEFT's)",
-     .values = Values::kNames},
+     .flag = "Modules LoRA adapts (default PEFT's for the family, e.g. q_proj,v_proj), or "
+             "all-linear (every linear layer but the output embedding)",
+     .values = Values::kNames, .trainer = "target_modules"},
     {.column = "offload", .id = Named::kUnlessDefault, .fallback = "none", .role = Role::kTechnique,
      .grid = 11, .values = Values::kVocabulary, .plain = "none", .name_rank = 3,
      .phrase = "offload {}", .key = "offload-{}", .fit = 5},

@@ -11,25 +11,45 @@ namespace sweep {
 namespace {
 
 constexpr auto kMembers = std::to_array<std::string_view>({
-#define SWEEP_TECHNIQUE_NAME(type, column, plain) #column,
-    SWEEP_TECHNIQUE_AXES(SWEEP_TECHNIQUE_NAME)
-#undef SWEEP_TECHNIQUE_NAME
+#define SWEEP_AXIS_NAME(type, column, plain) #column,
+    SWEEP_TECHNIQUE_AXES(SWEEP_AXIS_NAME)
+});
+constexpr auto kFlags = std::to_array<std::string_view>({
+    SWEEP_TECHNIQUE_AXES_OF(SWEEP_AXIS_NOTHING, SWEEP_AXIS_NAME)
+});
+constexpr auto kLoraSettings = std::to_array<std::string_view>({
+    SWEEP_LORA_SETTINGS(SWEEP_AXIS_NAME)
+#undef SWEEP_AXIS_NAME
 });
 
-// The members are the table's fit axes, in its order, each a technique axis whose plain value
-// is the member's default.
-consteval bool members_are_fit_axes() {
+// Whether `names` are the columns of the kAxes entries `picked` holds for, in the table's order.
+template <std::size_t N, class Pick>
+consteval bool are_axes(const std::array<std::string_view, N>& names, Pick picked) {
   std::size_t i = 0;
   for (const auto& a : schema::kAxes) {
-    if (a.fit == 0) continue;
-    if (i >= kMembers.size() || kMembers[i] != a.column || a.role != schema::Role::kTechnique)
-      return false;
+    if (!picked(a)) continue;
+    if (i >= N || names[i] != a.column) return false;
     ++i;
   }
-  return i == kMembers.size();
+  return i == N;
 }
-static_assert(members_are_fit_axes(),
+// The members are the table's fit axes, each a technique axis; the flags those of them whose
+// values are a flag's.
+static_assert(are_axes(kMembers, [](const schema::Axis& a) { return a.fit > 0; }) &&
+                  are_axes(kMembers, [](const schema::Axis& a) {
+                    return a.fit > 0 && a.role == schema::Role::kTechnique;
+                  }),
               "SWEEP_TECHNIQUE_AXES must name the kAxes entries with `fit` set, in the table's order");
+static_assert(are_axes(kFlags,
+                       [](const schema::Axis& a) { return a.fit > 0 && a.values == schema::Values::kBool; }),
+              "SWEEP_TECHNIQUE_AXES_OF must pass FLAG each fit axis of Values::kBool");
+// The settings are the table's Role::kLora entries, each with its LoraConfig word.
+static_assert(are_axes(kLoraSettings,
+                       [](const schema::Axis& a) { return a.role == schema::Role::kLora; }) &&
+                  are_axes(kLoraSettings, [](const schema::Axis& a) {
+                    return a.role == schema::Role::kLora && !a.trainer.empty();
+                  }),
+              "SWEEP_LORA_SETTINGS must name the kAxes entries of Role::kLora, in the table's order");
 
 std::string cell_text(bool v) { return v ? "1" : "0"; }
 template <Vocabulary E>
@@ -119,6 +139,52 @@ int Technique::changes() const {
   int n = 0;
   for (auto m : kMembers) n += !schema::is_plain(axis(m), cell(m));
   return n;
+}
+
+std::string TechniqueFlags::cell(std::string_view column) const {
+#define SWEEP_FLAG_CELL(type, member, plain) \
+  if (column == #member) return cell_text(member);
+  SWEEP_TECHNIQUE_AXES_OF(SWEEP_AXIS_NOTHING, SWEEP_FLAG_CELL)
+#undef SWEEP_FLAG_CELL
+  return "";
+}
+
+nlohmann::json TechniqueFlags::json() const {
+  nlohmann::json j = nlohmann::json::object();
+  for (auto f : kFlags) j[std::string(f)] = cell(f) == "1";
+  return j;
+}
+
+void read_flags(const reports::Row& row, TechniqueFlags& f) {
+#define SWEEP_FLAG_READ(type, member, plain) \
+  parse_into(row.axis(schema::find_column(#member)), f.member);
+  SWEEP_TECHNIQUE_AXES_OF(SWEEP_AXIS_NOTHING, SWEEP_FLAG_READ)
+#undef SWEEP_FLAG_READ
+}
+
+namespace {
+void read_setting(const reports::Row& row, std::size_t col, int64_t& v) {
+  if (const auto n = row.number(col)) v = static_cast<int64_t>(*n);
+}
+void read_setting(const reports::Row& row, std::size_t col, double& v) {
+  if (const auto n = row.number(col)) v = *n;
+}
+void read_setting(const reports::Row& row, std::size_t col, std::vector<std::string>& names) {
+  const std::string_view cell = row.axis(col);
+  if (cell.empty()) return;
+  names.clear();
+  for (std::size_t b = 0; b <= cell.size();) {
+    const std::size_t e = std::min(cell.find(';', b), cell.size());
+    if (e > b) names.emplace_back(cell.substr(b, e - b));
+    b = e + 1;
+  }
+}
+}  // namespace
+
+void read_lora_settings(const reports::Row& row, LoraSettings& s) {
+#define SWEEP_LORA_READ(type, member, plain) read_setting(row, schema::find_column(#member), s.member);
+  SWEEP_LORA_SETTINGS(SWEEP_LORA_READ)
+#undef SWEEP_LORA_READ
 }
 
 std::string config_text(std::string_view column, const std::string& cell) {

@@ -1,11 +1,12 @@
 // A technique: how a point trains, as the values of its technique axes (schema::kAxes entries of
 // Role::kTechnique), and the one way every reader names, keys, counts and reads one. The
 // typed members are the axes `fit` searches (SWEEP_TECHNIQUE_AXES, checked against the table at
-// compile time); the rest (accumulation, the allocator's settings, LoRA's settings) each reader
-// holds beside it. Header-only but for technique.cc, and free of LibTorch, like the rest of
-// the results contract.
+// compile time); the rest (accumulation, the allocator's settings) each reader holds beside
+// it, LoRA's settings typed as LoraSettings (SWEEP_LORA_SETTINGS). Header-only but for
+// technique.cc, and free of LibTorch, like the rest of the results contract.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
@@ -25,21 +26,33 @@ struct Row;
 }
 
 // The axes fit searches, as typed members with their plain values, in the order fit's
-// combinations nest and its JSON lists them: X(type, column, plain value). Each is an entry
-// of schema::kAxes with `fit` set, in the table's order (technique.cc checks both).
-#define SWEEP_TECHNIQUE_AXES(X)                                                             \
+// combinations nest and its JSON lists them: X(type, column, plain value), FLAG(...) for a
+// flag (Values::kBool). Each is an entry of schema::kAxes with `fit` set, in the table's order
+// (technique.cc checks both).
+#define SWEEP_TECHNIQUE_AXES_OF(X, FLAG)                                                    \
   X(Precision, precision, Precision::kFp32)                                                 \
   X(Checkpointing, checkpointing, Checkpointing::kNone)                                     \
   X(OptimizerKind, optimizer, OptimizerKind::kAdamW)                                        \
-  X(bool, use_cache, true)                                                                  \
+  FLAG(bool, use_cache, true)                                                               \
   X(Adapter, adapter, Adapter::kNone)                                                       \
   X(Offload, offload, Offload::kNone)                                                       \
   X(Weights, weights, Weights::kFull)
+#define SWEEP_TECHNIQUE_AXES(X) SWEEP_TECHNIQUE_AXES_OF(X, X)
+
+// LoRA's settings (schema::kAxes of Role::kLora), as typed members with PEFT's LoraConfig
+// defaults, in the table's order (technique.cc checks it): X(type, column, default).
+#define SWEEP_LORA_SETTINGS(X)                                                              \
+  X(int64_t, lora_r, 8)                                                                     \
+  X(double, lora_alpha, 8)                                                                  \
+  X(double, lora_dropout, 0)                                                                \
+  X(std::vector<std::string>, lora_targets, {})
+
+// A member of one of the lists above, declared with its plain value or default.
+#define SWEEP_AXIS_MEMBER(type, column, plain) type column = plain;
+#define SWEEP_AXIS_NOTHING(type, column, plain)
 
 struct Technique {
-#define SWEEP_TECHNIQUE_MEMBER(type, column, plain) type column = plain;
-  SWEEP_TECHNIQUE_AXES(SWEEP_TECHNIQUE_MEMBER)
-#undef SWEEP_TECHNIQUE_MEMBER
+  SWEEP_TECHNIQUE_AXES(SWEEP_AXIS_MEMBER)
 
   // An axis's cell as a results row writes it ("bf16-amp"; a flag "1" or "0"); "" for a
   // column that is no member.
@@ -56,6 +69,36 @@ struct Technique {
   int changes() const;
   bool operator==(const Technique&) const = default;
 };
+
+// The technique's flags alone: what a reader that keeps the other axes its own way holds of
+// it (recommend's Choice: the optimizer unknown where a row does not say, the adapter as its
+// name).
+struct TechniqueFlags {
+  SWEEP_TECHNIQUE_AXES_OF(SWEEP_AXIS_NOTHING, SWEEP_AXIS_MEMBER)
+
+  // A flag's cell, "1" or "0"; "" for a column that is no flag.
+  std::string cell(std::string_view column) const;
+  // The flags as fit --json writes them, JSON booleans by column.
+  nlohmann::json json() const;
+};
+// Sets each flag from a row's cell (an older file's empty cell its fallback).
+void read_flags(const reports::Row& row, TechniqueFlags& f);
+
+// LoRA's settings, typed: what a reader of a LoRA row's settings holds (the Trainer's
+// LoraConfig; a Point declares the same members).
+struct LoraSettings {
+  SWEEP_LORA_SETTINGS(SWEEP_AXIS_MEMBER)
+
+  // f(column, value) for each setting, in the table's order.
+  template <class F>
+  void for_each(F&& f) const {
+#define SWEEP_LORA_VISIT(type, column, plain) f(std::string_view(#column), column);
+    SWEEP_LORA_SETTINGS(SWEEP_LORA_VISIT)
+#undef SWEEP_LORA_VISIT
+  }
+};
+// Sets each setting from a row's cell ("16", "0.05", "q;v"); an empty cell leaves its default.
+void read_lora_settings(const reports::Row& row, LoraSettings& s);
 
 // A cell as a config spells it: a flag's "1" and "0" are "true" and "false".
 std::string config_text(std::string_view column, const std::string& cell);

@@ -132,6 +132,30 @@ void add_examples(CLI::App& app) {
       sub->footer("\nExample:\n  " + text);
 }
 
+// A LoRA setting's flag, its help and its check (schema::kAxes).
+template <class T>
+void add_setting_flag(CLI::App& fit, std::string_view column, T& flag) {
+  const schema::Axis& a = *schema::find_axis(column);
+  CLI::Option* option = fit.add_option(flag_of(column), flag, std::string(a.flag.empty() ? a.help : a.flag));
+  const std::string what(a.flag_value);
+  switch (a.values) {
+    case schema::Values::kCount:
+      option->check(reports::whole_number(1, a.max, what));
+      break;
+    case schema::Values::kPositive:
+      option->check(reports::positive_number(static_cast<double>(a.max), what));
+      break;
+    case schema::Values::kProbability:
+      option->check(reports::finite_number(0, 1, what));
+      break;
+    case schema::Values::kNames:
+      option->delimiter(',');
+      break;
+    default:
+      SWEEP_CHECK(false, "fit has no flag for the values of " + std::string(column));
+  }
+}
+
 // `sweep fit MODEL --gpu CARD`: the question the tool is for.
 void register_fit_command(CLI::App& app, int& exit_code) {
   auto fo = std::make_shared<FitOptions>();
@@ -167,16 +191,7 @@ void register_fit_command(CLI::App& app, int& exit_code) {
   fit->add_option("--adapter", fo->adapters,
                   "Adapters to try: none (full fine-tuning, the default), lora (PEFT's defaults)")
       ->delimiter(',');
-  fit->add_option("--lora-r", fo->lora_r, "LoRA's rank (LoraConfig r; default 8)")
-      ->check(reports::whole_number(1, 65536, "a rank"));
-  fit->add_option("--lora-alpha", fo->lora_alpha, "LoRA's alpha: the update scaled by alpha / r (default 8)")
-      ->check(reports::positive_number(1e6, "an alpha"));
-  fit->add_option("--lora-dropout", fo->lora_dropout, "Dropout on the adapters' input, from 0 up to 1 (default 0)")
-      ->check(reports::finite_number(0, 1, "a dropout probability"));
-  fit->add_option("--lora-targets", fo->lora_targets,
-                  "Modules LoRA adapts (default PEFT's for the family, e.g. q_proj,v_proj), or "
-                  "all-linear (every linear layer but the output embedding)")
-      ->delimiter(',');
+  fo->lora.for_each([&](std::string_view column, auto& flag) { add_setting_flag(*fit, column, flag); });
   fit->add_option("--weights", fo->weights,
                   "Base weights to try: full (the default), int8 (bitsandbytes' 8-bit), nf4 or fp4 "
                   "(QLoRA: 4-bit with double quantisation); the quantised ones with lora only")

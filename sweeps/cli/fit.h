@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -17,6 +18,45 @@
 #include "reports/results/vocab.h"
 
 namespace sweep {
+
+// A setting as a flag holds it: absent, or as given (a list: empty when absent).
+template <class T>
+struct FlagOf {
+  using type = std::optional<T>;
+};
+template <class T>
+struct FlagOf<std::vector<T>> {
+  using type = std::vector<T>;
+};
+
+// LoRA's settings as fit's --lora-* flags (schema::kAxes of Role::kLora: the flag
+// --COLUMN, '_' as '-'), absent where not given: PEFT's defaults.
+struct LoraFlags {
+#define SWEEP_LORA_FLAG(T, column, plain) typename FlagOf<T>::type column;
+  SWEEP_LORA_SETTINGS(SWEEP_LORA_FLAG)
+#undef SWEEP_LORA_FLAG
+
+  // f(column, flag) for each, in the table's order.
+  template <class F>
+  void for_each(F&& f) { each(*this, f); }
+  template <class F>
+  void for_each(F&& f) const { each(*this, f); }
+
+ private:
+  template <class Self, class F>
+  static void each(Self& self, F& f) {
+#define SWEEP_LORA_VISIT(type, column, plain) f(std::string_view(#column), self.column);
+    SWEEP_LORA_SETTINGS(SWEEP_LORA_VISIT)
+#undef SWEEP_LORA_VISIT
+  }
+};
+
+// A setting's flag: "--lora-r" for lora_r.
+inline std::string flag_of(std::string_view column) {
+  std::string flag = "--";
+  for (char c : column) flag += c == '_' ? '-' : c;
+  return flag;
+}
 
 struct FitOptions {
   std::string model;
@@ -28,9 +68,7 @@ struct FitOptions {
   std::vector<std::string> precisions, checkpointing, optimizers, adapters, offloads;  // empty: the defaults
   std::vector<std::string> weights;  // empty: full; int8 is tried with lora only
   // LoraConfig's settings for --adapter lora (absent: PEFT's defaults), as a config's lora_* keys.
-  std::optional<int64_t> lora_r;
-  std::optional<double> lora_alpha, lora_dropout;
-  std::vector<std::string> lora_targets;  // module names, or all-linear
+  LoraFlags lora;
   std::string device = "auto";
   double margin = 0.1;                 // fraction of the card kept free, as `recommend`
   std::optional<double> context_gib;   // CUDA context allowance; measured when absent

@@ -46,32 +46,48 @@ std::vector<InputFlag> input_flags(const FitOptions& o) {
           {"audio_s", "--audio-s", text(o.audio_s)}};
 }
 
-// --lora-* as a config's lora_* keys are checked (sweeps/runner/config.cc, grid.cc): with
-// --adapter lora only, a dropout below 1, and targets that name a layer of the model.
-void check_lora_flags(const FitOptions& o, const models::ModelSpec& spec) {
-  const bool lora = std::find(o.adapters.begin(), o.adapters.end(), "lora") != o.adapters.end();
-  for (const auto& [flag, given] : {std::pair{"--lora-r", o.lora_r.has_value()},
-                                    std::pair{"--lora-alpha", o.lora_alpha.has_value()},
-                                    std::pair{"--lora-dropout", o.lora_dropout.has_value()},
-                                    std::pair{"--lora-targets", !o.lora_targets.empty()}})
-    if (given && !lora)
-      throw UserError("", 0, flag, "sets LoRA, which this fit does not try",
-                      "add --adapter lora (or --adapter none,lora)");
-  if (o.lora_dropout && *o.lora_dropout >= 1)
-    throw UserError("", 0, "--lora-dropout", "must be less than 1, got " + shown(*o.lora_dropout),
-                    "a probability from 0 up to (not including) 1, e.g. --lora-dropout 0.05");
-  for (const auto& t : o.lora_targets) {
+// Whether a setting's flag was given.
+template <class T>
+bool given(const std::optional<T>& flag) { return flag.has_value(); }
+bool given(const std::vector<std::string>& flag) { return !flag.empty(); }
+
+// A flag's value checked as a config's (sweeps/runner/config.cc, grid.cc) beyond the CLI's
+// range: a probability below 1; module names that name a layer of the model, all-linear alone.
+void check_setting(const std::string& flag, const schema::Axis& a, const std::optional<double>& v,
+                   const models::ModelSpec&) {
+  if (a.values == schema::Values::kProbability && v && *v >= 1)
+    throw UserError("", 0, flag, "must be less than 1, got " + shown(*v),
+                    "a probability from 0 up to (not including) 1, e.g. " + flag + " 0.05");
+}
+void check_setting(const std::string&, const schema::Axis&, const std::optional<int64_t>&,
+                   const models::ModelSpec&) {}
+void check_setting(const std::string& flag, const schema::Axis&, const std::vector<std::string>& names,
+                   const models::ModelSpec& spec) {
+  for (const auto& t : names) {
     if (strcasecmp(t.c_str(), models::kAllLinear) == 0) {
-      if (o.lora_targets.size() > 1)
-        throw UserError("", 0, "--lora-targets", "'" + t + "' is PEFT's shorthand for every linear layer, not a module name",
-                        "give it alone, --lora-targets all-linear, or list module names");
+      if (names.size() > 1)
+        throw UserError("", 0, flag, "'" + t + "' is PEFT's shorthand for every linear layer, not a module name",
+                        "give it alone, " + flag + " all-linear, or list module names");
       continue;
     }
     if (!models::names_lora_layer(spec.family, t))
-      throw UserError("", 0, "--lora-targets", "'" + t + "' names no layer of " + spec.name,
+      throw UserError("", 0, flag, "'" + t + "' names no layer of " + spec.name,
                       "layers LoRA can adapt: " + models::lora_layer_list(spec.family) +
                           " (a name matches a layer's name or its end after a dot), or all-linear");
   }
+}
+
+// --lora-* as a config's lora_* keys are checked: with --adapter lora only, then each value.
+void check_lora_flags(const FitOptions& o, const models::ModelSpec& spec) {
+  const bool lora = std::find(o.adapters.begin(), o.adapters.end(), "lora") != o.adapters.end();
+  o.lora.for_each([&](std::string_view column, const auto& flag) {
+    if (given(flag) && !lora)
+      throw UserError("", 0, flag_of(column), "sets LoRA, which this fit does not try",
+                      "add --adapter lora (or --adapter none,lora)");
+  });
+  o.lora.for_each([&](std::string_view column, const auto& flag) {
+    check_setting(flag_of(column), *schema::find_axis(column), flag, spec);
+  });
 }
 
 }  // namespace
@@ -114,12 +130,16 @@ void check_flags(const FitOptions& o, const models::ModelSpec& spec) {
 
 namespace {
 
+// A flag's value as a config's key holds it.
+YAML::Node yaml_value(const std::optional<int64_t>& v) { return YAML::Node(*v); }
+YAML::Node yaml_value(const std::optional<double>& v) { return YAML::Node(shown(*v)); }
+YAML::Node yaml_value(const std::vector<std::string>& names) { return flow_list(names); }
+
 // The --lora-* flags given, as the config's lora_* keys.
 void add_lora_settings(const FitOptions& o, YAML::Node& y) {
-  if (o.lora_r) y["lora_r"] = *o.lora_r;
-  if (o.lora_alpha) y["lora_alpha"] = shown(*o.lora_alpha);
-  if (o.lora_dropout) y["lora_dropout"] = shown(*o.lora_dropout);
-  if (!o.lora_targets.empty()) y["lora_targets"] = flow_list(o.lora_targets);
+  o.lora.for_each([&](std::string_view column, const auto& flag) {
+    if (given(flag)) y[std::string(column)] = yaml_value(flag);
+  });
 }
 
 }  // namespace

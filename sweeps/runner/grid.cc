@@ -60,31 +60,39 @@ void check_fits(const models::ModelSpec& spec, const Point& p, const std::string
 
 namespace {
 
-// LoRA targets as PEFT takes them: a model must have a layer that some target names (PEFT
+// Whether a setting's values are module names (schema::Values::kNames): LoRA's targets.
+bool names_modules(const std::string& column) {
+  const schema::Axis* a = schema::find_axis(column);
+  return a != nullptr && a->values == schema::Values::kNames;
+}
+
+// Module names as PEFT takes them: a model must have a layer that some target names (PEFT
 // fails otherwise), and a target that names no layer of any model it is used with is a typo.
-void check_lora_targets(const Config& cfg, const std::set<std::string>& lora_models) {
-  const auto given = cfg.settings.find("lora_targets");
-  if (given == cfg.settings.end()) return;  // each family's defaults
-  Point targets;
-  set_axis_text(targets, given->first, given->second);
-  const int line = cfg.setting_lines.at(given->first);
+// A setting the config leaves out is each family's defaults.
+void check_module_names(const Config& cfg, const std::string& key, const std::string& cell,
+                        const std::set<std::string>& lora_models) {
+  std::vector<std::string> targets;
+  std::stringstream names(cell);
+  for (std::string t; std::getline(names, t, ';');)
+    if (!t.empty()) targets.push_back(t);
+  const int line = cfg.setting_lines.at(key);
   std::set<std::string> families;
   for (const auto& name : lora_models) {
     const auto* spec = models::find_model(name);
     families.insert(spec->family);
     bool any = false;
-    for (const auto& t : targets.lora_targets) any = any || models::names_lora_layer(spec->family, t);
+    for (const auto& t : targets) any = any || models::names_lora_layer(spec->family, t);
     if (!any)
-      throw UserError(cfg.path, line, "lora_targets",
+      throw UserError(cfg.path, line, key,
                       "no target names a layer of " + name,
                       "layers of " + spec->family + " models LoRA can adapt: " +
                           models::lora_layer_list(spec->family) + ", or all of them: all-linear");
   }
-  for (const auto& t : targets.lora_targets) {
+  for (const auto& t : targets) {
     bool any = false;
     for (const auto& f : families) any = any || models::names_lora_layer(f, t);
     if (!any && !families.empty())
-      throw UserError(cfg.path, line, "lora_targets",
+      throw UserError(cfg.path, line, key,
                       "'" + t + "' names no layer of the models with adapter lora",
                       "layers LoRA can adapt: " + models::lora_layer_list(*families.begin()) +
                           " (a name matches a layer's name or its end after a dot), or all-linear");
@@ -219,7 +227,10 @@ std::vector<Point> expand_grid(const Config& cfg, const RunSettings& run) {
       base.seed = cfg.seed;
       base.transformers = cfg.transformers;
       for (const auto& [column, text] : cfg.settings) set_axis(base, column, text);
-      if (base.lora_targets.empty()) base.lora_targets = models::default_lora_targets(spec->family);
+      // Module names the config leaves out: the family's defaults, named.
+      for (const auto& a : schema::kAxes)
+        if (const std::string column(a.column); names_modules(column) && !cfg.settings.count(column))
+          set_axis(base, column, module_names_text(spec->family, {}));
 
       std::function<void(std::size_t, Point)> rec = [&](std::size_t i, Point p) {
         if (i == kAxes.size()) {
@@ -256,7 +267,8 @@ std::vector<Point> expand_grid(const Config& cfg, const RunSettings& run) {
       rec(0, base);
     }
   }
-  check_lora_targets(cfg, lora_models);
+  for (const auto& [column, cell] : cfg.settings)
+    if (names_modules(column)) check_module_names(cfg, column, cell, lora_models);
   if (out.empty()) {
     const int line = !cfg.exclude.empty() ? cfg.exclude.front().line
                      : cfg.sweeps.front().exclude.empty() ? 0

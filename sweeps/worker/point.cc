@@ -43,8 +43,8 @@ std::string axis_value(const Point& p, const EmulatedCard& card) {
                                                              : std::string();
 }
 // (without LoRA there are none to name: the family's defaults need not exist).
-std::string axis_value(const Point& p, const std::vector<std::string>& targets) {
-  return p.adapter == Adapter::kLora || !targets.empty() ? p.lora_targets_text() : std::string();
+std::string axis_value(const Point& p, const std::vector<std::string>& names) {
+  return p.adapter == Adapter::kLora || !names.empty() ? module_names_text(p.family, names) : std::string();
 }
 
 // The point's members, by axis: f(axis, value) for each, in schema::kAxes order. LoRA's
@@ -140,6 +140,17 @@ void parse_into(const std::string& text, std::vector<std::string>& v) {
   }
 }
 
+// The point's cells by column, as a results row has them.
+CellOf cells_of(const Point& p) {
+  return [&p](std::string_view column) {
+    std::string cell;
+    for_each_axis(p, [&](const schema::Axis& a, const auto& v) {
+      if (a.column == column) cell = cell_text(cell_of(v));
+    });
+    return cell;
+  };
+}
+
 }  // namespace
 
 std::string Point::id() const {
@@ -198,11 +209,10 @@ bool set_axis_text(Point& p, std::string_view column, const std::string& text) {
   return false;
 }
 
-std::string Point::lora_targets_text() const {
-  const auto& targets =
-      lora_targets.empty() ? models::default_lora_targets(family) : lora_targets;
+std::string module_names_text(const std::string& family, const std::vector<std::string>& names) {
   std::string s;
-  for (const auto& t : targets) s += (s.empty() ? "" : ";") + t;
+  for (const auto& name : names.empty() ? models::default_lora_targets(family) : names)
+    s += (s.empty() ? "" : ";") + name;
   return s;
 }
 
@@ -225,7 +235,8 @@ std::string Point::label() const {
   if (audio_s) s << " audio=" << audio_s << "s";
   s << " " << name_of(precision) << " ckpt=" << name_of(checkpointing) << " acc=" << accumulation
     << " " << name_of(optimizer);
-  if (!use_cache) s << " no-cache";
+  // The technique's named axes that are not said below, by their keys ("no-cache").
+  s << name_tail(cells_of(*this), " ", true, {"adapter", "offload", "weights", "alloc_conf"});
   if (adapter == Adapter::kLora) s << " lora r=" << lora_r;
   if (offload != Offload::kNone) s << " offload=" << name_of(offload);
   if (weights != Weights::kFull) s << " weights=" << name_of(weights);

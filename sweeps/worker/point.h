@@ -13,10 +13,15 @@
 #include "reports/results/cards.h"
 #include "reports/results/rows.h"
 #include "reports/results/schema.h"
+#include "reports/results/technique.h"
 #include "reports/results/vocab.h"
 #include "sweeps/measure/emulated_card.h"
 
 namespace sweep {
+
+// Module names as a results row writes them, ';'-separated ("q;v"); none: the family's default
+// LoRA targets (models::default_lora_targets).
+std::string module_names_text(const std::string& family, const std::vector<std::string>& names);
 
 struct Point {
   // axes
@@ -35,10 +40,7 @@ struct Point {
   Adapter adapter = Adapter::kNone;  // none (full fine-tuning) | lora (PEFT's LoRA, base frozen)
   // LoRA settings (part of the identity when adapter is lora): PEFT's LoraConfig defaults;
   // targets empty = the family's default target modules (models::default_lora_targets).
-  int64_t lora_r = 8;
-  double lora_alpha = 8;
-  double lora_dropout = 0;
-  std::vector<std::string> lora_targets;
+  SWEEP_LORA_SETTINGS(SWEEP_AXIS_MEMBER)
   // none | optimizer (ZeRO-Offload: AdamW's state and fp32 master weights in host memory,
   // stepped on the CPU; sweeps/worker/offload.h)
   Offload offload = Offload::kNone;
@@ -77,7 +79,7 @@ struct Point {
   // "gpt2 b=4 seq=128 fp32 ckpt=none acc=1 adamw" for progress lines and messages.
   std::string label() const;
   // The LoRA target modules as the results file writes them: "q;v".
-  std::string lora_targets_text() const;
+  std::string lora_targets_text() const { return module_names_text(family, lora_targets); }
 };
 
 // A small training point of a zoo model (the test models: gpt2-test, t5-test, whisper-test)
