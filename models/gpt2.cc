@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "models/emulation.h"
+#include "models/fused_lm_head.h"
 #include "models/holder.h"
 #include "models/int8.h"
 #include "models/nf4.h"
@@ -161,6 +162,8 @@ torch::Tensor GPT2LMHeadModelImpl::loss(const Batch& batch) {
   // GPT2LMHeadModel.forward: the cache (use_cache, off under checkpointing in training) and
   // the logits are in the returned output, which the loop drops only after reading .loss:
   // both stay alive while the loss is computed.
+  // TRL's fused forward (SFTTrainer): the backbone with use_cache=False, then its LM head.
+  if (fused_lm_head()) return fused_lm_head_loss(hidden(batch.tensors[0], nullptr), wte->weight, batch.tensors[1]);
   std::optional<KVCache> cache;
   if (use_cache() && !(checkpointing() && is_training())) cache.emplace();
   // transformer_outputs.last_hidden_state is referenced until the function returns.

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "models/emulation.h"
+#include "models/fused_lm_head.h"
 #include "models/holder.h"
 
 namespace sweep::models {
@@ -383,6 +384,9 @@ torch::Tensor LlamaForCausalLMImpl::loss(const Batch& batch) {
   // it off; under checkpointing in training GradientCheckpointingLayer passes the layers none,
   // so it stays empty) and the logits are in the returned output, which the loop drops only
   // after reading .loss.
+  // TRL's fused forward (SFTTrainer): the backbone with use_cache=False, then its LM head.
+  if (fused_lm_head())
+    return fused_lm_head_loss(hidden(batch.tensors[0], nullptr), lm_head_weight(), batch.tensors[1]);
   std::optional<KVCache> cache;
   if (use_cache() && c_.use_cache && !(checkpointing() && is_training())) cache.emplace();
   auto last_hidden_state = hidden(batch.tensors[0], cache ? &*cache : nullptr);

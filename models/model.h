@@ -63,6 +63,10 @@ class ModelImpl : public torch::nn::Module {
   // checkpointed blocks when the base is frozen. gradient_checkpointing_enable() turns it on
   // for token models and get_peft_model for every model that was already checkpointing.
   void set_inputs_require_grad(bool on) { inputs_require_grad_ = on; }
+  // TRL's add_fused_lm_head, as SFTTrainer trains a causal LM (trainer: sft): the loss from
+  // the backbone's hidden states through models/fused_lm_head.h, the backbone without its
+  // cache, never the (B, T, V) logits. Models without an LM head ignore it.
+  void set_fused_lm_head(bool on) { fused_lm_head_ = on; }
 
  protected:
   std::vector<torch::Tensor> run_block(const BlockFn& fn, const std::vector<torch::Tensor>& in) {
@@ -70,6 +74,7 @@ class ModelImpl : public torch::nn::Module {
   }
   // Whether blocks run through activation checkpointing (transformers then turns the cache off).
   bool checkpointing() const { return static_cast<bool>(runner_); }
+  bool fused_lm_head() const { return fused_lm_head_; }
   // The forward hook enable_input_require_grads() registers: on the embedding's output.
   torch::Tensor input_embeddings_hook(torch::Tensor output) const {
     if (inputs_require_grad_) output.requires_grad_(true);
@@ -80,6 +85,7 @@ class ModelImpl : public torch::nn::Module {
   BlockRunner runner_;
   bool use_cache_ = true;
   bool inputs_require_grad_ = false;
+  bool fused_lm_head_ = false;
 };
 
 // The transformers release whose forward code the models follow where releases differ. Known
