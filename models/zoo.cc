@@ -246,4 +246,8 @@ int64_t count_parameters(const torch::nn::Module& m) {
   return n;
 }
 
+bool is_causal_lm(const std::string& family) {
+  return family == "gpt2" || family == "llama" || family == "phi3";
+}
+
 }  // namespace sweep::models

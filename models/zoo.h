@@ -45,6 +45,9 @@ const std::vector<ModelSpec>& zoo();
 // config.json that cannot be read or describes no model we build throws UserError naming the
 // file, the line and the field.
 const ModelSpec* find_model(const std::string& name);
+// Whether a family's models are causal language models (AutoModelForCausalLM: GPT-2 and the
+// config.json decoders), the models TRL's SFTTrainer trains.
+bool is_causal_lm(const std::string& family);
 // A name for files and directories derived from the model's name: the zoo name, or for a
 // config.json the folder holding it ("./my-model/config.json" -> "my-model").
 std::string model_slug(const ModelSpec& spec);

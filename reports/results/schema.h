@@ -52,6 +52,8 @@ inline constexpr std::array kColumns = std::to_array<std::string_view>({
     "weights",            // "full" | "int8" (frozen base weights as bitsandbytes' Linear8bitLt
                           // keeps them: int8 with per-row scales; models/int8.h); empty in
                           // older files = full
+    "trainer",            // "hf" (transformers' Trainer) | "sft" (TRL's SFTTrainer: its fused LM
+                          // head); empty in older files = hf
     "alloc_conf",         // PYTORCH_ALLOC_CONF and PYTORCH_CUDA_ALLOC_CONF of the worker, "" = unset
     "allocator_settings", // what the CUDA caching allocator parsed (as a snapshot's
                           // allocator_settings); empty on the CPU
@@ -340,6 +342,12 @@ inline constexpr std::array kAxes = std::to_array<Axis>({
     {.column = "weights", .id = Named::kUnlessDefault, .fallback = "full", .role = Role::kTechnique,
      .grid = 14, .values = Values::kVocabulary, .plain = "full", .name_rank = 4,
      .phrase = "{} weights", .key = "weights-{}", .fit = 6},
+    // The trainer whose step runs: transformers' Trainer (the model's loss over the whole
+    // logits) or TRL 1.16's SFTTrainer, whose fused LM head scores the logits in tiles
+    // (models/fused_lm_head.h) and runs the backbone without its cache.
+    {.column = "trainer", .id = Named::kUnlessDefault, .fallback = "hf", .role = Role::kTechnique,
+     .grid = 15, .values = Values::kVocabulary, .plain = "hf", .name_rank = 6,
+     .phrase = "trainer {}", .key = "trainer-{}"},
     {.column = "alloc_conf", .role = Role::kTechnique, .grid = 9, .values = Values::kAllocConf,
      .plain = "", .name_rank = 5, .phrase = "alloc_conf {}", .key = "alloc={}"},
     {.column = "steps", .role = Role::kRun},

@@ -29,6 +29,9 @@ enum class Offload { kNone, kOptimizer };
 enum class Weights { kFull, kInt8, kNf4, kFp4 };
 // kEmulated: a named CUDA card predicted on any machine, without computing (sweeps/worker/emulate/).
 enum class Device { kCpu, kCuda, kEmulated };
+// The trainer whose step a point runs: kHf, transformers' Trainer (the model's own loss over the
+// whole logits); kSft, TRL 1.16's SFTTrainer (its fused LM head: models/fused_lm_head.h).
+enum class Trainer { kHf, kSft };
 enum class Status { kOk, kOom, kCrash, kTimeout, kSkipped };
 
 // Each enum's names, in the order of its enumerators, and the key (config key, column) whose
@@ -53,6 +56,7 @@ SWEEP_VOCABULARY(Adapter, kLora, "adapter", "none", "lora")
 SWEEP_VOCABULARY(Offload, kOptimizer, "offload", "none", "optimizer")
 SWEEP_VOCABULARY(Weights, kFp4, "weights", "full", "int8", "nf4", "fp4")
 SWEEP_VOCABULARY(Device, kEmulated, "device", "cpu", "cuda", "emulated")
+SWEEP_VOCABULARY(Trainer, kSft, "trainer", "hf", "sft")
 SWEEP_VOCABULARY(Status, kSkipped, "status", "ok", "oom", "crash", "timeout", "skipped")
 #undef SWEEP_VOCABULARY
 
@@ -98,7 +102,7 @@ inline std::vector<std::string_view> vocabulary_names(std::string_view column) {
     if (VocabTable<E>::key == column) names.assign(VocabTable<E>::names.begin(), VocabTable<E>::names.end());
   };
   (add(Mode{}), add(Precision{}), add(Checkpointing{}), add(OptimizerKind{}), add(Adapter{}),
-   add(Offload{}), add(Weights{}), add(Device{}), add(Status{}));
+   add(Offload{}), add(Weights{}), add(Device{}), add(Trainer{}), add(Status{}));
   return names;
 }
 // The names for a hint: "fp32, fp16-amp, bf16-amp, bf16".

@@ -132,6 +132,17 @@ void check_weights(const Point& p, const std::string& file, int line, const std:
                     "combination out with `exclude: [{weights: " + w + ", precision: bf16}]`");
 }
 
+// TRL's SFTTrainer trains causal language models (AutoModelForCausalLM): its fused LM head
+// scores next tokens. It runs the backbone without its cache, so its points have none.
+void check_trainer(const Point& p, const std::string& file, int line, const std::string& key) {
+  if (p.trainer != Trainer::kSft || models::is_causal_lm(p.family)) return;
+  throw UserError(file, line, key,
+                  "trainer sft runs causal language models only, and " + p.model + " is a " +
+                      p.family + " model",
+                  "train it with trainer hf (Trainer, or Seq2SeqTrainer for an encoder-decoder): give "
+                  "it a group of its own under sweeps: without trainer sft");
+}
+
 // backend:cudaMallocAsync on a CUDA device (or an emulated one, whose model is the native
 // caching allocator): LibTorch fixes the backend when it loads, so a forked point asking for
 // another fails torch's load-time assert (zygote.h, set_alloc_conf), and CUDA's stream-ordered
@@ -193,13 +204,10 @@ std::vector<Point> expand_grid(const Config& cfg, const RunSettings& run) {
   std::set<std::string> seen, lora_models;
   for (std::size_t g = 0; g < cfg.sweeps.size(); ++g) {
     const auto& group = cfg.sweeps[g];
-    const std::string offload_key =
-        group.grid.count("offload") ? "sweeps[" + std::to_string(g) + "].grid.offload" : "grid.offload";
-    const std::string weights_key =
-        group.grid.count("weights") ? "sweeps[" + std::to_string(g) + "].grid.weights" : "grid.weights";
-    const std::string alloc_conf_key = group.grid.count("alloc_conf")
-                                           ? "sweeps[" + std::to_string(g) + "].grid.alloc_conf"
-                                           : "grid.alloc_conf";
+    // An axis's key as the message names it: the group's own grid, or the top-level one.
+    auto key_of = [&](const std::string& axis) {
+      return group.grid.count(axis) ? "sweeps[" + std::to_string(g) + "].grid." + axis : "grid." + axis;
+    };
     GridSpec grid = cfg.grid;
     for (const auto& [axis, values] : group.grid) grid[axis] = values;
     std::vector<ExcludeRule> rules = cfg.exclude;
@@ -240,14 +248,17 @@ std::vector<Point> expand_grid(const Config& cfg, const RunSettings& run) {
             p.optimizer = OptimizerKind::kNone;
             p.offload = Offload::kNone;
           }
+          if (p.trainer == Trainer::kSft) p.use_cache = false;  // SFTTrainer's use_cache=False
           for (const auto& r : rules)
             if (matches(r, p)) return;
           if (auto o = grid.find("offload"); o != grid.end())
-            check_offload(p, cfg.path, o->second.line, offload_key);
+            check_offload(p, cfg.path, o->second.line, key_of("offload"));
           if (auto w = grid.find("weights"); w != grid.end())
-            check_weights(p, cfg.path, w->second.line, weights_key);
+            check_weights(p, cfg.path, w->second.line, key_of("weights"));
+          if (auto t = grid.find("trainer"); t != grid.end())
+            check_trainer(p, cfg.path, t->second.line, key_of("trainer"));
           if (auto a = grid.find("alloc_conf"); a != grid.end())
-            check_alloc_conf(p, cfg.path, a->second.line, alloc_conf_key);
+            check_alloc_conf(p, cfg.path, a->second.line, key_of("alloc_conf"));
           if (p.adapter == Adapter::kLora) lora_models.insert(p.model);
           if (seen.insert(p.id()).second) out.push_back(p);
           return;

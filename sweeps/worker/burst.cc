@@ -144,6 +144,10 @@ struct Workload {
   torch::Device device = torch::kCPU;
   int64_t k = 1;  // micro-batches per step
   int64_t weights_bytes = 0;  // what the model holds once built
+  // The loop is transformers' Trainer's (SFTTrainer's): training_step returns loss.detach(),
+  // so each micro-batch's graph dies after its backward; else the reference loop's, whose
+  // `loss` lives to the end of the step.
+  bool trainer_loop = false;
 };
 
 // QLoRA's BitsAndBytesConfig: bnb_4bit_compute_dtype (and the load's dtype) bf16, fp16 under
@@ -243,6 +247,7 @@ Workload build(const Point& p, Ledger& ledger, MemoryTracker& mem, const std::fu
                                        : torch::Device(torch::kCPU);
   w.train = p.mode == Mode::kTrain;
   w.k = w.train ? p.accumulation : 1;
+  w.trainer_loop = p.trainer == Trainer::kSft;
   const auto* spec = models::find_model(p.model);
   TORCH_CHECK(spec, "unknown model ", p.model);
   const auto release = models::parse_transformers_release(p.transformers);
@@ -266,6 +271,7 @@ Workload build(const Point& p, Ledger& ledger, MemoryTracker& mem, const std::fu
   w.model->train(w.train);  // train mode: dropout on, as in a training loop
   if (w.train && p.checkpointing == Checkpointing::kBlock) w.model->set_block_runner(&checkpoint_block);
   w.model->set_use_cache(p.use_cache);
+  w.model->set_fused_lm_head(p.trainer == Trainer::kSft);
   if (p.adapter == Adapter::kLora) {
     // peft.get_peft_model after gradient_checkpointing_enable(), as in scripts/hf_reference.py:
     // the base frozen, adapters on the target layers. With checkpointing on, transformers
@@ -279,6 +285,14 @@ Workload build(const Point& p, Ledger& ledger, MemoryTracker& mem, const std::fu
     const bool token_model = !p.family.starts_with("whisper");
     w.model->set_inputs_require_grad(w.train && p.checkpointing == Checkpointing::kBlock &&
                                      (p.weights != Weights::kInt8 || token_model));
+    // SFTTrainer on a quantised model (trl/trainer/sft_trainer.py, after get_peft_model): every
+    // trainable parameter's data cast to bf16, QLoRA's recommendation (param.data =
+    // param.data.to(torch.bfloat16), the fp32 adapters freed).
+    if (p.trainer == Trainer::kSft && p.weights != Weights::kFull) {
+      torch::NoGradGuard no_grad;
+      for (auto& t : w.model->parameters())
+        if (t.requires_grad()) t.set_data(t.data().to(torch::kBFloat16));
+    }
   }
   // The parameters a training loop updates: all but those the model freezes (Whisper's
   // sinusoidal positions, the base under LoRA), as with transformers and PEFT. Eval updates
@@ -440,7 +454,8 @@ void train_step(Workload& w, Ledger& ledger, MemoryTracker& mem, PeakMeter& mete
                 Measurement& m) {
   // `loss` is a local of the reference's step function: the last micro-batch's loss (and
   // with it the graph's nodes, and any non-parameter leaf they hold, such as T5's
-  // checkpointed cross-attention bias and its gradient) lives until the step returns.
+  // checkpointed cross-attention bias and its gradient) lives until the step returns; under
+  // Trainer's loop (trainer_loop) only until its backward.
   torch::Tensor loss;
   for (int64_t i = 0; i < w.k; ++i) {
     const int64_t start = mem.allocated();
@@ -467,6 +482,10 @@ void train_step(Workload& w, Ledger& ledger, MemoryTracker& mem, PeakMeter& mete
       }
       (w.scaler ? w.scaler->scale(loss) : loss).backward();
     }
+    // Trainer.training_step: `return loss.detach()`, the graph (and any leaf it holds, such as
+    // the input embeddings' output that LoRA under checkpointing makes require grad, and its
+    // gradient) released before the next micro-batch and the optimizer.
+    if (w.trainer_loop) loss = loss.detach();
     const int64_t bwd_peak = meter.enter("idle");
     // Activations: what the micro-batch held above its start, less the gradients it
     // created (those are counted as gradients).

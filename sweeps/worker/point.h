@@ -47,6 +47,9 @@ struct Point {
   // full | int8 (the frozen base's linear weights in 8 bit, as bitsandbytes' Linear8bitLt;
   // models/int8.h)
   Weights weights = Weights::kFull;
+  // hf | sft (TRL's SFTTrainer: the fused LM head, the backbone without its cache;
+  // models/fused_lm_head.h)
+  Trainer trainer = Trainer::kHf;
   std::string alloc_conf;
   // how it runs
   int steps = 3;
@@ -96,7 +99,7 @@ std::string fnv1a_hex(const std::string& text);
 #define SWEEP_POINT_AXES(X)                                                                      \
   X(model) X(family) X(mode) X(batch) X(seq) X(target_seq) X(audio_s) X(precision)               \
   X(checkpointing) X(accumulation) X(optimizer) X(use_cache) X(adapter) X(lora_r) X(lora_alpha)  \
-  X(lora_dropout) X(lora_targets) X(offload) X(weights) X(alloc_conf) X(steps) X(warmup_steps)              \
+  X(lora_dropout) X(lora_targets) X(offload) X(weights) X(trainer) X(alloc_conf) X(steps) X(warmup_steps)              \
   X(repetitions) X(budget_bytes) X(budget_emulated) X(device) X(card)
 #define SWEEP_POINT_SETTINGS(X) X(timeout_s) X(lr) X(weight_decay) X(seed) X(transformers) X(load)
 
