@@ -65,6 +65,7 @@ inline Point fixture_point(const nlohmann::json& c, const nlohmann::json& steps,
   // Quantised base weights (from_pretrained with a BitsAndBytesConfig).
   p.weights = named<Weights>(c, "weights", "full");
   p.load = c.value("load", load);
+  p.trainer = named<Trainer>(c, "trainer", "hf");
   p.steps = steps.at("steps");
   p.warmup_steps = steps.at("warmup");
   p.repetitions = steps.at("repetitions");

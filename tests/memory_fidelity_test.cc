@@ -36,15 +36,16 @@ bool cpu_has_native_bf16() {
   return info.find("avx512_bf16") != std::string::npos || info.find("amx_bf16") != std::string::npos;
 }
 
-const nlohmann::json& fixture() {
+// transformers' training loop (tests/fixtures/make_memory_fixtures.py), and TRL's SFTTrainer
+// (tests/fixtures/make_sft_fixtures.py: trainer sft, its fused LM head).
+const nlohmann::json& memory_fixture() {
   static const nlohmann::json j = testing::read_fixture("memory_fidelity.json");
   return j;
 }
-
-// The quantised cases load with from_pretrained(dtype=compute dtype) and copy each tensor
-// (scripts/hf_reference.py load_quantized), not from a checkpoint as a user's CPU load does
-// (tests/load_fidelity_test.cc).
-Point point_of(const nlohmann::json& c) { return testing::fixture_point(c, fixture().at("steps"), "cast"); }
+const nlohmann::json& sft_fixture() {
+  static const nlohmann::json j = testing::read_fixture("sft_fidelity.json");
+  return j;
+}
 
 // Where the emulated device configured as the CPU may allocate less than the CPU: scratch that a
 // CPU kernel allocates through the CPU allocator and frees before it returns, which a Meta
@@ -65,8 +66,8 @@ const char* cpu_kernel_scratch(const Point& p) {
 
 // Runs every case of a family on `mem` (the CPU's tracking allocator, or the emulated device's)
 // and holds each to 1% of transformers' peaks, overall and per phase.
-void check_family(const std::string& family, MemoryTracker& mem, StepTimer& timer,
-                  const std::optional<EmulatedCard>& emulated) {
+void check_family(const nlohmann::json& fixture, const std::string& family, MemoryTracker& mem,
+                  StepTimer& timer, const std::optional<EmulatedCard>& emulated) {
   int cases = 0, failures = 0, scratch_cases = 0;
   double worst = 0;
   std::printf("%-44s %12s %12s %8s  %s\n", "case", "sweep", "transformers", "error",
@@ -75,10 +76,13 @@ void check_family(const std::string& family, MemoryTracker& mem, StepTimer& time
   // its allocations with make_memory_fixtures.py --only MODEL --case N --trace FILE).
   const char* only = std::getenv("SWEEP_FIDELITY_CASE");
   int index = -1;
-  for (const auto& c : fixture().at("cases")) {
+  for (const auto& c : fixture.at("cases")) {
     if (c.at("model") != family) continue;
     if (++index, only && *only && std::atoi(only) != index) continue;
-    Point p = point_of(c);
+    // The quantised cases load with from_pretrained(dtype=compute dtype) and copy each tensor
+    // (scripts/hf_reference.py load_quantized), not from a checkpoint as a user's CPU load
+    // does (tests/load_fidelity_test.cc).
+    Point p = testing::fixture_point(c, fixture.at("steps"), "cast");
     // A real-size decoder (a config.json's) in bf16 takes minutes a case where the CPU has no
     // native bf16 (ATen's emulated bf16 GEMMs), more than the suite's budget allows: on the CPU
     // such cases run where it has native bf16, or with SWEEP_FIDELITY_ALL=1 (qwen3-0.6b's took
@@ -168,7 +172,7 @@ class MemoryFidelity : public ::testing::TestWithParam<std::string> {};
 TEST_P(MemoryFidelity, PeaksWithinOnePercentOfTransformers) {
   static auto mem = make_cpu_tracker();
   static auto timer = make_cpu_timer();
-  check_family(GetParam(), *mem, *timer, std::nullopt);
+  check_family(memory_fixture(), GetParam(), *mem, *timer, std::nullopt);
 }
 
 // The emulated device's differential check: configured as the CPU (for-loop optimizers, the
@@ -184,7 +188,7 @@ TEST_P(MemoryFidelity, EmulatedAsTheCpuWithinOnePercentOfTransformers) {
   emu::start_emulation(cpu);
   static auto mem = make_emulated_tracker(cpu, "");
   static auto timer = make_cpu_timer();
-  check_family(GetParam(), *mem, *timer, cpu);
+  check_family(memory_fixture(), GetParam(), *mem, *timer, cpu);
 }
 
 // A case's test name: a zoo model's name without "-test" ("whisper-s2s-test" -> "whispers2s",
@@ -218,6 +222,32 @@ INSTANTIATE_TEST_SUITE_P(Families, MemoryFidelity,
                                          "tests/fixtures/configs/mistral-7b-v0.3-1layer/config.json",
                                          "tests/fixtures/configs/llama-3.2-1b-2layers/config.json",
                                          "HuggingFaceTB/SmolLM2-135M"),
+                         family_test_name);
+
+// TRL 1.16's SFTTrainer (trainer sft) on two decoders with a vocabulary of 128K and more, at
+// 512 to 2048 tokens, full and LoRA, with and without checkpointing: its fused LM head's tiles
+// instead of the whole logits. The same 1% on the CPU and on the emulated device as the CPU.
+class SftFidelity : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SftFidelity, PeaksWithinOnePercentOfTrl) {
+  static auto mem = make_cpu_tracker();
+  static auto timer = make_cpu_timer();
+  check_family(sft_fixture(), GetParam(), *mem, *timer, std::nullopt);
+}
+
+TEST_P(SftFidelity, EmulatedAsTheCpuWithinOnePercentOfTrl) {
+  EmulatedCard cpu;
+  cpu.name = "cpu";
+  cpu.cpu = true;
+  emu::start_emulation(cpu);
+  static auto mem = make_emulated_tracker(cpu, "");
+  static auto timer = make_cpu_timer();
+  check_family(sft_fixture(), GetParam(), *mem, *timer, cpu);
+}
+
+INSTANTIATE_TEST_SUITE_P(Decoders, SftFidelity,
+                         ::testing::Values("tests/fixtures/configs/qwen2.5-0.5b-2layers/config.json",
+                                           "tests/fixtures/configs/llama-3.2-1b-2layers/config.json"),
                          family_test_name);
 
 }  // namespace
