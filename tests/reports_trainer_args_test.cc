@@ -297,3 +297,51 @@ TEST(TrainerArgs, SetupOfARow) {
 
 }  // namespace
 }  // namespace sweep::reports
+
+namespace sweep::reports {
+namespace {
+
+// trainer sft: TRL's SFTConfig with the same fields, its two other defaults written as the row
+// ran them, and SFTTrainer taking LoRA as its peft_config (it wraps the model itself).
+TEST(TrainerArgs, SftRowsAreSftConfigAndSftTrainer) {
+  TrainingSetup s = lora(setup(P::kFp32, C::kNone, O::kAdamW, false));
+  s.family = "llama";
+  s.lora_targets = {"q_proj", "v_proj"};
+  s.trainer = Trainer::kSft;
+  const TrainerArgs a = trainer_args(s);
+  EXPECT_EQ(a.config_class, "SFTConfig");
+  EXPECT_TRUE(a.model_code.empty()) << trainer_args_text(a);  // no get_peft_model of our own
+  const std::string text = trainer_args_text(a);
+  EXPECT_EQ(text.rfind("args = SFTConfig(\n"
+                       "    per_device_train_batch_size=31,\n"
+                       "    gradient_accumulation_steps=2,\n"
+                       "    bf16=False,\n"
+                       "    fp16=False,\n"
+                       "    gradient_checkpointing=False,\n"
+                       "    optim=\"adamw_torch\",\n"
+                       "    use_cache=False,\n"
+                       ")\n"
+                       "trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, "
+                       "peft_config=LoraConfig(r=16, lora_alpha=32.0, lora_dropout=0.05, "
+                       "target_modules=[\"q_proj\", \"v_proj\"]))\n# ",
+                       0),
+            0u)
+      << text;
+  EXPECT_NE(text.find("# gradient_checkpointing=False as measured; SFTConfig's default is True\n"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("# bf16=False as measured; SFTConfig's default is True (bf16 autocast)\n"),
+            std::string::npos) << text;
+  const Json j = trainer_args_json(a);
+  EXPECT_EQ(j["config_class"], "SFTConfig");
+  EXPECT_EQ(j["trainer_code"], a.trainer_code);
+  // SFTConfig's own defaults (bf16 autocast, checkpointing) need no note; Trainer's rows none.
+  TrainingSetup plain = setup(P::kBf16Amp, C::kBlock, O::kAdamWFused, false);
+  plain.trainer = Trainer::kSft;
+  const TrainerArgs b = trainer_args(plain);
+  EXPECT_EQ(b.trainer_code, "trainer = SFTTrainer(model=model, args=args, train_dataset=dataset)");
+  for (const auto& note : b.notes) EXPECT_EQ(note.find("SFTConfig"), std::string::npos) << note;
+  EXPECT_FALSE(trainer_args_json(trainer_args(setup(P::kFp32, C::kNone, O::kAdamW))).contains("config_class"));
+}
+
+}  // namespace
+}  // namespace sweep::reports

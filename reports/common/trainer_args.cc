@@ -175,6 +175,9 @@ void add_lora(const TrainingSetup& s, TrainerArgs& a) {
   s.for_each([&](std::string_view column, const auto& v) {
     a.lora_config[std::string(schema::find_axis(column)->trainer)] = peft_value(v);
   });
+  // SFTTrainer wraps the model itself (get_peft_model in its __init__; with checkpointing
+  // on, enable_input_require_grads), as tests/fixtures/make_sft_fixtures.py measured it.
+  if (s.trainer == Trainer::kSft) return;
   // sweeps/worker/burst.cc: get_peft_model after gradient_checkpointing_enable(), so that PEFT
   // makes the embeddings' output require grad, as a script that enables it first does.
   if (s.mode == Mode::kTrain && s.checkpointing == Checkpointing::kBlock && !four_bit(s.weights))
@@ -203,6 +206,21 @@ void add_offload(const TrainingSetup& s, TrainerArgs& a) {
                     "deepspeed), its config passed as TrainingArguments(deepspeed=ds_config)");
 }
 
+// TRL 1.16's SFTConfig and SFTTrainer (trainer sft): the same fields, whose defaults differ
+// for two that are always written (gradient_checkpointing and bf16 default to True there), and
+// the trainer, with LoRA as its peft_config. The row's model is TRL's to wrap: its fused LM head
+// (add_fused_lm_head) is what SFTTrainer adds to every causal LM it trains.
+void add_sft(const TrainingSetup& s, TrainerArgs& a) {
+  a.config_class = "SFTConfig";
+  a.trainer_code = "trainer = SFTTrainer(model=model, args=args, train_dataset=dataset";
+  if (!a.lora_config.is_null()) a.trainer_code += ", peft_config=LoraConfig(" + keywords(a.lora_config) + ")";
+  a.trainer_code += ")";
+  if (s.mode == Mode::kTrain && s.checkpointing == Checkpointing::kNone)
+    a.notes.push_back("gradient_checkpointing=False as measured; SFTConfig's default is True");
+  if (s.precision != Precision::kBf16Amp && s.offload == Offload::kNone)
+    a.notes.push_back("bf16=False as measured; SFTConfig's default is True (bf16 autocast)");
+}
+
 }  // namespace
 
 TrainingSetup setup_of(const Row& row) {
@@ -217,6 +235,7 @@ TrainingSetup setup_of(const Row& row) {
   s.accumulation = static_cast<int64_t>(number("accumulation", 1));
   read_technique(row, s);  // an empty cell without a fallback: the plain value
   read_lora_settings(row, s);
+  s.trainer = row.value<Trainer>().value_or(Trainer::kHf);  // an older file: Trainer
   return s;
 }
 
@@ -244,6 +263,7 @@ TrainerArgs trainer_args(const TrainingSetup& s) {
   add_trainer_flags(s, a);
   add_lora(s, a);
   if (s.mode == Mode::kTrain) add_offload(s, a);
+  if (s.trainer == Trainer::kSft) add_sft(s, a);
   return a;
 }
 
@@ -269,10 +289,11 @@ std::string trainer_args_text(const TrainerArgs& a) {
   // The DeepSpeed config is named, then passed: TrainingArguments(deepspeed=ds_config).
   const auto ds = a.training_arguments.find("deepspeed");
   if (ds != a.training_arguments.end()) out += "ds_config = " + python_literal(*ds) + "\n";
-  out += "args = TrainingArguments(\n";
+  out += "args = " + a.config_class + "(\n";
   for (const auto& [k, v] : a.training_arguments.items())
     out += "    " + k + "=" + (k == "deepspeed" ? "ds_config" : python_literal(v)) + ",\n";
   out += ")\n";
+  if (!a.trainer_code.empty()) out += a.trainer_code + "\n";
   for (const auto& note : a.notes) out += "# " + note + "\n";
   return out;
 }
@@ -284,6 +305,10 @@ nlohmann::ordered_json trainer_args_json(const TrainerArgs& a) {
   if (!a.bnb_config.is_null()) j["bnb_config"] = a.bnb_config;
   if (!a.lora_config.is_null()) j["lora_config"] = a.lora_config;
   j["model_code"] = a.model_code;
+  if (!a.trainer_code.empty()) {
+    j["config_class"] = a.config_class;
+    j["trainer_code"] = a.trainer_code;
+  }
   j["notes"] = a.notes;
   j["text"] = trainer_args_text(a);  // the same, as Python to paste
   return j;

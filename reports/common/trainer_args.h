@@ -45,6 +45,7 @@ namespace sweep::reports {
 // {"q", "v"}) and what else the arguments are made of.
 struct TrainingSetup : Technique, LoraSettings {
   std::string family;  // "gpt2" | "t5" | "whisper" | "llama" ...: names the class a quantised load uses
+  Trainer trainer = Trainer::kHf;  // hf: TrainingArguments; sft: TRL's SFTConfig and SFTTrainer
   Mode mode = Mode::kTrain;
   int64_t batch = 1;         // per_device_train_batch_size
   int64_t accumulation = 1;  // gradient_accumulation_steps
@@ -55,7 +56,10 @@ TrainingSetup setup_of(const Row& row);
 
 // The arguments, as JSON values in the order they are printed. Objects left null are not used.
 struct TrainerArgs {
-  // TrainingArguments(...); under offload its `deepspeed` member is the ZeRO-Offload config.
+  // TrainingArguments(...), or SFTConfig(...) for trainer sft (its subclass, which defaults
+  // gradient_checkpointing and bf16 to True: both are always written); under offload its
+  // `deepspeed` member is the ZeRO-Offload config.
+  std::string config_class = "TrainingArguments";
   nlohmann::ordered_json training_arguments = nlohmann::ordered_json::object();
   nlohmann::ordered_json from_pretrained;  // int8: from_pretrained's dtype and device_map
   nlohmann::ordered_json bnb_config;       // int8: BitsAndBytesConfig(...), its quantization_config
@@ -63,17 +67,21 @@ struct TrainerArgs {
   // What is no Trainer flag, as Python statements in the order they run ("model =
   // model.to(torch.bfloat16)"), and where Trainer would run something else than the row did.
   std::vector<std::string> model_code;
+  // After the arguments: the trainer as TRL's SFTTrainer takes the model and LoRA
+  // (`SFTTrainer(..., peft_config=LoraConfig(...))`); empty for transformers' Trainer.
+  std::string trainer_code;
   std::vector<std::string> notes;
 };
 
 TrainerArgs trainer_args(const TrainingSetup& setup);
 
 // Python lines a user can paste (comments for the notes): the model lines, then
-// `args = TrainingArguments(...)`.
+// `args = TrainingArguments(...)` (or SFTConfig), then the trainer for SFTTrainer.
 std::string trainer_args_text(const TrainerArgs& args);
 // {"training_arguments": {...}, "from_pretrained": {...}, "bnb_config": {...}, "lora_config":
 // {...}, "model_code": [...], "notes": [...], "text": trainer_args_text()}: what `fit --json` carries as `trainer_args`
-// (the members not used left out).
+// (the members not used left out); for SFTTrainer also "config_class": "SFTConfig" and
+// "trainer_code".
 nlohmann::ordered_json trainer_args_json(const TrainerArgs& args);
 
 // A precision named so that it explains itself: "bf16 autocast (Trainer bf16=True)", "bf16
