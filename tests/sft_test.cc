@@ -5,6 +5,8 @@
 
 #include "models/fused_lm_head.h"
 #include "models/zoo.h"
+#include "reports/results/rows.h"
+#include "reports/results/schema.h"
 #include "sweep_version.h"
 #include "sweeps/runner/config.h"
 #include "sweeps/runner/grid.h"
@@ -116,6 +118,34 @@ TEST(SftTrainer, AModelsLossAndGradientsAreTrainers) {
   for (std::size_t i = 0; i < grads[0].size(); ++i)
     EXPECT_TRUE(torch::allclose(grads[1][i], grads[0][i], 1e-3, 1e-6))
         << "parameter " << i << ": " << (grads[1][i] - grads[0][i]).abs().max().item<double>();
+}
+
+// On an emulated card (Triton's path: only the labelled positions, copied; the fold allocates
+// nothing; the gradients accumulated by cuBLAS in fp32 from bf16) the row runs end to end, and
+// its forward holds less than transformers' by more than the fp32 upcast of the logits alone.
+TEST(SftTrainer, OnAnEmulatedCardTheLogitsAreNeverBuilt) {
+  auto dir = testing::temp_dir("sft-emulated");
+  auto path = testing::write_file(
+      dir / "c.yaml", "device: emulated\ngpu: rtx4090\nmodels: [" SWEEP_SOURCE_DIR
+                      "/tests/fixtures/configs/qwen2.5-0.5b-2layers/config.json]\n"
+                      "steps: 1\nwarmup_steps: 1\nrepetitions: 1\nout: " + (dir / "out").string() + "\n"
+                      "grid: {seq: 2048, batch: 2, precision: bf16-amp, checkpointing: block, trainer: [hf, sft]}\n");
+  auto r = testing::run_sweep_cli("run " + path + " --quiet", "SWEEP_GNUPLOT=/nonexistent");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto results = reports::read_results((dir / "out").string());
+  ASSERT_EQ(results.rows.size(), 2u);
+  using schema::column;
+  const bool sft_first = results.rows[0].at(column("trainer")) == "sft";  // the runner's order
+  const auto& hf = results.rows[sft_first ? 1 : 0];
+  const auto& sft = results.rows[sft_first ? 0 : 1];
+  ASSERT_EQ(hf.at(column("status")), "ok");
+  ASSERT_EQ(sft.at(column("status")), "ok") << sft.at(column("message"));
+  EXPECT_EQ(hf.at(column("trainer")), "hf");
+  EXPECT_EQ(sft.at(column("trainer")), "sft");
+  EXPECT_EQ(sft.at(column("use_cache")), "0");
+  const double logits_fp32 = 2.0 * 2048 * 151936 * 4;
+  EXPECT_GT(*hf.number(column("forward_peak_bytes")) - *sft.number(column("forward_peak_bytes")), logits_fp32);
+  EXPECT_LT(*sft.number(column("peak_allocated_bytes")), *hf.number(column("peak_allocated_bytes")));
 }
 
 }  // namespace

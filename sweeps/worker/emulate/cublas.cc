@@ -124,6 +124,38 @@ at::Tensor addmv(const at::Tensor& self, const at::Tensor& mat, const at::Tensor
   take_workspaces(false);
   return out;
 }
+// The `out=` forms (TRL's fused LM head projects into a reused buffer and accumulates its
+// gradients in place: models/fused_lm_head.cc) take the same workspaces.
+at::Tensor& mm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  at::meta::mm_outf(a, b, out);
+  take_workspaces(false);
+  return out;
+}
+at::Tensor& addmm_out(const at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2,
+                      const at::Scalar& beta, const at::Scalar& alpha, at::Tensor& out) {
+  at::meta::addmm_outf(self, m1, m2, beta, alpha, out);
+  take_workspaces(takes_lt(self, m1, m2, beta));
+  return out;
+}
+// addmm.dtype_out (Blas.cpp _addmm_dtype_out_cuda: fp32 out from fp16/bf16 inputs), which has
+// no Meta kernel: its checks, then addmm_out_cuda_impl into `out`, cuBLAS's gemm (a 2-D self
+// never takes the cuBLASLt path).
+at::Tensor& addmm_dtype_out(const at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2,
+                            at::ScalarType out_dtype, const at::Scalar& beta, const at::Scalar& alpha,
+                            at::Tensor& out) {
+  (void)beta;
+  (void)alpha;
+  TORCH_CHECK(m1.dim() == 2 && m2.dim() == 2 && m1.size(1) == m2.size(0),
+              "mat1 and mat2 shapes cannot be multiplied");
+  TORCH_CHECK(out_dtype == out.scalar_type(), "out_dtype must be the same as the dtype of the provided out tensor");
+  TORCH_CHECK(out_dtype == m1.scalar_type() ||
+                  (out_dtype == at::kFloat && (m1.scalar_type() == at::kHalf || m1.scalar_type() == at::kBFloat16)),
+              "out_dtype must be the same as input dtype or fp32 for fp16/bf16 inputs");
+  TORCH_CHECK(out.size(0) == m1.size(0) && out.size(1) == m2.size(1) && self.sizes() == out.sizes(),
+              "addmm: out and self must be (mat1 rows, mat2 columns)");
+  take_workspaces(false);
+  return out;
+}
 // _int_mm (Blas.cpp _int_mm_out_cuda: cuBLASLt's int8 GEMM, at::cuda::blas::int8_gemm): an
 // (n, m) int32 result.
 at::Tensor int_mm(const at::Tensor& a, const at::Tensor& b) {
@@ -146,6 +178,9 @@ void register_cublas_workspaces() {
   lib->impl("baddbmm", TORCH_FN(baddbmm));
   lib->impl("addmv", TORCH_FN(addmv));
   lib->impl("_int_mm", TORCH_FN(int_mm));
+  lib->impl("mm.out", TORCH_FN(mm_out));
+  lib->impl("addmm.out", TORCH_FN(addmm_out));
+  lib->impl("addmm.dtype_out", TORCH_FN(addmm_dtype_out));
 }
 
 }  // namespace sweep::emu

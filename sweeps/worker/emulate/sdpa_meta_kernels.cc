@@ -539,6 +539,23 @@ EmulatedCard sdpa_card() {
   return card_storage();
 }
 
+namespace {
+
+// CUDA's masked_select (masked_select_out_cuda_impl: the input indexed with the boolean mask,
+// nonzero's (count, dims) positions first), the source gradient of masked_scatter (TRL's fused
+// LM head scatters its per-token outputs back: models/fused_lm_head.cc). A Meta tensor has no
+// values to count: every element is taken, as every label of the burst's batches is scored.
+Tensor masked_select(const Tensor& self, const Tensor& mask) {
+  const auto shape = at::infer_size(self.sizes(), mask.sizes());
+  const int64_t count = c10::multiply_integers(shape);
+  {
+    auto positions = at::empty({count, static_cast<int64_t>(shape.size())}, mask.options().dtype(at::kLong));
+  }
+  return at::empty({count}, self.options());
+}
+
+}  // namespace
+
 TORCH_LIBRARY_IMPL(aten, Meta, m) {
   m.impl("_scaled_dot_product_flash_attention", TORCH_FN(sdpa_flash));
   m.impl("_flash_attention_forward", TORCH_FN(flash_attention_forward));
@@ -558,6 +575,7 @@ TORCH_LIBRARY_IMPL(aten, Meta, m) {
   m.impl("native_dropout", TORCH_FN(native_dropout));
   m.impl("native_dropout_backward", TORCH_FN(native_dropout_backward));
   m.impl("logical_not.out", TORCH_FN(logical_not_out));
+  m.impl("masked_select", TORCH_FN(masked_select));
 }
 
 }  // namespace sweep::emu
