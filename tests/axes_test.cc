@@ -95,13 +95,14 @@ TEST(AxisTable, ALoraNameSaysItsRankWhereItHasOne) {
 }
 
 // The config's grid keys nest in the order they always did (the points of a run keep their
-// order), and fit searches its axes in the order its answers list them.
+// order; a new axis nests innermost), and fit searches its axes in the order its answers list
+// them.
 TEST(AxisTable, GridAndFitOrdersAreTheTables) {
   const auto grid = schema::grid_axes();
   const std::vector<std::string_view> want = {"mode",    "seq",          "target_seq", "audio_s",
                                               "precision", "checkpointing", "optimizer", "accumulation",
                                               "alloc_conf", "adapter",      "offload",    "batch",
-                                              "use_cache", "weights"};
+                                              "use_cache", "weights", "trainer"};
   EXPECT_EQ(std::vector<std::string_view>(grid.begin(), grid.end()), want);
   std::vector<std::string_view> fit;
   for (const auto* a : schema::fit_axes()) fit.push_back(a->column);

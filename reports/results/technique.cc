@@ -212,8 +212,19 @@ CellOf cells_of(const reports::Row& row) {
   };
 }
 
+namespace {
+// An empty cell as an older file's row means it: the axis's fallback.
+std::string or_fallback(std::string_view column, std::string v) {
+  if (v.empty())
+    if (const schema::Axis* a = schema::find_axis(column); a != nullptr) v = a->fallback;
+  return v;
+}
+}  // namespace
+
 CellOf cells_of(const Technique& t) {
-  return [&t](std::string_view column) { return t.cell(column); };
+  // A technique axis that is no member (the trainer, which fit does not search) is at its
+  // value for a row without the cell: fit's techniques run Trainer.
+  return [&t](std::string_view column) { return or_fallback(column, t.cell(column)); };
 }
 
 TechniqueCells technique_cells(const reports::Row& row) {
@@ -227,7 +238,7 @@ TechniqueCells technique_cells(const reports::Row& row) {
 CellOf cells_of(const TechniqueCells& cells) {
   return [&cells](std::string_view column) {
     const auto it = cells.find(column);
-    return it == cells.end() ? std::string() : it->second;
+    return or_fallback(column, it == cells.end() ? std::string() : it->second);
   };
 }
 
