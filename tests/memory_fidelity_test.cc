@@ -167,12 +167,11 @@ void check_family(const nlohmann::json& fixture, const std::string& family, Memo
   EXPECT_GT(cases, 0) << "no fixture cases for " << family;
 }
 
-class MemoryFidelity : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(MemoryFidelity, PeaksWithinOnePercentOfTransformers) {
+// A family's cases on the CPU's tracking allocator (one per test process).
+void check_on_the_cpu(const nlohmann::json& fixture, const std::string& family) {
   static auto mem = make_cpu_tracker();
   static auto timer = make_cpu_timer();
-  check_family(memory_fixture(), GetParam(), *mem, *timer, std::nullopt);
+  check_family(fixture, family, *mem, *timer, std::nullopt);
 }
 
 // The emulated device's differential check: configured as the CPU (for-loop optimizers, the
@@ -181,14 +180,24 @@ TEST_P(MemoryFidelity, PeaksWithinOnePercentOfTransformers) {
 // step counters and checkpointing's saved RNG states are CPU tensors in both runs, counted by the
 // CPU's tracking allocator and outside the emulated device (a few hundred bytes to 20 KB a
 // case); and the CPU kernels' scratch (cpu_kernel_scratch), which is held to "not above".
-TEST_P(MemoryFidelity, EmulatedAsTheCpuWithinOnePercentOfTransformers) {
+void check_emulated_as_the_cpu(const nlohmann::json& fixture, const std::string& family) {
   EmulatedCard cpu;
   cpu.name = "cpu";
   cpu.cpu = true;
   emu::start_emulation(cpu);
   static auto mem = make_emulated_tracker(cpu, "");
   static auto timer = make_cpu_timer();
-  check_family(memory_fixture(), GetParam(), *mem, *timer, cpu);
+  check_family(fixture, family, *mem, *timer, cpu);
+}
+
+class MemoryFidelity : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MemoryFidelity, PeaksWithinOnePercentOfTransformers) {
+  check_on_the_cpu(memory_fixture(), GetParam());
+}
+
+TEST_P(MemoryFidelity, EmulatedAsTheCpuWithinOnePercentOfTransformers) {
+  check_emulated_as_the_cpu(memory_fixture(), GetParam());
 }
 
 // A case's test name: a zoo model's name without "-test" ("whisper-s2s-test" -> "whispers2s",
@@ -229,20 +238,10 @@ INSTANTIATE_TEST_SUITE_P(Families, MemoryFidelity,
 // instead of the whole logits. The same 1% on the CPU and on the emulated device as the CPU.
 class SftFidelity : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(SftFidelity, PeaksWithinOnePercentOfTrl) {
-  static auto mem = make_cpu_tracker();
-  static auto timer = make_cpu_timer();
-  check_family(sft_fixture(), GetParam(), *mem, *timer, std::nullopt);
-}
+TEST_P(SftFidelity, PeaksWithinOnePercentOfTrl) { check_on_the_cpu(sft_fixture(), GetParam()); }
 
 TEST_P(SftFidelity, EmulatedAsTheCpuWithinOnePercentOfTrl) {
-  EmulatedCard cpu;
-  cpu.name = "cpu";
-  cpu.cpu = true;
-  emu::start_emulation(cpu);
-  static auto mem = make_emulated_tracker(cpu, "");
-  static auto timer = make_cpu_timer();
-  check_family(sft_fixture(), GetParam(), *mem, *timer, cpu);
+  check_emulated_as_the_cpu(sft_fixture(), GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Decoders, SftFidelity,
