@@ -251,6 +251,27 @@ TEST(Recommend, ALoraRowIsNamedAsLoraNotAsFullFineTuning) {
   sweep::remove_tree(dir);
 }
 
+TEST(Recommend, AnSftRowIsAnsweredInSftTrainersWords) {
+  // recommend_cpu.csv with its rows run by TRL's SFTTrainer (a column added after that file).
+  std::ifstream in(data("recommend_cpu.csv"));
+  std::string header, row1, row2;
+  std::getline(in, header);
+  std::getline(in, row1);
+  std::getline(in, row2);
+  const auto dir = std::filesystem::temp_directory_path() / ("sweep_recommend_sft_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "results.csv") << header << ",trainer\n" << row1 << ",sft\n" << row2 << ",sft\n";
+  const auto r = recommend({read_results((dir / "results.csv").string())}, {});
+  const auto& g = group(r, "gpt2", "128");
+  ASSERT_TRUE(g.fastest);
+  EXPECT_NE(g.fastest->label().find("trainer sft"), std::string::npos) << g.fastest->label();
+  const auto md = recommendations_markdown(r);
+  EXPECT_NE(md.find("or TRL's `SFTConfig` and `SFTTrainer` where the row ran SFTTrainer"), std::string::npos) << md;
+  EXPECT_NE(md.find("args = SFTConfig(\n"), std::string::npos) << md;
+  EXPECT_NE(md.find("trainer = SFTTrainer(model=model, args=args, train_dataset=dataset)\n"), std::string::npos) << md;
+  sweep::remove_tree(dir);
+}
+
 TEST(Recommend, CrossGpuColumnsStartAtTheSmallestMeasuredPeak) {
   RecommendOptions o;
   o.gpu = "rtx3060";

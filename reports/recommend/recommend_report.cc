@@ -272,15 +272,19 @@ std::string recommendations_csv(const Recommendation& r) {
 // it answers for (what is no Trainer flag said in the code's comments).
 std::string trainer_args_section(const Recommendation& r) {
   std::string s;
+  bool sft = false;  // a pick ran TRL's SFTTrainer: its SFTConfig
   for (const auto& g : r.groups) {
     if (!g.fastest || g.fastest->mode != Mode::kTrain) continue;
+    const TrainerArgs args = g.fastest->trainer_args();
+    sft = sft || !args.trainer_code.empty();
     s += "**" + g.label() + "**: " + g.fastest->label() + " (" + precision_words(g.fastest->precision) +
-         ")\n\n```python\n" + trainer_args_text(g.fastest->trainer_args()) + "```\n\n";
+         ")\n\n```python\n" + trainer_args_text(args) + "```\n\n";
   }
   return s.empty() ? s
                    : "## In your training script\n\nThe recommended configurations as Hugging Face "
-                     "`TrainingArguments` (transformers 5.x), with what is no Trainer flag said in "
-                     "comments.\n\n" + s;
+                     "`TrainingArguments` (transformers 5.x)" +
+                         std::string(sft ? ", or TRL's `SFTConfig` and `SFTTrainer` where the row ran SFTTrainer" : "") +
+                         ", with what is no Trainer flag said in comments.\n\n" + s;
 }
 
 std::string recommendations_markdown(const Recommendation& r) {
