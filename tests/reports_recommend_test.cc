@@ -226,17 +226,27 @@ TEST(Recommend, CpuRowsAreNeverPresentedAsGpuAnswers) {
   EXPECT_FALSE(cpu_note(run({"recommend_cpu.csv"})));  // for the CPU itself: nothing to say
 }
 
-TEST(Recommend, ALoraRowIsNamedAsLoraNotAsFullFineTuning) {
-  // recommend_cpu.csv with its fastest row (batch 4) made a LoRA row: adapter and rank are
-  // columns added after that file was written, so they go at the end.
+// recommend_cpu.csv's two rows in a directory of their own with `columns` added after that
+// file was written (at the end), the first row's cells `first`, the second's `second`.
+std::filesystem::path recommend_cpu_with(const std::string& name, const std::string& columns,
+                                         const std::string& first, const std::string& second) {
   std::ifstream in(data("recommend_cpu.csv"));
   std::string header, row1, row2;
   std::getline(in, header);
   std::getline(in, row1);
   std::getline(in, row2);
-  const auto dir = std::filesystem::temp_directory_path() / ("sweep_recommend_lora_" + std::to_string(::getpid()));
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("sweep_recommend_" + name + "_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
-  std::ofstream(dir / "results.csv") << header << ",adapter,lora_r\n" << row1 << ",none,\n" << row2 << ",lora,8\n";
+  std::ofstream(dir / "results.csv") << header << "," << columns << "\n"
+                                     << row1 << "," << first << "\n" << row2 << "," << second << "\n";
+  return dir;
+}
+
+TEST(Recommend, ALoraRowIsNamedAsLoraNotAsFullFineTuning) {
+  // recommend_cpu.csv with its fastest row (batch 4) made a LoRA row: adapter and rank are
+  // columns added after that file was written, so they go at the end.
+  const auto dir = recommend_cpu_with("lora", "adapter,lora_r", "none,", "lora,8");
   const auto r = recommend({read_results((dir / "results.csv").string())}, {});
   // On the CPU the recommendation goes by memory (plain fp32 batch 1); the LoRA row is its
   // own technique's largest batch.
@@ -253,14 +263,7 @@ TEST(Recommend, ALoraRowIsNamedAsLoraNotAsFullFineTuning) {
 
 TEST(Recommend, AnSftRowIsAnsweredInSftTrainersWords) {
   // recommend_cpu.csv with its rows run by TRL's SFTTrainer (a column added after that file).
-  std::ifstream in(data("recommend_cpu.csv"));
-  std::string header, row1, row2;
-  std::getline(in, header);
-  std::getline(in, row1);
-  std::getline(in, row2);
-  const auto dir = std::filesystem::temp_directory_path() / ("sweep_recommend_sft_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  std::ofstream(dir / "results.csv") << header << ",trainer\n" << row1 << ",sft\n" << row2 << ",sft\n";
+  const auto dir = recommend_cpu_with("sft", "trainer", "sft", "sft");
   const auto r = recommend({read_results((dir / "results.csv").string())}, {});
   const auto& g = group(r, "gpt2", "128");
   ASSERT_TRUE(g.fastest);

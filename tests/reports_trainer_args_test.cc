@@ -340,6 +340,10 @@ TEST(TrainerArgs, SftRowsAreSftConfigAndSftTrainer) {
   const TrainerArgs b = trainer_args(plain);
   EXPECT_EQ(b.trainer_code, "trainer = SFTTrainer(model=model, args=args, train_dataset=dataset)");
   for (const auto& note : b.notes) EXPECT_EQ(note.find("SFTConfig"), std::string::npos) << note;
+  // fp16=True makes SFTConfig's bf16 default False itself.
+  TrainingSetup fp16 = setup(P::kFp16Amp, C::kBlock, O::kAdamWFused, false);
+  fp16.trainer = Trainer::kSft;
+  for (const auto& note : trainer_args(fp16).notes) EXPECT_EQ(note.find("SFTConfig"), std::string::npos) << note;
   EXPECT_FALSE(trainer_args_json(trainer_args(setup(P::kFp32, C::kNone, O::kAdamW))).contains("config_class"));
 }
 

@@ -217,7 +217,8 @@ void add_sft(const TrainingSetup& s, TrainerArgs& a) {
   a.trainer_code += ")";
   if (s.mode == Mode::kTrain && s.checkpointing == Checkpointing::kNone)
     a.notes.push_back("gradient_checkpointing=False as measured; SFTConfig's default is True");
-  if (s.precision != Precision::kBf16Amp && s.offload == Offload::kNone)
+  // SFTConfig's bf16 defaults to `not fp16`: only fp32 and bf16 weights turn its autocast off.
+  if ((s.precision == Precision::kFp32 || s.precision == Precision::kBf16) && s.offload == Offload::kNone)
     a.notes.push_back("bf16=False as measured; SFTConfig's default is True (bf16 autocast)");
 }
 
