@@ -184,9 +184,11 @@ ModelSpec llama_spec(const Source& s, const json& j, const std::string& arch) {
   c.layer_window = layer_windows(s, j, arch, c.num_hidden_layers);
   c.rope = parse_rope(s, j, c);
   const std::string family = arch == "Phi3ForCausalLM" ? "phi3" : "llama";
-  return ModelSpec{"", family, "", false, c.num_hidden_layers, c.hidden_size,
-                   c.num_attention_heads, llama_parameters(c), {"seq"},
-                   [c] { return std::make_shared<LlamaForCausalLMImpl>(c); }};
+  ModelSpec spec{"", family, "", false, c.num_hidden_layers, c.hidden_size,
+                 c.num_attention_heads, llama_parameters(c), {"seq"},
+                 [c] { return std::make_shared<LlamaForCausalLMImpl>(c); }};
+  spec.max_position_embeddings = c.max_position_embeddings;
+  return spec;
 }
 
 // T5ForConditionalGeneration as t5.h models it: T5 v1.0 (ReLU feed-forward, tied embeddings).

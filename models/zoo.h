@@ -31,7 +31,17 @@ struct ModelSpec {
   // (`config_file`, the path as given, which is also its name).
   bool catalogue = false;
   std::string config_file;
+  // A decoder's max_position_embeddings (0: none): the longest context it was trained for.
+  // transformers runs longer inputs (RoPE is computed for any position), so the grid takes
+  // them; `fit --seq max` searches up to it (longest_context).
+  int64_t max_position_embeddings = 0;
 };
+
+// The longest seq a longest-context search tries: the longest input the model takes, else its
+// max_position_embeddings; 0 where neither bounds it (T5's relative positions).
+inline int64_t longest_context(const ModelSpec& spec) {
+  return spec.max_seq > 0 ? spec.max_seq : spec.max_position_embeddings;
+}
 
 // Whisper from its configuration: the whole model (WhisperForConditionalGeneration, family
 // "whisper"), or the encoder with WhisperForAudioClassification's head ("whisper-cls"). The

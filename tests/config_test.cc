@@ -213,7 +213,7 @@ TEST(Config, CliSearchTakesEitherSpelling) {
   }
   auto r = testing::run_sweep_cli("run " + path + " --dry-run --search maxbatch");
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("max-batch (or max_batch) or none"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("max-batch (or max_batch), max-seq or none"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("hint:"), std::string::npos) << r.output;
   // The override goes through the config's reading: either spelling there too.
   r = testing::run_sweep_cli("run " + path + " --dry-run search=max-batch");

@@ -107,7 +107,7 @@ TEST(Estimate, WorkerStartPlusStepsAtTheMostSimilarRowsStepTime) {
       {point("t5-test", 1, 64, Precision::kFp32)}, {point("gpt2-test", 1, 64, Precision::kFp32)}};
   Recorded recorded;
   recorded.points[combos[3][0].id()] = Status::kOk;
-  const auto plan = estimate_plan(combos, false, h, recorded);
+  const auto plan = estimate_plan(combos, "", h, recorded);
   EXPECT_EQ(plan.estimated, 2);
   EXPECT_EQ(plan.recorded, 1);
   EXPECT_EQ(plan.unknown, 1);
@@ -118,7 +118,7 @@ TEST(Estimate, WorkerStartPlusStepsAtTheMostSimilarRowsStepTime) {
   EXPECT_NE(text.find("1 point already measured"), std::string::npos) << text;
   EXPECT_NE(text.find("1 point with no estimate (never measured here)"), std::string::npos) << text;
   // A search: one unit per combination, kProbesPerSearch probes each, nothing recorded.
-  const auto search = estimate_plan(combos, true, h, recorded);
+  const auto search = estimate_plan(combos, "max_batch", h, recorded);
   EXPECT_EQ(search.recorded, 0);
   EXPECT_EQ(search.units[0].runs, kProbesPerSearch);
   EXPECT_NE(search.summary("search").find("about 1 min 08 s for 3 searches (about 18 probes left)"), std::string::npos)
@@ -146,7 +146,7 @@ TEST(Estimate, SearchesOnRecordCostNothingAndBegunOnesWhatIsLeft) {
   on_record(2, 16, Status::kOk);  // answered: the end of the range fits
   on_record(3, 4, Status::kOk);   // begun: 2 probes done, 4 left
   on_record(3, 8, Status::kOom);
-  const auto plan = estimate_plan(combos, true, h, recorded, 16, 6);
+  const auto plan = estimate_plan(combos, "max_batch", h, recorded, 16, 6);
   ASSERT_EQ(plan.units.size(), 5u);
   EXPECT_EQ(plan.units[0].runs, 0);
   EXPECT_EQ(plan.units[1].runs, 0);
@@ -159,7 +159,7 @@ TEST(Estimate, SearchesOnRecordCostNothingAndBegunOnesWhatIsLeft) {
   on_record(3, 5, Status::kOk);
   on_record(3, 6, Status::kOom);
   on_record(4, 16, Status::kOk);
-  const auto reused = estimate_plan(combos, true, h, recorded, 16, 6);
+  const auto reused = estimate_plan(combos, "max_batch", h, recorded, 16, 6);
   EXPECT_EQ(reused.recorded, 5);
   EXPECT_EQ(reused.total_s, 0);
 }

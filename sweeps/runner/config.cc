@@ -710,7 +710,7 @@ std::string name_from_file(const std::string& path) {
 Config parse_config(const YAML::Node& root, const Ctx& c) {
   const std::string& path = c.file;
   std::set<std::string> keys = {"name", "device", "out", "gpu", "budget_gib", "timeout_s", "steps",
-                                "warmup_steps", "repetitions", "prune_oom", "search", "search_max_batch",
+                                "warmup_steps", "repetitions", "prune_oom", "search", "search_max_batch", "search_max_seq",
                                 "lr", "weight_decay", "seed", "transformers", "models", "grid", "exclude",
                                 "sweeps"};
   for (const auto& a : schema::kAxes)
@@ -751,11 +751,14 @@ Config parse_config(const YAML::Node& root, const Ctx& c) {
       cfg.repetitions = static_cast<int>(c.integer(v, key, {1, 1e4, true}));
     else if (key == "prune_oom") cfg.prune_oom = c.boolean(v, key);
     else if (key == "search") {
-      cfg.search = spelled_as(c.scalar(v, key), {"max_batch", "none"});
+      cfg.search = spelled_as(c.scalar(v, key), {"max_batch", "max_seq", "none"});
       if (cfg.search.empty())
-        c.fail(v, key, "unknown search '" + c.scalar(v, key) + "'", "expected max_batch (or max-batch) or none");
+        c.fail(v, key, "unknown search '" + c.scalar(v, key) + "'",
+               "expected max_batch (the largest batch), max_seq (the longest seq) or none");
       if (cfg.search == "none") cfg.search.clear();
+      cfg.search_line = c.line(v);
     } else if (key == "search_max_batch") cfg.search_max_batch = c.integer(v, key, {1, 1 << 30, true});
+    else if (key == "search_max_seq") cfg.search_max_seq = c.integer(v, key, {64, 1 << 20, true});
     else if (key == "lr") cfg.lr = c.number(v, key, {0, 1e3});
     else if (key == "weight_decay") cfg.weight_decay = c.number(v, key, {0, 1e3});
     else if (key == "seed") cfg.seed = static_cast<uint64_t>(c.integer(v, key, {0, 9e15, true}));

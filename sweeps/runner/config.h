@@ -89,8 +89,10 @@ struct Config {
   int warmup_steps = 1;
   int repetitions = 3;
   bool prune_oom = true;
-  std::string search;  // "" | "max_batch"
+  std::string search;  // "" | "max_batch" | "max_seq" (sweeps/runner/search.h)
   int64_t search_max_batch = 1024;
+  int64_t search_max_seq = int64_t{1} << 20;  // and the model's longest input
+  int search_line = 0;  // where `search` was set
   double lr = 1e-3;
   double weight_decay = 0.01;
   uint64_t seed = 0;

@@ -9,6 +9,7 @@
 
 #include "reports/results/stats.h"
 #include "sweeps/runner/results_store.h"
+#include "sweeps/runner/search.h"
 #include "sweeps/runner/sweep.h"
 
 namespace sweep {
@@ -103,9 +104,9 @@ std::optional<double> WallHistory::start_s() const {
   return reports::median(starts);
 }
 
-std::string combination_key(const Point& p) {
+std::string combination_key(const Point& p, std::string_view search) {
   Point q = p;
-  q.batch = 0;
+  searched_axis(search).set(q, 0);
   return q.id();
 }
 
@@ -113,9 +114,10 @@ void Recorded::add(const reports::Results& results) {
   for (const auto* r : reports::latest_per_point(results).rows) {
     if (!result_on_resume(*r)) continue;  // measured again: it costs what a new point costs
     points[r->at(column("point_id"))] = r->status;
-    if (r->at(column("search")).empty()) continue;
+    const std::string& search = r->at(column("search"));
+    if (search.empty()) continue;
     const Point p = point_of(*r);
-    searches[combination_key(p)][p.batch] = r->status;
+    searches[combination_key(p, search)][searched_axis(search).value_of(p)] = r->status;
   }
 }
 
@@ -141,7 +143,7 @@ int probes_left(const std::map<int64_t, Status>& done, int64_t lo, int64_t hi, i
 
 }  // namespace
 
-PlanEstimate estimate_plan(const std::vector<std::vector<Point>>& combinations, bool search,
+PlanEstimate estimate_plan(const std::vector<std::vector<Point>>& combinations, std::string_view search,
                            const WallHistory& history, const Recorded& recorded,
                            int64_t search_max_batch, int probes_per_search) {
   PlanEstimate plan;
@@ -161,12 +163,15 @@ PlanEstimate estimate_plan(const std::vector<std::vector<Point>>& combinations, 
     plan.units.push_back(u);
   };
   for (const auto& c : combinations) {
-    if (search) {
-      const auto done = recorded.searches.find(combination_key(c.front()));
+    if (!search.empty()) {
+      // A max_seq search's end is the model's longest input: counted as open-ended.
+      const SearchedAxis axis = searched_axis(search);
+      const int64_t lo = axis.value_of(c.front());
+      const int64_t hi = axis.column == "batch" ? std::max(lo, search_max_batch) : int64_t{1} << 40;
+      const auto done = recorded.searches.find(combination_key(c.front(), search));
       add(c.front(), done == recorded.searches.end()
                          ? probes_per_search
-                         : probes_left(done->second, c.front().batch,
-                                       std::max(c.front().batch, search_max_batch), probes_per_search));
+                         : probes_left(done->second, lo, hi, probes_per_search));
     } else {
       for (const auto& p : c) add(p, recorded.points.count(p.id()) ? 0 : 1);
     }

@@ -12,6 +12,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -63,11 +64,12 @@ class WallHistory {
   std::vector<std::string> sources_;
 };
 
-// A point's combination of the other axes: its id at batch 0 (sweep.h combinations()).
-std::string combination_key(const Point& p);
+// A point's combination of the other axes: its id at batch 0, or for a max_seq search at seq
+// 0 (sweep.h combinations()).
+std::string combination_key(const Point& p, std::string_view search = "");
 
 // What a results file holds already (resume reuses it): the latest status of each point, by
-// id and, for the searches, by combination and batch.
+// id and, for the searches, by combination and searched value (in the search's steps).
 struct Recorded {
   std::map<std::string, Status> points;
   std::map<std::string, std::map<int64_t, Status>> searches;
@@ -75,8 +77,9 @@ struct Recorded {
 };
 
 // The estimate of a whole plan: each combination of the other axes (sweep.h combinations())
-// runs its points, or with `search` one max-batch search of about `probes_per_search` probes
-// (in [its first batch, search_max_batch]) from its first point. What `recorded` holds costs
+// runs its points, or with `search` ("max_batch" or "max_seq"; "" a grid) one search of about
+// `probes_per_search` probes (a max-batch search in [its first batch, search_max_batch]) from
+// its first point. What `recorded` holds costs
 // nothing: its points are skipped on resume, and a search whose answer is on record (a fitting
 // batch next to one out of memory, or the range's end) replays without a probe; one begun
 // costs what it has left.
@@ -104,7 +107,7 @@ struct PlanEstimate {
   std::string search_summary(const std::string& results_path, bool seeded) const;
 };
 
-PlanEstimate estimate_plan(const std::vector<std::vector<Point>>& combinations, bool search,
+PlanEstimate estimate_plan(const std::vector<std::vector<Point>>& combinations, std::string_view search,
                            const WallHistory& history, const Recorded& recorded,
                            int64_t search_max_batch = 0, int probes_per_search = kProbesPerSearch);
 

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "reports/results/stats.h"
+#include "sweeps/worker/point.h"
 
 namespace sweep {
 namespace {
@@ -16,9 +17,26 @@ constexpr int kGuidedProbes = 3;
 
 }  // namespace
 
+SearchedAxis searched_axis(std::string_view search) {
+  if (search == "max_seq") return {"max_seq", "seq", kSeqStep, kSeqWithinPercent};
+  return {};
+}
+
+int64_t SearchedAxis::value_of(const Point& p) const {
+  return column == "seq" ? (p.seq + step - 1) / step : p.batch;
+}
+
+void SearchedAxis::set(Point& p, int64_t steps) const {
+  (column == "seq" ? p.seq : p.batch) = steps * step;
+}
+
+std::string SearchedAxis::words(int64_t steps) const {
+  return std::string(column) + " " + std::to_string(steps * step);
+}
+
 SearchResult search_max_batch(int64_t lo, int64_t hi, double budget_bytes,
                               const std::function<ProbeOutcome(int64_t)>& probe,
-                              std::optional<int64_t> predicted) {
+                              std::optional<int64_t> predicted, const SearchedAxis& axis) {
   SearchResult r;
   std::map<int64_t, double> fits;  // batch -> peak
   int guided = 0;
@@ -36,7 +54,7 @@ SearchResult search_max_batch(int64_t lo, int64_t hi, double budget_bytes,
     } else if (o.status == Status::kOom) {
       r.first_oom = std::min(r.first_oom.value_or(b), b);
     } else {
-      r.stopped = "batch " + std::to_string(b) + ": " + to_string(o.status);
+      r.stopped = axis.words(b) + ": " + to_string(o.status);
     }
   };
   if (predicted) {
@@ -57,6 +75,8 @@ SearchResult search_max_batch(int64_t lo, int64_t hi, double budget_bytes,
     const int64_t best = *r.largest_fit;
     const int64_t ceiling = r.first_oom ? *r.first_oom - 1 : hi;  // largest batch still possible
     if (best >= ceiling) break;
+    // Close enough: the first value out of memory within the share asked of the answer.
+    if (r.first_oom && (*r.first_oom - best) * 100 <= best * axis.within_percent) break;
     // Too low (the seed and the next batch fit): the answer is likely close above, so
     // without a slope to go by (two batches in one allocator block peak alike) it steps up
     // by 1, 2, 4... rather than doubling a batch far from the answer and bisecting back.

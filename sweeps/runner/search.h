@@ -15,6 +15,8 @@
 // then bisects: measured on synthetic memory curves (tests/search_test.cc), a miss by up to
 // eight batches costs at most one probe more than no prediction where a sample costs a block
 // or more, two more below that; a miss by half or more is not bounded.
+// The longest context (search max_seq) is the same search over the tokens per sample, in steps
+// of kSeqStep tokens, stopped once the answer is within 1% (searched_axis below).
 // A pure function over a probe callback, so the strategy is tested without workers.
 #pragma once
 
@@ -27,6 +29,32 @@
 #include "reports/results/vocab.h"
 
 namespace sweep {
+
+struct Point;
+
+// A max_seq search's step: it probes multiples of 64 tokens (the granularity `fit --seq max`
+// states, with 1% of the answer where that is larger).
+constexpr int64_t kSeqStep = 64;
+// The resolution of a max_seq search: it stops once the longest length that fits is within
+// this percentage of the first that does not (never finer than one step).
+constexpr int64_t kSeqWithinPercent = 1;
+
+// What a search varies, by the config's `search`: "max_batch" the batch, "max_seq" the tokens
+// per sample (in kSeqStep steps); "" (a grid) the batch, as combinations are ordered.
+struct SearchedAxis {
+  std::string_view search = "max_batch";  // the rows' `search` cell
+  std::string_view column = "batch";      // the point's axis it varies
+  int64_t step = 1;                       // one step of the search, in the axis's unit
+  int64_t within_percent = 0;             // stop within this share of the answer (0: exact)
+
+  // The point's value in steps (a seq rounded up to a whole step), and the point at a value.
+  int64_t value_of(const Point& p) const;
+  void set(Point& p, int64_t steps) const;
+  // "batch 8", "seq 4096"
+  std::string words(int64_t steps) const;
+};
+// The axis of a config's `search` ("" is the batch's).
+SearchedAxis searched_axis(std::string_view search);
 
 struct ProbeOutcome {
   Status status = Status::kCrash;  // ok | oom | crash | timeout
@@ -42,10 +70,12 @@ struct SearchResult {
 
 // Searches [lo, hi]. budget_bytes: the memory a point may use (0 = unknown: no prediction).
 // predicted: the largest batch predicted to fit (below lo: none), probed first; nullopt:
-// no prediction, the search starts at lo.
+// no prediction, the search starts at lo. `axis`: what the values are (in its steps), its
+// within_percent where the search stops short of the next value, its words in `stopped`.
 SearchResult search_max_batch(int64_t lo, int64_t hi, double budget_bytes,
                               const std::function<ProbeOutcome(int64_t)>& probe,
-                              std::optional<int64_t> predicted = std::nullopt);
+                              std::optional<int64_t> predicted = std::nullopt,
+                              const SearchedAxis& axis = {});
 
 // How many probes the searches took, for a line under an answer or a table's header: "2.0
 // probes per search (24 in 12 searches), each seeded by a prediction (70 emulated runs, not

@@ -302,7 +302,7 @@ RunOutcome submit_slurm(const RunOptions& opt) {
   const Budget budget = resolve_budget(cfg, run.device, {});
   run.budget_bytes = budget.bytes;
   run.budget_emulated = budget.emulated;
-  const auto combos = combinations(expand_grid(cfg, run));
+  const auto combos = combinations(expand_grid(cfg, run), cfg.search);
   const bool search = !cfg.search.empty();  // probes are not known before they run
 
   SlurmPlan plan;

@@ -102,9 +102,9 @@ class Runner {
   }
   // A prediction for a seeded search: the point on the emulated device, its row in the
   // predictions file (reused on resume like a probe), counted by no progress line.
-  ProbeOutcome predict(const Point& p, const std::string& gpu) {
+  ProbeOutcome predict(const Point& p, const std::string& gpu, std::string_view search) {
     SWEEP_CHECK(predictions_ != nullptr, "a prediction without a predictions file");
-    return execute(p, gpu, "max_batch", "", *predictions_, true);
+    return execute(p, gpu, std::string(search), "", *predictions_, true);
   }
 
  private:
@@ -240,14 +240,24 @@ void run_combination(Runner& runner, const std::vector<Point>& points, bool prun
   }
 }
 
-// Max-batch search over one combination, from its smallest grid batch to search_max_batch.
-// With a predictor (an emulated card standing for the device, sweeps/runner/search.h), the
-// same search on it first, its answer the search's seed. Returns the probes it took.
-std::size_t search_combination(Runner& runner, const std::vector<Point>& points, int64_t max_batch,
+// A search over one combination (max_batch: from its smallest grid batch to search_max_batch;
+// max_seq: from its shortest grid seq, in kSeqStep steps, to search_max_seq or the model's
+// longest input). With a predictor (an emulated card standing for the device,
+// sweeps/runner/search.h), the same search on it first, its answer the search's seed.
+// Returns the probes it took.
+std::size_t search_combination(Runner& runner, const std::vector<Point>& points, const Config& cfg,
                                const std::string& gpu, const std::string& prefix,
                                const std::optional<EmulatedCard>& predictor) {
+  const SearchedAxis axis = searched_axis(cfg.search);
   const Point base = points.front();
-  const int64_t lo = base.batch, hi = std::max(lo, max_batch);
+  const int64_t lo = axis.value_of(base);
+  int64_t hi = std::max(lo, cfg.search_max_batch);
+  if (axis.column == "seq") {
+    int64_t longest = cfg.search_max_seq;
+    if (const auto* spec = models::find_model(base.model); spec && models::longest_context(*spec) > 0)
+      longest = std::min(longest, models::longest_context(*spec));
+    hi = std::max(lo, longest / axis.step);
+  }
   const auto budget = static_cast<double>(base.budget_bytes);
   std::optional<int64_t> predicted;
   std::string seed;
@@ -256,17 +266,17 @@ std::size_t search_combination(Runner& runner, const std::vector<Point>& points,
     e.device = Device::kEmulated;
     e.card = *predictor;
     const auto t0 = std::chrono::steady_clock::now();
-    const SearchResult pr = search_max_batch(lo, hi, budget, [&](int64_t batch) {
+    const SearchResult pr = search_max_batch(lo, hi, budget, [&](int64_t v) {
       Point q = e;
-      q.batch = batch;
-      return runner.predict(q, gpu);
-    });
+      axis.set(q, v);
+      return runner.predict(q, gpu, axis.search);
+    }, std::nullopt, axis);
     char took[32];
     std::snprintf(took, sizeof took, "%.1f s",
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     if (pr.stopped.empty()) {
       predicted = pr.largest_fit.value_or(lo - 1);
-      seed = "; predicted " + (pr.largest_fit ? std::to_string(*pr.largest_fit) : std::string("none")) +
+      seed = "; predicted " + (pr.largest_fit ? std::to_string(*pr.largest_fit * axis.step) : std::string("none")) +
              " by " + predictor_name(*predictor) + " in " + std::to_string(pr.probed.size()) +
              " runs, " + took + ", not counted as probes";
     } else {
@@ -275,18 +285,19 @@ std::size_t search_combination(Runner& runner, const std::vector<Point>& points,
   }
   const SearchResult r = search_max_batch(
       lo, hi, budget,
-      [&](int64_t batch) {
+      [&](int64_t v) {
         Point p = base;
-        p.batch = batch;
-        return runner.run(p, gpu, "max_batch", prefix);
+        axis.set(p, v);
+        return runner.run(p, gpu, std::string(axis.search), prefix);
       },
-      predicted);
+      predicted, axis);
   Point shown = base;
-  shown.batch = r.largest_fit.value_or(0);
-  std::string line = prefix + "max batch " +
-                     (r.largest_fit ? std::to_string(*r.largest_fit) : std::string("none")) +
+  axis.set(shown, r.largest_fit.value_or(0));
+  std::string line = prefix + (axis.column == "seq" ? "longest seq " : "max batch ") +
+                     (r.largest_fit ? std::to_string(*r.largest_fit * axis.step) : std::string("none")) +
                      " for " + shown.label() + " (" + std::to_string(r.probed.size()) +
-                     " probes in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]" + seed;
+                     " probes in [" + std::to_string(lo * axis.step) + ", " +
+                     std::to_string(hi * axis.step) + "]" + seed;
   if (!r.stopped.empty()) line += "; stopped at " + r.stopped;
   runner.note(line + ")");
   return r.probed.size();
@@ -336,16 +347,18 @@ std::map<std::string, std::optional<EmulatedCard>> lane_predictors(
   return out;
 }
 
-std::vector<std::vector<Point>> combinations(const std::vector<Point>& points) {
+std::vector<std::vector<Point>> combinations(const std::vector<Point>& points, std::string_view search) {
+  const SearchedAxis axis = searched_axis(search);
   std::vector<std::vector<Point>> out;
   std::map<std::string, std::size_t> index;
   for (const auto& p : points) {
-    auto [it, added] = index.emplace(combination_key(p), out.size());
+    auto [it, added] = index.emplace(combination_key(p, search), out.size());
     if (added) out.emplace_back();
     out[it->second].push_back(p);
   }
   for (auto& c : out)
-    std::stable_sort(c.begin(), c.end(), [](const Point& a, const Point& b) { return a.batch < b.batch; });
+    std::stable_sort(c.begin(), c.end(),
+                     [&](const Point& a, const Point& b) { return axis.value_of(a) < axis.value_of(b); });
   return out;
 }
 
@@ -398,7 +411,10 @@ RunSettings run_settings(const Config& cfg, Device device, const Budget& budget)
 
 Config load_run_config(const RunOptions& opt, std::string& out) {
   Config cfg = opt.overrides.empty() ? load_config(opt.config) : load_with_overrides(opt);
-  if (!opt.search.empty()) cfg.search = opt.search == "none" ? "" : "max_batch";
+  if (!opt.search.empty()) {
+    cfg.search = opt.search == "none" ? "" : opt.search == "max-seq" ? "max_seq" : "max_batch";
+    cfg.search_line = 0;
+  }
   out = opt.out.empty() ? cfg.out : opt.out;
   if (const std::string c = control_character(out); !c.empty())
     throw UserError(opt.out.empty() ? cfg.path : "", 0, opt.out.empty() ? "out" : "--out",
@@ -422,7 +438,7 @@ int dry_run(const RunOptions& opt, const Config& cfg, Device device,
   }
   for (const auto& from : opt.estimate_from) history.add(reports::read_results(from));
   DryRun d{cfg.path, to_string(device), out, "", search, cfg.search_max_batch,
-           estimate_plan(combos, search, history, recorded, cfg.search_max_batch)};
+           estimate_plan(combos, cfg.search, history, recorded, cfg.search_max_batch)};
   // An emulated run says what it predicts: its rows will not be measurements.
   if (device == Device::kEmulated) d.predicted = predicted_by(emulated_card_of(cfg).name);
   std::cout << (opt.json ? d.json().dump(2) + "\n" : d.text());
@@ -516,6 +532,21 @@ void check_cpu_memory(const Config& cfg, const std::vector<Point>& points) {
 }
 }  // namespace
 
+// A max_seq search varies the tokens per sample: every model of the grid must take them.
+namespace {
+void check_seq_search(const Config& cfg, const std::vector<Point>& points) {
+  if (cfg.search != "max_seq") return;
+  for (const auto& p : points) {
+    const auto* spec = models::find_model(p.model);
+    if (spec && std::find(spec->axes.begin(), spec->axes.end(), "seq") == spec->axes.end())
+      throw UserError(cfg.path, cfg.search_line, cfg.search_line ? "search" : "--search",
+                      "search max_seq looks for the longest seq, and " + p.model +
+                          " takes no tokens per sample (" + spec->family + ")",
+                      "search max_batch for it, or give it a sweeps: group of its own in another config");
+  }
+}
+}  // namespace
+
 RunOutcome run_sweep(const RunOptions& opt) {
   std::string out;
   Config cfg = load_run_config(opt, out);
@@ -539,8 +570,9 @@ RunOutcome run_sweep(const RunOptions& opt) {
   run.max_points = opt.max_points;
   auto points = expand_grid(cfg, run);
   if (run.device == Device::kCpu) check_cpu_memory(cfg, points);
-  auto combos = combinations(points);
-  const bool search = cfg.search == "max_batch";
+  check_seq_search(cfg, points);
+  auto combos = combinations(points, cfg.search);
+  const bool search = !cfg.search.empty();
   // A Slurm array task runs its own share of the combinations into its own shard file.
   std::optional<ShardTask> task;
   if (opt.slurm.task >= 0) {
@@ -597,7 +629,7 @@ RunOutcome run_sweep(const RunOptions& opt) {
       const std::string prefix =
           "search " + std::to_string(i + 1) + "/" + std::to_string(combos.size()) + ": ";
       const auto lane = predictors.find(gpu);
-      runner.settle(search_combination(runner, combos[i], cfg.search_max_batch, gpu, prefix,
+      runner.settle(search_combination(runner, combos[i], cfg, gpu, prefix,
                                        lane == predictors.end() ? std::nullopt : lane->second),
                     per_search);
     } else {

@@ -43,7 +43,7 @@ struct RunOptions {
   // Results whose rows the dry run's estimate also reads (beside those of the output).
   std::vector<std::string> estimate_from;
   bool force = false;  // re-run points already recorded
-  std::string search;  // "max-batch" | "none" overrides the config's `search`; "" keeps it
+  std::string search;  // "max-batch" | "max-seq" | "none" overrides the config's `search`; "" keeps it
   std::string gpus;    // "0,1": one worker per GPU at a time, points spread over them
   std::size_t max_points = 10000;  // a larger grid is refused before it is expanded
   bool snapshot = false;  // CUDA allocator history per point: OUT/snapshots/<point_id>.pickle
@@ -94,10 +94,12 @@ std::vector<std::string> resolve_gpus(const std::string& list, const std::string
 std::map<std::string, std::optional<EmulatedCard>> lane_predictors(
     const std::vector<std::string>& lanes, const std::vector<HostGpu>& probed);
 
-// Points grouped by their other axes (everything but batch), batches ascending, in the order
-// the grid first names each combination. One combination is one unit of work: OOM pruning and
-// the max-batch search stay within it, so combinations can run on different GPUs or nodes.
-std::vector<std::vector<Point>> combinations(const std::vector<Point>& points);
+// Points grouped by their other axes (everything but batch; for a max_seq search everything
+// but seq), ascending on that axis, in the order the grid first names each combination. One
+// combination is one unit of work: OOM pruning and the search stay within it, so combinations
+// can run on different GPUs or nodes.
+std::vector<std::vector<Point>> combinations(const std::vector<Point>& points,
+                                             std::string_view search = "");
 
 // Takes the lock a writer of OUT holds until it exits (flock on `lock_path`, created with its
 // folder); UserError naming it when another process holds it. Taking a lock this process
