@@ -74,7 +74,7 @@ TEST(AxisTable, APlainTechniqueHasNoChangeAndNoName) {
   EXPECT_EQ(t.changes(), 3);
   EXPECT_EQ(name_tail(cells_of(t), ", "), ", use_cache=False, offload optimizer, int8 weights");
   EXPECT_EQ(name_tail(cells_of(t), "/", true), "/no-cache/offload-optimizer/weights-int8");
-  EXPECT_EQ(t.key(), "fp32|none|adamw|0|none|optimizer|int8");
+  EXPECT_EQ(t.key(), "fp32|none|adamw|0|none|optimizer|int8|hf");
   EXPECT_EQ(t.json().at("use_cache"), false);
   EXPECT_EQ(t.json().at("weights"), "int8");
   EXPECT_EQ(config_text("use_cache", t.cell("use_cache")), "false");
@@ -107,7 +107,7 @@ TEST(AxisTable, GridAndFitOrdersAreTheTables) {
   std::vector<std::string_view> fit;
   for (const auto* a : schema::fit_axes()) fit.push_back(a->column);
   EXPECT_EQ(fit, (std::vector<std::string_view>{"precision", "checkpointing", "optimizer", "adapter",
-                                                "offload", "weights", "use_cache"}));
+                                                "offload", "weights", "use_cache", "trainer"}));
 }
 
 }  // namespace

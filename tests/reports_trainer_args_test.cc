@@ -308,6 +308,7 @@ TEST(TrainerArgs, SftRowsAreSftConfigAndSftTrainer) {
   s.family = "llama";
   s.lora_targets = {"q_proj", "v_proj"};
   s.trainer = Trainer::kSft;
+  s.seq = 2048;  // SFTConfig's max_length, always said: its default (1024) truncates
   const TrainerArgs a = trainer_args(s);
   EXPECT_EQ(a.config_class, "SFTConfig");
   EXPECT_TRUE(a.model_code.empty()) << trainer_args_text(a);  // no get_peft_model of our own
@@ -320,6 +321,7 @@ TEST(TrainerArgs, SftRowsAreSftConfigAndSftTrainer) {
                        "    gradient_checkpointing=False,\n"
                        "    optim=\"adamw_torch\",\n"
                        "    use_cache=False,\n"
+                       "    max_length=2048,\n"
                        ")\n"
                        "trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, "
                        "peft_config=LoraConfig(r=16, lora_alpha=32.0, lora_dropout=0.05, "

@@ -212,6 +212,7 @@ void add_offload(const TrainingSetup& s, TrainerArgs& a) {
 // (add_fused_lm_head) is what SFTTrainer adds to every causal LM it trains.
 void add_sft(const TrainingSetup& s, TrainerArgs& a) {
   a.config_class = "SFTConfig";
+  if (s.seq > 0) a.training_arguments["max_length"] = s.seq;
   a.trainer_code = "trainer = SFTTrainer(model=model, args=args, train_dataset=dataset";
   if (!a.lora_config.is_null()) a.trainer_code += ", peft_config=LoraConfig(" + keywords(a.lora_config) + ")";
   a.trainer_code += ")";
@@ -233,10 +234,10 @@ TrainingSetup setup_of(const Row& row) {
   };
   s.mode = row.value<Mode>().value_or(Mode::kTrain);
   s.batch = static_cast<int64_t>(number("batch", 1));
+  s.seq = static_cast<int64_t>(number("seq", 0));
   s.accumulation = static_cast<int64_t>(number("accumulation", 1));
   read_technique(row, s);  // an empty cell without a fallback: the plain value
   read_lora_settings(row, s);
-  s.trainer = row.value<Trainer>().value_or(Trainer::kHf);  // an older file: Trainer
   return s;
 }
 

@@ -45,7 +45,9 @@ namespace sweep::reports {
 // {"q", "v"}) and what else the arguments are made of.
 struct TrainingSetup : Technique, LoraSettings {
   std::string family;  // "gpt2" | "t5" | "whisper" | "llama" ...: names the class a quantised load uses
-  Trainer trainer = Trainer::kHf;  // hf: TrainingArguments; sft: TRL's SFTConfig and SFTTrainer
+  // Tokens per sample (0: the row names none): SFTConfig's max_length, which truncates every
+  // sample to it (its default 1024), so an sft answer always says it.
+  int64_t seq = 0;
   Mode mode = Mode::kTrain;
   int64_t batch = 1;         // per_device_train_batch_size
   int64_t accumulation = 1;  // gradient_accumulation_steps

@@ -347,7 +347,7 @@ inline constexpr std::array kAxes = std::to_array<Axis>({
     // (models/fused_lm_head.h) and runs the backbone without its cache.
     {.column = "trainer", .id = Named::kUnlessDefault, .fallback = "hf", .role = Role::kTechnique,
      .grid = 15, .values = Values::kVocabulary, .plain = "hf", .name_rank = 6,
-     .phrase = "trainer {}", .key = "trainer-{}"},
+     .phrase = "trainer {}", .key = "trainer-{}", .fit = 8},
     {.column = "alloc_conf", .role = Role::kTechnique, .grid = 9, .values = Values::kAllocConf,
      .plain = "", .name_rank = 5, .phrase = "alloc_conf {}", .key = "alloc={}"},
     {.column = "steps", .role = Role::kRun},

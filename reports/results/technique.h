@@ -36,7 +36,8 @@ struct Row;
   FLAG(bool, use_cache, true)                                                               \
   X(Adapter, adapter, Adapter::kNone)                                                       \
   X(Offload, offload, Offload::kNone)                                                       \
-  X(Weights, weights, Weights::kFull)
+  X(Weights, weights, Weights::kFull)                                                       \
+  X(Trainer, trainer, Trainer::kHf)
 #define SWEEP_TECHNIQUE_AXES(X) SWEEP_TECHNIQUE_AXES_OF(X, X)
 
 // LoRA's settings (schema::kAxes of Role::kLora), as typed members with PEFT's LoraConfig

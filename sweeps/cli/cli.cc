@@ -168,8 +168,23 @@ void register_fit_command(CLI::App& app, int& exit_code) {
   fit->add_option("--memory-gib", fo->memory_gib, "The card's memory in GiB, as CUDA reports it")
       ->check(reports::kMemoryGib);
   // Whole numbers read exactly, and bounds printed as numbers (the config's axis ranges).
-  fit->add_option("--seq", fo->seq, "Tokens per sample (default: what people train the model at: GPT-2 and T5 512, a config.json decoder 1024)")
-      ->check(reports::whole_number(1, 1 << 20, "a number of tokens"));
+  fit->add_option_function<std::string>(
+         "--seq",
+         [fo](const std::string& v) {
+           if (v == "max") fo->seq_max = true;
+           else fo->seq = std::stoll(v);
+         },
+         "Tokens per sample (default: what people train the model at: GPT-2 and T5 512, a "
+         "config.json decoder 1024), or max: the longest seq each technique fits, at --batch")
+      ->check(CLI::Validator(
+          [tokens = reports::whole_number(1, 1 << 20, "a number of tokens")](std::string& v) {
+            if (v == "max") return std::string();
+            const std::string e = tokens(v);
+            return e.empty() ? e : e + ", or max (the longest that fits)";
+          },
+          "1..1048576|max", "seq"));
+  fit->add_option("--batch", fo->batch, "With --seq max: the batch the longest seq is searched at (default 1)")
+      ->check(reports::whole_number(1, 1 << 30, "a batch"));
   fit->add_option("--target-seq", fo->target_seq,
                   "T5 decoder tokens (default 128); Whisper's label tokens (default 448, the most it takes)")
       ->check(reports::whole_number(1, 1 << 20, "a number of tokens"));
@@ -195,6 +210,10 @@ void register_fit_command(CLI::App& app, int& exit_code) {
   fit->add_option("--weights", fo->weights,
                   "Base weights to try: full (the default), int8 (bitsandbytes' 8-bit), nf4 or fp4 "
                   "(QLoRA: 4-bit with double quantisation); the quantised ones with lora only")
+      ->delimiter(',');
+  fit->add_option("--trainer", fo->trainers,
+                  "Trainers to try: hf (transformers' Trainer), sft (TRL's SFTTrainer; causal LMs "
+                  "only); default hf, and sft too for a config.json decoder")
       ->delimiter(',');
   fit->add_option("--device", fo->device,
                   "Where to measure (auto: a GPU, else --gpu's card predicted by emulation, else "
@@ -248,15 +267,17 @@ void register_run_command(CLI::App& app, int& exit_code) {
   run->add_flag("--quiet,-q", opts->quiet, "No progress output");
   run->add_option("--search", opts->search,
                   "max-batch: find the largest batch that fits for each combination of the other "
-                  "axes (doubling, then bisecting); none: run the grid")
+                  "axes (doubling, then bisecting); max-seq: the longest seq at the grid's batch "
+                  "(in steps of 64 tokens, to within 1%); none: run the grid")
       ->transform(CLI::Validator(
           [](std::string& v) {
-            const std::string c = spelled_as(v, {"max-batch", "none"});
-            if (c.empty()) return "'" + v + "' is not a search: max-batch (or max_batch) or none";
+            const std::string c = spelled_as(v, {"max-batch", "max-seq", "none"});
+            if (c.empty())
+              return "'" + v + "' is not a search: max-batch (or max_batch), max-seq or none";
             v = c;
             return std::string();
           },
-          "max-batch|none", "search"));
+          "max-batch|max-seq|none", "search"));
   run->add_option("--max-points", opts->max_points,
                   "Refuse a grid of more points than this (counted before expanding)")
       ->capture_default_str()

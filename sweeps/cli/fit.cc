@@ -5,7 +5,8 @@
 //   fit_plan      the technique combinations and the config that searches them
 //   fit_search    fit.yaml written, the estimate, the max-batch searches (seeded, resumed)
 //   fit_analysis  this question's rows: the largest batch per technique
-//   fit_pick      the one recommendation, confirmed at its accumulation
+//   fit_pick      the one recommendation, confirmed at its accumulation (--seq max: the
+//                 longest seq)
 //   fit_answer    the answer as text or JSON
 #include "sweeps/cli/fit.h"
 
@@ -41,7 +42,8 @@ int run_fit(const FitOptions& given, nlohmann::json* answer) {
   const FitSearch searched = search(question, planned);
   if (searched.exit_code != 0) return searched.exit_code;
   const FitRows rows = analyse(question, searched, planned.wanted);
-  const FitPick picked = pick_confirmed(question, planned, rows);
+  const FitPick picked =
+      question.o.seq_max ? pick_longest(question, rows) : pick_confirmed(question, planned, rows);
   if (picked.exit_code != 0) return picked.exit_code;
   if (answer) {
     *answer = answer_json(question, searched, rows, picked);

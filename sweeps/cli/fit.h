@@ -63,10 +63,16 @@ struct FitOptions {
   std::string gpu;                  // --gpu NAME (reports/common/gpus.h), or
   std::optional<double> memory_gib;  // --memory-gib N: the card's memory as CUDA reports it
   std::optional<int64_t> seq, target_seq;
+  // --seq max: the longest seq per technique (a max_seq search at --batch, default 1), not
+  // the largest batch.
+  bool seq_max = false;
+  std::optional<int64_t> batch;  // --batch N: the batch the longest seq is searched at
   std::optional<double> audio_s;
   std::optional<int64_t> effective_batch;  // micro-batch x accumulation to reach
   std::vector<std::string> precisions, checkpointing, optimizers, adapters, offloads;  // empty: the defaults
   std::vector<std::string> weights;  // empty: full; int8 is tried with lora only
+  // empty: hf, and sft too for a config.json decoder (TRL's SFTTrainer trains causal LMs)
+  std::vector<std::string> trainers;
   // LoraConfig's settings for --adapter lora (absent: PEFT's defaults), as a config's lora_* keys.
   LoraFlags lora;
   std::string device = "auto";
@@ -81,8 +87,9 @@ struct FitOptions {
 
 // One technique combination (the axes fit searches) and what its search found.
 struct FitTechnique : Technique {
-  std::optional<int64_t> largest;    // largest batch that fits; none: not even batch 1
-  std::optional<int64_t> first_oom;  // smallest batch measured out of memory
+  // What the search varies (the batch; with --seq max the seq, at the question's batch):
+  std::optional<int64_t> largest;    // the largest that fits; none: not even the first
+  std::optional<int64_t> first_oom;  // the smallest measured out of memory
   int probes = 0;
   double peak_reserved = 0, peak_allocated = 0, tokens_per_s = 0, step_ms_cv = 0;
   std::string stopped;  // a probe that crashed or timed out: its status

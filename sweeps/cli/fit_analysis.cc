@@ -21,11 +21,14 @@ std::string technique_key(const FitTechnique& t) { return t.key(); }
 
 namespace {
 
-// The row's point_id is `point`'s at the row's batch; the device aside. A row of an
-// encoder-classifier written before the whole Whisper took the name (the reader names it
-// whisper-*-cls, reports/results/rows.cc) carries the id it had under its old name.
-bool same_point(const reports::Row& row, Point point) {
-  point.batch = static_cast<int64_t>(row.number(column("batch")).value_or(0));
+// The row's point_id is `point`'s at the row's batch (a max_seq search's: at its seq); the
+// device aside. A row of an encoder-classifier written before the whole Whisper took the name
+// (the reader names it whisper-*-cls, reports/results/rows.cc) carries the id it had under its
+// old name.
+bool same_point(const reports::Row& row, Point point, std::string_view search = "max_batch") {
+  const SearchedAxis axis = searched_axis(search);
+  (axis.column == "seq" ? point.seq : point.batch) =
+      static_cast<int64_t>(row.number(schema::find_column(axis.column)).value_or(0));
   if (row.at(column("point_id")) == point.id()) return true;
   if (point.family != "whisper-cls" || !point.model.ends_with("-cls")) return false;
   point.model.resize(point.model.size() - 4);
@@ -34,36 +37,37 @@ bool same_point(const reports::Row& row, Point point) {
 
 }  // namespace
 
-bool measures(const reports::Row& row, Point point) {
-  return row.value<Device>() == point.device && same_point(row, std::move(point));
+bool measures(const reports::Row& row, Point point, std::string_view search) {
+  return row.value<Device>() == point.device && same_point(row, std::move(point), search);
 }
 
 const reports::Row* measured_elsewhere(const reports::Results& results,
-                                       const std::vector<Point>& searches) {
+                                       const std::vector<Point>& searches, std::string_view search) {
   for (const auto* r : reports::latest_per_point(results).rows)
     for (const auto& p : searches)
-      if (r->value<Device>() != p.device && same_point(*r, p)) return r;
+      if (r->value<Device>() != p.device && same_point(*r, p, search)) return r;
   return nullptr;
 }
 
 Analysis analyse(const reports::Results& results, const std::vector<Point>& searches,
-                 const std::vector<FitTechnique>& wanted) {
+                 const std::vector<FitTechnique>& wanted, std::string_view search) {
   Analysis a;
   if (!searches.empty()) a.budget_bytes = searches.front().budget_bytes;
   std::map<std::string, FitTechnique> by_key;
   for (const auto& t : wanted) by_key[technique_key(t)] = t;
+  const std::string_view searched = searched_axis(search).column;
   const auto latest = reports::latest_per_point(results);
   for (const auto* r : latest.rows) {
-    if (r->at(column("search")) != "max_batch" ||
+    if (r->at(column("search")) != search ||
         std::none_of(searches.begin(), searches.end(),
-                     [&](const Point& p) { return measures(*r, p); }))
+                     [&](const Point& p) { return measures(*r, p, search); }))
       continue;
     const auto technique = technique_of(*r);
     if (!technique) continue;
     auto it = by_key.find(technique->key());
     if (it == by_key.end()) continue;
     FitTechnique& t = it->second;
-    const auto batch = static_cast<int64_t>(r->number(column("batch")).value_or(0));
+    const auto batch = static_cast<int64_t>(r->number(schema::find_column(searched)).value_or(0));
     ++t.probes;
     if (r->status == reports::Status::kOk) {
       a.ok_rows[it->first].push_back(r);
@@ -90,18 +94,20 @@ Analysis analyse(const reports::Results& results, const std::vector<Point>& sear
 FitRows analyse(const FitQuestion& q, const FitSearch& s, const std::vector<FitTechnique>& wanted) {
   FitRows f;
   f.results = std::make_shared<const reports::Results>(reports::read_results(s.results.string()));
-  f.analysis = analyse(*f.results, s.question, wanted);
+  const std::string_view search = q.search();
+  f.analysis = analyse(*f.results, s.question, wanted, search);
   // The emulated runs that seeded this question's searches: each a point of the question on
   // the emulated device.
   if (const auto path = s.results.parent_path() / kPredictionsFile; std::filesystem::exists(path)) {
     std::set<std::string> keys;
-    for (const auto& p : s.question) keys.insert(combination_key(p));
+    for (const auto& p : s.question) keys.insert(combination_key(p, search));
     const auto rows = reports::read_results(path.string());  // the rows below point into it
     for (const auto* r : reports::latest_per_point(rows).rows) {
+      if (r->at(column("search")) != search) continue;
       Point p = point_of(*r);
       p.device = q.device;
       p.card = {};
-      f.predictions += keys.count(combination_key(p)) > 0;
+      f.predictions += keys.count(combination_key(p, search)) > 0;
     }
   }
   for (const auto& t : f.analysis.techniques) f.probes += t.probes;
@@ -242,6 +248,7 @@ std::optional<reports::TrainingSetup> training_setup(const Analysis& a, const Pi
   reports::TrainingSetup s = reports::setup_of(*it->second.front());
   s.batch = p.batch;
   s.accumulation = p.accumulation;
+  if (p.seq > 0) s.seq = p.seq;
   return s;
 }
 

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -20,7 +21,7 @@
 
 namespace sweep {
 
-// The key of a technique in Analysis::ok_rows: "bf16|none|adamw|1|none|none|full" (Technique::key).
+// The key of a technique in Analysis::ok_rows: "bf16|none|adamw|1|none|none|full|hf" (Technique::key).
 std::string technique_key(const FitTechnique& t);
 
 // What the rows of OUT say about each technique: the probes of this fit's question (its
@@ -32,22 +33,24 @@ struct Analysis {
   int64_t budget_bytes = 0;
 };
 
-// Whether `row` measured `point` at the row's batch: its point_id is the point's id at that
-// batch (model, every input length, budget, card, technique, settings, suite version), and
+// Whether `row` measured `point` at the row's batch (search max_seq: at the row's seq): its
+// point_id is the point's id at that batch (model, every input length, budget, card, technique, settings, suite version), and
 // its device is the point's (which the id leaves out).
-bool measures(const reports::Row& row, Point point);
+bool measures(const reports::Row& row, Point point, std::string_view search = "max_batch");
 
-// A row that measured a point of `searches` (at any batch) on another device, or nullptr. The
+// A row that measured a point of `searches` (at any batch; max_seq: any seq) on another device, or nullptr. The
 // id leaves the device out, so the runner would take such a row as that point's and measure
 // nothing, while the analysis, reading only the question's device, would find nothing.
 const reports::Row* measured_elsewhere(const reports::Results& results,
-                                       const std::vector<Point>& searches);
+                                       const std::vector<Point>& searches,
+                                       std::string_view search = "max_batch");
 
-// The techniques `wanted`, each with what the max-batch probes of `searches` found: fit.yaml's
-// combinations, one point each (its batch is ignored). Rows of another question in the same
-// directory (another budget, seq, card, device, technique) are not read.
+// The techniques `wanted`, each with what the probes of `searches` found (max_batch: the
+// largest batch; max_seq: the longest seq): fit.yaml's combinations, one point each (its
+// searched value is ignored). Rows of another question in the same directory (another budget,
+// seq, card, device, technique, search) are not read.
 Analysis analyse(const reports::Results& results, const std::vector<Point>& searches,
-                 const std::vector<FitTechnique>& wanted);
+                 const std::vector<FitTechnique>& wanted, std::string_view search = "max_batch");
 
 struct FitQuestion;
 struct FitSearch;
@@ -82,6 +85,7 @@ struct Pick {
   // peak and throughput are those of the next probe above it until it is measured.
   bool unprobed = false;
   std::string why;             // why not simply the first by that ranking ("" when it is)
+  int64_t seq = 0;  // --seq max: the longest seq, the pick's max_length (0: the question's)
 };
 
 // The pick as the user's training script sets it (reports/common/trainer_args.h): the setup a

@@ -12,6 +12,7 @@
 #include "reports/common/trainer_args.h"
 #include "reports/results/rows.h"
 #include "reports/results/stats.h"
+#include "sweeps/runner/search.h"
 
 namespace sweep {
 namespace {
@@ -50,6 +51,27 @@ nlohmann::json technique_answer(const FitQuestion& q, const FitTechnique& t, int
   return e;
 }
 
+// --seq max: a technique's longest seq at the question's batch, as `longest_context` lists it.
+nlohmann::json longest_answer(const FitQuestion& q, const FitTechnique& t, int64_t budget) {
+  nlohmann::json e = t.json();
+  e["batch"] = q.o.batch.value_or(1);
+  e["probes"] = t.probes;
+  e["limit_reached"] = t.first_oom.has_value();
+  e["longest_seq"] = t.largest ? nlohmann::json(*t.largest) : nlohmann::json(nullptr);
+  e["first_oom_seq"] = t.first_oom ? nlohmann::json(*t.first_oom) : nlohmann::json(nullptr);
+  if (t.largest) {
+    e["peak_reserved_bytes"] = t.peak_reserved;
+    e["peak_allocated_bytes"] = t.peak_allocated;
+    e["headroom_bytes"] = static_cast<double>(budget) - t.peak_reserved;
+    e["tokens_per_s"] = or_null(!q.emulated(), t.tokens_per_s);
+    if (q.emulated()) e["predicted_tokens_per_s"] = or_null(t.tokens_per_s > 0, t.tokens_per_s);
+  }
+  if (!t.stopped.empty()) e["stopped"] = t.stopped;
+  if (!t.stopped_message.empty()) e["stopped_message"] = t.stopped_message;
+  if (q.emulated()) e["borderline"] = borderline(q, t);
+  return e;
+}
+
 // The pick in the words of the user's training script; nullopt when no row of it was read.
 std::optional<reports::TrainerArgs> pick_trainer_args(const FitRows& rows, const Pick& c) {
   const auto setup = training_setup(rows.analysis, c);
@@ -72,6 +94,7 @@ nlohmann::json recommendation_json(const FitQuestion& q, const FitRows& rows, co
             {"above_ceiling", c.above_ceiling},
             {"reason", pick.reason},
             {"precision_words", reports::precision_words(c.technique->precision)}});
+  if (c.seq > 0) j["longest_seq"] = c.seq;
   // The same configuration as Hugging Face TrainingArguments (and LoraConfig, BitsAndBytesConfig,
   // the DeepSpeed config of an offload), what is no Trainer flag said in model_code and notes.
   if (const auto args = pick_trainer_args(rows, c)) j["trainer_args"] = reports::trainer_args_json(*args);
@@ -97,13 +120,33 @@ std::string technique_row(const FitQuestion& q, const FitTechnique& t, int64_t b
          " | " + std::to_string(t.probes) + " |\n";
 }
 
+// --seq max: a technique's row of the answer's table.
+std::string longest_row(const FitQuestion& q, const FitTechnique& t) {
+  std::string longest = t.largest ? std::to_string(*t.largest) : "none";
+  if (borderline(q, t)) longest += " (borderline)";
+  if (t.largest && !t.first_oom) longest += " (the model's longest)";
+  if (!t.stopped.empty()) longest += " (" + t.stopped + ")";
+  const std::string speed = !t.largest || t.tokens_per_s <= 0 ? ""
+                            : std::to_string(static_cast<int64_t>(t.tokens_per_s)) +
+                                  (q.emulated() ? " predicted" : "");
+  return "| " + t.label() + " | " + longest + " | " +
+         (t.largest ? reports::format_bytes(t.peak_reserved) : "") + " | " +
+         (t.first_oom ? std::to_string(*t.first_oom) : "") + " | " + speed + " | " +
+         std::to_string(t.probes) + " |\n";
+}
+
 // The pick's TrainingArguments, indented under the recommendation, to paste into a script.
 void print_trainer_args(const FitRows& rows, const Pick& c) {
   const auto args = pick_trainer_args(rows, c);
   if (!args) return;
-  std::printf("\nIn your training script (Hugging Face transformers):\n");
+  std::printf("\nIn your training script (Hugging Face transformers%s):\n",
+              args->config_class == "SFTConfig" ? ", TRL" : "");
   std::stringstream text(reports::trainer_args_text(*args));
   for (std::string line; std::getline(text, line);) std::printf("    %s\n", line.c_str());
+  // Trainer takes the length the data has: the tokenizer's truncation sets it.
+  if (c.seq > 0 && args->config_class != "SFTConfig")
+    std::printf("    # each sample at most %lld tokens: tokenizer(..., truncation=True, max_length=%lld)\n",
+                static_cast<long long>(c.seq), static_cast<long long>(c.seq));
 }
 
 void print_recommendation(const FitQuestion& q, const FitRows& rows, const FitPick& pick) {
@@ -130,7 +173,14 @@ void print_recommendation(const FitQuestion& q, const FitRows& rows, const FitPi
   const Pick& c = *pick.choice;
   const std::string accumulation =
       c.accumulation > 1 ? " x accumulation " + std::to_string(c.accumulation) : "";
-  if (q.emulated())
+  if (c.seq > 0)
+    std::printf("\nLongest context%s: %s, seq %lld at batch %lld: peak %s, recommended ceiling %s, %s.\n",
+                q.emulated() ? (" (" + q.predicted + ")").c_str() : "", c.technique->label().c_str(),
+                static_cast<long long>(c.seq), static_cast<long long>(c.batch),
+                reports::format_bytes(c.peak_reserved).c_str(),
+                reports::format_bytes(static_cast<double>(q.rule.ceiling_bytes())).c_str(),
+                pick.reason.c_str());
+  else if (q.emulated())
     std::printf("\nRecommended (%s): %s, batch %lld%s: peak %s, recommended ceiling %s, %s.\n",
                 q.predicted.c_str(), c.technique->label().c_str(), static_cast<long long>(c.batch),
                 accumulation.c_str(), reports::format_bytes(c.peak_reserved).c_str(),
@@ -168,8 +218,18 @@ nlohmann::json answer_json(const FitQuestion& q, const FitSearch& s, const FitRo
                {"budget_bytes", a.budget_bytes}};
   if (q.o.effective_batch) j["effective_batch"] = *q.o.effective_batch;
   j["results"] = s.results.string();
-  j["techniques"] = nlohmann::json::array();
-  for (const auto& t : a.techniques) j["techniques"].push_back(technique_answer(q, t, a.budget_bytes));
+  if (q.o.seq_max) {  // the longest seq per technique at one batch
+    j["search"] = "max_seq";
+    j["batch"] = q.o.batch.value_or(1);
+    j["seq_step"] = kSeqStep;
+    const int64_t limit = models::longest_context(*q.spec);  // the search's end
+    j["seq_limit"] = limit > 0 ? nlohmann::json(limit) : nlohmann::json(nullptr);
+    j["longest_context"] = nlohmann::json::array();
+    for (const auto& t : a.techniques) j["longest_context"].push_back(longest_answer(q, t, a.budget_bytes));
+  } else {
+    j["techniques"] = nlohmann::json::array();
+    for (const auto& t : a.techniques) j["techniques"].push_back(technique_answer(q, t, a.budget_bytes));
+  }
   if (emulated) {
     const auto e = reports::measured_error(q.spec->family);
     j["measured_error"] = {{"family", q.spec->family},
@@ -201,10 +261,19 @@ void print_answer(const FitQuestion& q, const FitPlan& p, const FitSearch& s, co
                         "model (docs/fidelity.md, \"Step time\"), nothing computed.")
                            .c_str()
                      : "");
-  std::printf("| technique | largest batch | peak | headroom | tokens/s ±cv | probes |\n"
-              "| --- | ---: | ---: | ---: | ---: | ---: |\n");
-  for (const auto& t : a.techniques)
-    std::fputs(technique_row(q, t, a.budget_bytes).c_str(), stdout);
+  if (q.o.seq_max) {
+    std::printf("The longest seq each technique fits at batch %lld (searched in steps of %lld "
+                "tokens, to within 1%%):\n\n"
+                "| technique | longest seq | peak | first seq out of memory | tokens/s | probes |\n"
+                "| --- | ---: | ---: | ---: | ---: | ---: |\n",
+                static_cast<long long>(q.o.batch.value_or(1)), static_cast<long long>(kSeqStep));
+    for (const auto& t : a.techniques) std::fputs(longest_row(q, t).c_str(), stdout);
+  } else {
+    std::printf("| technique | largest batch | peak | headroom | tokens/s ±cv | probes |\n"
+                "| --- | ---: | ---: | ---: | ---: | ---: |\n");
+    for (const auto& t : a.techniques)
+      std::fputs(technique_row(q, t, a.budget_bytes).c_str(), stdout);
+  }
   if (q.emulated()) std::printf("\n%s\n", reports::measured_error_line(q.spec->family).c_str());
   std::printf("\nProbes: %s.\n", rows.probes_line.c_str());
   print_recommendation(q, rows, pick);

@@ -98,6 +98,30 @@ std::string shown(double v) {
   return ec == std::errc() ? std::string(buf, end) : "?";
 }
 
+namespace {
+
+// --seq max searches the tokens per sample at one batch: a model that takes them, and no
+// effective batch (the answer is a length, at --batch).
+void check_seq_max(const FitOptions& o, const models::ModelSpec& spec) {
+  if (!o.seq_max) {
+    if (o.batch)
+      throw UserError("", 0, "--batch", "--batch sets the batch at which --seq max searches the longest seq",
+                      "add --seq max, or leave --batch out: fit searches the largest batch itself");
+    return;
+  }
+  if (std::find(spec.axes.begin(), spec.axes.end(), "seq") == spec.axes.end())
+    throw UserError("", 0, "--seq", spec.name + " takes no tokens per sample: there is no longest seq to search",
+                    "ask for its largest batch without --seq max");
+  if (o.effective_batch)
+    throw UserError("", 0, "--effective-batch",
+                    "--seq max answers the longest seq at one micro-batch (--batch, default 1), not a "
+                    "way to an effective batch",
+                    "leave --effective-batch out, or ask for the largest batch at a --seq N");
+  if (o.batch) canonical_axis_value("batch", std::to_string(*o.batch), "", 0, "--batch");
+}
+
+}  // namespace
+
 void check_flags(const FitOptions& o, const models::ModelSpec& spec) {
   // Before anything is created: a newline in --out would cut fit.yaml's lines (it was refused
   // as "a bug in sweep fit", after the directory was made).
@@ -112,6 +136,7 @@ void check_flags(const FitOptions& o, const models::ModelSpec& spec) {
                         std::to_string(*o.effective_batch),
                     "micro-batch x accumulation per optimizer step, e.g. --effective-batch 32");
   canonical_axis_value("batch", std::to_string(o.max_batch), "", 0, "--max-batch");
+  check_seq_max(o, spec);
   check_lora_flags(o, spec);
   std::string takes;
   for (const auto& f : input_flags(o))

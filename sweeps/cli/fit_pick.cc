@@ -225,4 +225,48 @@ FitPick pick_confirmed(const FitQuestion& q, const FitPlan& p, const FitRows& ro
   return f;
 }
 
+FitPick pick_longest(const FitQuestion& q, const FitRows& rows) {
+  auto before = [](const FitTechnique& a, const FitTechnique& b) {
+    if (*a.largest != *b.largest) return *a.largest > *b.largest;
+    if (a.changes() != b.changes()) return a.changes() < b.changes();
+    if (a.tokens_per_s != b.tokens_per_s) return a.tokens_per_s > b.tokens_per_s;
+    return a.peak_reserved < b.peak_reserved;
+  };
+  const FitTechnique* best = nullptr;
+  int tied = 0;
+  for (const auto& t : rows.analysis.techniques) {
+    // A card without bf16 tensor cores runs bf16 at a fraction of fp16's speed: never picked.
+    if (!t.largest || (!q.bf16_tensor_cores() && (t.precision == Precision::kBf16 ||
+                                                  t.precision == Precision::kBf16Amp)))
+      continue;
+    if (best && *t.largest == *best->largest) ++tied;
+    else if (!best || *t.largest > *best->largest) tied = 0;
+    if (!best || before(t, *best)) best = &t;
+  }
+  FitPick f;
+  if (!best) {
+    f.no_answer = stopped_searches(rows.analysis);
+    return f;
+  }
+  Pick c;
+  c.technique = best;
+  c.batch = q.o.batch.value_or(1);
+  c.seq = *best->largest;
+  c.tokens_per_s = best->tokens_per_s;
+  c.step_ms_cv = best->step_ms_cv;
+  c.peak_reserved = best->peak_reserved;
+  c.above_ceiling = best->peak_reserved > static_cast<double>(q.rule.ceiling_bytes());
+  c.by_memory = true;
+  f.choice = c;
+  f.reason = "the longest seq of the " + std::to_string(rows.analysis.techniques.size()) +
+             " techniques searched" +
+             (tied ? ", tied with " + std::to_string(tied) +
+                         " more: the fewest changes from plain training, then the faster"
+                   : std::string()) +
+             (c.above_ceiling ? "; its peak is over the recommended ceiling (under the cap): "
+                                "a step shorter keeps the margin free"
+                              : std::string());
+  return f;
+}
+
 }  // namespace sweep

@@ -26,5 +26,9 @@ struct FitPick {
 
 // Stage 5.
 FitPick pick_confirmed(const FitQuestion& q, const FitPlan& p, const FitRows& rows);
+// Stage 5 of --seq max: the technique with the longest seq (ties: the fewest changes from
+// plain training, then the faster, then the lower peak), at the question's batch; nothing to
+// confirm, each search's answer being a measured (or predicted) row.
+FitPick pick_longest(const FitQuestion& q, const FitRows& rows);
 
 }  // namespace sweep

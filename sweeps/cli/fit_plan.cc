@@ -7,6 +7,7 @@
 #include "models/zoo.h"
 #include "reports/results/error.h"
 #include "sweeps/cli/fit_config.h"
+#include "sweeps/runner/search.h"
 
 namespace sweep {
 namespace {
@@ -83,6 +84,22 @@ std::vector<std::string> values_of(const FitQuestion& q, const schema::Axis& axi
   // 8- and 4-bit base weights only when asked (--weights full,int8,nf4), and then with LoRA
   // only: the quantised base is frozen.
   if (c == "weights") return checked<Weights>(o.weights, {Weights::kFull}, "--weights");
+  // TRL's SFTTrainer beside Trainer for a decoder read from a config.json (Llama, Qwen,
+  // Mistral, Phi-3: what people fine-tune with TRL); Trainer alone for the zoo's GPT-2 unless
+  // asked. SFTTrainer trains causal LMs only (the grid's check_trainer).
+  if (c == "trainer") {
+    const bool decoder = models::is_causal_lm(q.spec->family);
+    const bool from_config = (q.spec->catalogue || !q.spec->config_file.empty()) && !q.spec->test_only;
+    auto trainers = checked<Trainer>(o.trainers, decoder && from_config ? std::vector{Trainer::kHf, Trainer::kSft}
+                                                                        : std::vector{Trainer::kHf},
+                                     "--trainer");
+    if (!decoder && std::find(trainers.begin(), trainers.end(), "sft") != trainers.end())
+      throw UserError("", 0, "--trainer",
+                      "TRL's SFTTrainer trains causal language models, and " + q.spec->name + " is a " +
+                          q.spec->family + " model",
+                      "leave --trainer out (transformers' Trainer)");
+    return trainers;
+  }
   // A flag without a command-line flag of its own (the model's cache): both ways where the
   // model has it.
   SWEEP_CHECK(axis.values == schema::Values::kBool, "fit has no values for " + std::string(c));
@@ -121,14 +138,19 @@ bool searched_together(const Technique& t) {
   return true;
 }
 
-// Every combination of the axes' values that trains, nested in fit_axes() order.
+// Every combination of the axes' values that trains, nested in fit_axes() order. SFTTrainer
+// runs the model without its cache whatever the flag (the grid sets use_cache=False for it):
+// one combination, named use_cache=False, where Trainer has two.
 std::vector<FitTechnique> combine(const Axes& x) {
   std::vector<FitTechnique> wanted;
   std::function<void(std::size_t, FitTechnique)> nest = [&](std::size_t i, FitTechnique t) {
     if (i == x.values.size()) {
+      if (t.trainer == Trainer::kSft && !t.use_cache) return;  // the cache's one, below
       if (searched_together(t) && (t.offload == Offload::kNone || offloadable(t.precision, t.optimizer)) &&
-          (t.weights == Weights::kFull || t.adapter == Adapter::kLora) && trainable(t.weights, t.precision))
+          (t.weights == Weights::kFull || t.adapter == Adapter::kLora) && trainable(t.weights, t.precision)) {
+        if (t.trainer == Trainer::kSft) t.use_cache = false;
         wanted.push_back(t);
+      }
       return;
     }
     for (const auto& v : x.values[i].second) {
@@ -159,11 +181,19 @@ YAML::Node gpu_node(const FitQuestion& q) {
 // fit.yaml: a max-batch search per combination, the combinations that cannot train excluded.
 YAML::Node search_config(const FitQuestion& q, const FitPlan& p, const Axes& x) {
   YAML::Node y = config_head(q.o, p.name, q.device, p.out, q.cap(), p.gpu);
-  y["search"] = "max_batch";
-  y["search_max_batch"] = q.o.max_batch;
   YAML::Node grid = y["grid"];
-  grid["batch"] = 1;
-  add_input_axes(q.o, grid);
+  if (q.o.seq_max) {
+    // The longest seq at the question's batch, from one step up to the model's longest input.
+    y["search"] = "max_seq";
+    grid["batch"] = q.o.batch.value_or(1);
+    add_input_axes(q.o, grid);
+    grid["seq"] = kSeqStep;
+  } else {
+    y["search"] = "max_batch";
+    y["search_max_batch"] = q.o.max_batch;
+    grid["batch"] = 1;
+    add_input_axes(q.o, grid);
+  }
   auto exclude = [&](std::initializer_list<std::pair<std::string_view, std::string>> rule) {
     YAML::Node r;
     for (const auto& [axis, value] : rule) r[std::string(axis)] = value;
@@ -180,10 +210,17 @@ YAML::Node search_config(const FitQuestion& q, const FitPlan& p, const Axes& x) 
     grid[std::string(axis->column)] = flow_list(spelled);
     if (axis->fit_without.empty()) continue;
     const schema::Axis& other = *schema::find_axis(axis->fit_without);
+    // Under SFTTrainer the cache is off whatever the flag (combine): the rule is Trainer's.
+    const bool sft = x.has(Trainer::kSft);
     for (const auto& v : values)
       if (!schema::is_plain(*axis, v))
         for (const auto& w : x.of(other.column))
-          if (!schema::is_plain(other, w)) exclude({{other.column, w}, {axis->column, config_text(axis->column, v)}});
+          if (!schema::is_plain(other, w)) {
+            if (sft && axis->column == "use_cache")
+              exclude({{other.column, w}, {axis->column, config_text(axis->column, v)}, {"trainer", "hf"}});
+            else
+              exclude({{other.column, w}, {axis->column, config_text(axis->column, v)}});
+          }
   }
   if (x.has(Offload::kOptimizer)) {
     for (const auto opt : x.of<OptimizerKind>())

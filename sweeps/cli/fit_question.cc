@@ -135,7 +135,7 @@ void default_lengths(const models::ModelSpec& spec, FitOptions& o) {
   else if (spec.family == "whisper") target = spec.max_target_seq;  // the longest labels it takes
   else if (takes("seq")) seq = 1024;
   if (spec.max_seq > 0) seq = std::min(seq, spec.max_seq);
-  if (takes("seq") && !o.seq && seq > 0) o.seq = seq;
+  if (takes("seq") && !o.seq && !o.seq_max && seq > 0) o.seq = seq;
   if (takes("target_seq") && !o.target_seq && target > 0) o.target_seq = target;
   if (takes("audio_s") && !o.audio_s) o.audio_s = spec.max_audio_s > 0 ? std::min(30.0, spec.max_audio_s) : 30.0;
 }
@@ -147,7 +147,7 @@ std::string length_words(const models::ModelSpec& spec, const FitOptions& o) {
   // The grid's defaults where a flag is absent (sweeps/runner/grid.cc).
   const int64_t seq = o.seq.value_or(128), target = o.target_seq.value_or(128);
   std::string words;
-  if (takes("seq")) words = "seq " + std::to_string(seq);
+  if (takes("seq")) words = o.seq_max ? "longest seq" : "seq " + std::to_string(seq);
   if (takes("audio_s")) words = shown(o.audio_s.value_or(30.0)) + " s audio";
   if (takes("target_seq")) words += " -> " + std::to_string(target);
   return words;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "reports/common/fit_rule.h"
 #include "reports/results/cards.h"
@@ -39,6 +40,8 @@ struct FitQuestion {
   bool emulated() const { return device == Device::kEmulated; }
   bool cpu() const { return device == Device::kCpu; }
   int64_t cap() const { return rule.cap_bytes(); }  // the budget the probes run under
+  // The search fit.yaml runs: "max_batch", or "max_seq" with --seq max.
+  std::string_view search() const { return o.seq_max ? "max_seq" : "max_batch"; }
   bool has_cache() const;                           // the model keeps a KV cache (fit tries it off)
   // False on a card of the table without bf16 tensor cores (T4, V100): bf16 and bf16-amp are
   // searched only when asked, and never picked.

@@ -26,14 +26,14 @@ std::vector<std::vector<Point>> install(const FitQuestion& q, const FitPlan& p,
   return combinations(install_fit_config(
       s.config, emit_config(p.comment, p.config), q.device, [&](const std::vector<Point>& points) {
         if (!fs::exists(s.results)) return;
-        const auto* r = measured_elsewhere(reports::read_results(s.results.string()), points);
+        const auto* r = measured_elsewhere(reports::read_results(s.results.string()), points, q.search());
         if (r)
           throw UserError(r->source, static_cast<int>(r->line), "--out",
                           "this directory holds probes of the same points measured on " +
                               to_string(*r->value<Device>()) + ", and this fit runs on " +
                               to_string(q.device) + ": they would be taken as measured here",
                           "give this fit its own --out");
-      }));
+      }), q.search());
 }
 
 // What the estimate reads: the rows measured in OUT before and, on a first fit of this model
@@ -69,7 +69,7 @@ void say_estimate(const FitQuestion& q, const FitPlan& p, const FitSearch& s,
   Recorded recorded;
   read_history(q, p, s, history, recorded);
   const bool seeded = q.o.predict && !q.emulated();
-  const PlanEstimate plan = estimate_plan(searches, true, history, recorded, q.o.max_batch,
+  const PlanEstimate plan = estimate_plan(searches, q.search(), history, recorded, q.o.max_batch,
                                           seeded ? 2 : kProbesPerSearch);
   const int left = plan.runs_left();
   std::string estimate = "; " + plan.search_summary(s.results.string(), seeded);

@@ -318,6 +318,7 @@ json catalogue_cell(const FitOptions& base, const CardSpec& card, const models::
   f.offloads = {"none"};
   f.adapters = {w.adapter};
   f.weights = {w.weights};
+  f.trainers = {"hf"};  // Trainer's cells, as committed (SFTTrainer's are not in the tables yet)
   f.out = (dir / (spec.name + "-seq" + std::to_string(seq) + "-" + w.key)).string();
   json answer;
   if (const int rc = run_fit(f, &answer); rc != 0)
