@@ -754,7 +754,7 @@ Config parse_config(const YAML::Node& root, const Ctx& c) {
       cfg.search = spelled_as(c.scalar(v, key), {"max_batch", "max_seq", "none"});
       if (cfg.search.empty())
         c.fail(v, key, "unknown search '" + c.scalar(v, key) + "'",
-               "expected max_batch (the largest batch), max_seq (the longest seq) or none");
+               "expected max_batch (or max-batch: the largest batch), max_seq (or max-seq: the longest seq) or none");
       if (cfg.search == "none") cfg.search.clear();
       cfg.search_line = c.line(v);
     } else if (key == "search_max_batch") cfg.search_max_batch = c.integer(v, key, {1, 1 << 30, true});
