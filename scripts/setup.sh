@@ -78,6 +78,34 @@ fi
 torch_prefix=$("$py" -W ignore -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
 say "LibTorch: $torch_prefix"
 
+# --- The reference packages, with --tests ----------------------------------------------
+# TrainerArgs.EveryEmittedScriptConstructsWithTheRealPackages constructs every emitted
+# TrainingArguments, SFTConfig, LoraConfig and BitsAndBytesConfig with transformers 5.23,
+# PEFT 0.21 and TRL 1.16 (tests/fixtures/construct_trainer_args.py). They go beside torch: into
+# its venv, or, for a system Python with torch, into a venv of their own that sees it. TRL
+# without its dependencies: SFTConfig needs transformers alone (its trainer's `datasets` and
+# pyarrow, a hundred MB, are not imported; the test reads SFTTrainer's signature from source).
+# The test finds that Python in BUILD/ref-python, not in CMake's cache: both commands configure
+# alike (tests/ci_gates_test.cc SetupScript.APlainBuildAndTestsConfigureAlike).
+ref_py=
+if [ -n "$tests" ]; then
+  has_refs() { "$1" -W ignore -c "import sys, transformers, peft, trl, accelerate; sys.exit(0 if (transformers.__version__, peft.__version__, trl.__version__, accelerate.__version__) == ('5.23.0', '0.21.2', '1.16.0', '1.15.0') else 1)" 2>/dev/null; }
+  ref_py=$py
+  if ! has_refs "$ref_py"; then
+    if "$py" -c 'import sys; sys.exit(0 if sys.prefix != sys.base_prefix else 1)'; then
+      say "installing transformers 5.23, PEFT 0.21, TRL 1.16 into $("$py" -c 'import sys; print(sys.prefix)') (once)"
+    else
+      ref_venv="$cache/refs-torch-$torch_version"
+      [ -x "$ref_venv/bin/python" ] || "$py" -m venv --system-site-packages "$ref_venv"
+      ref_py="$ref_venv/bin/python"
+      say "installing transformers 5.23, PEFT 0.21, TRL 1.16 into $ref_venv (once)"
+    fi
+    "$ref_py" -m pip install -q transformers==5.23.0 peft==0.21.2 accelerate==1.15.0
+    "$ref_py" -m pip install -q --no-deps trl==1.16.0
+    has_refs "$ref_py" || { say "the reference packages did not import from $ref_py"; exit 1; }
+  fi
+fi
+
 # --- Configure and build --------------------------------------------------------------
 export CCACHE_DIR=${CCACHE_DIR:-$cache/ccache}
 cuda_args=()
@@ -103,6 +131,7 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
 elif ((${#werror_arg[@]})); then
   cmake "$build" "${werror_arg[@]}" >>"$log" 2>&1 || fail "configuring"
 fi
+[ -z "$ref_py" ] || echo "$ref_py" > "$build/ref-python"
 what=${targets[*]:+the sweep binary}
 what=${what:-everything (the tests too)}
 say "building $what with $(nproc) jobs (the compiler's output: $log)"

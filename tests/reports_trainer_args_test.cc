@@ -4,7 +4,14 @@
 // (trainer_optimizer.py's optimizer names, trainer.py's use_cache and checkpointing), and what
 // is no Trainer flag.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -347,6 +354,82 @@ TEST(TrainerArgs, SftRowsAreSftConfigAndSftTrainer) {
   fp16.trainer = Trainer::kSft;
   for (const auto& note : trainer_args(fp16).notes) EXPECT_EQ(note.find("SFTConfig"), std::string::npos) << note;
   EXPECT_FALSE(trainer_args_json(trainer_args(setup(P::kFp32, C::kNone, O::kAdamW))).contains("config_class"));
+}
+
+// Every training script this suite can emit runs, as far as it goes without a model, with the
+// real packages (tests/fixtures/construct_trainer_args.py, in the Python scripts/setup.sh
+// --tests gives transformers 5.23, PEFT 0.21 and TRL 1.16 and names in BUILD/ref-python): every TrainingArguments, SFTConfig,
+// LoraConfig and BitsAndBytesConfig is constructed, every other call bound to the real
+// signature. A field a class lacks, or a value it refuses, fails here.
+TEST(TrainerArgs, EveryEmittedScriptConstructsWithTheRealPackages) {
+  namespace fs = std::filesystem;
+  const fs::path source = fs::path(SWEEP_TEST_DATA).parent_path().parent_path();
+  std::set<std::string> texts;
+  for (const char* family : {"gpt2", "t5", "whisper", "whisper-cls", "llama", "phi3"})
+    for (const Mode mode : {Mode::kTrain, Mode::kEval})
+      for (const P p : {P::kFp32, P::kFp16Amp, P::kBf16Amp, P::kBf16})
+        for (const C c : {C::kNone, C::kBlock})
+          for (const O o : {O::kAdamW, O::kAdamWFused, O::kSgd, O::kAdafactor, O::kAdamW8bit,
+                            O::kPagedAdamW8bit, O::kPagedAdamW32bit})
+            for (const Adapter a : {Adapter::kNone, Adapter::kLora})
+              for (const Weights w : {Weights::kFull, Weights::kInt8, Weights::kNf4, Weights::kFp4})
+                for (const Offload off : {Offload::kNone, Offload::kOptimizer})
+                  for (const Trainer t : {Trainer::kHf, Trainer::kSft})
+                    for (const bool cache : {true, false}) {
+                      const bool causal = std::string(family) == "gpt2" || std::string(family) == "llama" ||
+                                          std::string(family) == "phi3";
+                      if ((w != Weights::kFull && a != Adapter::kLora) || (t == Trainer::kSft && !causal) ||
+                          (off == Offload::kOptimizer && (o != O::kAdamW || p == P::kBf16)) ||
+                          ((w == Weights::kNf4 || w == Weights::kFp4) && p == P::kBf16) ||
+                          (t == Trainer::kSft && cache) ||
+                          (mode == Mode::kEval && (c != C::kNone || o != O::kAdamW || off != Offload::kNone)))
+                        continue;
+                      TrainingSetup s = setup(p, c, mode == Mode::kEval ? O::kNone : o, cache);
+                      if (a == Adapter::kLora) s = lora(s, w);
+                      s.family = family;
+                      s.mode = mode;
+                      s.offload = off;
+                      s.trainer = t;
+                      s.seq = 1024;
+                      s.lora_targets = {std::string(family) == "gpt2" ? "c_attn" : "q_proj"};
+                      texts.insert(trainer_args_text(trainer_args(s)));
+                    }
+  ASSERT_GT(texts.size(), 500u);
+  std::string python;
+  std::ifstream(fs::path(SWEEP_BUILD_DIR) / "ref-python") >> python;
+  ASSERT_FALSE(python.empty()) << SWEEP_BUILD_DIR << "/ref-python names no Python: scripts/setup.sh --tests "
+                               << "installs the reference packages and writes it";
+  const fs::path dir = fs::temp_directory_path() / ("sweep-construct-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  {
+    std::ofstream cases(dir / "cases.jsonl");
+    int i = 0;
+    for (const auto& text : texts) cases << Json{{"case", "script " + std::to_string(i++)}, {"text", text}}.dump() << "\n";
+  }
+  const std::string command = "'" + python + "' -W ignore '" +
+                              (source / "tests/fixtures/construct_trainer_args.py").string() + "' < '" +
+                              (dir / "cases.jsonl").string() + "' 2>&1";
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(::popen(command.c_str(), "r"), ::pclose);
+  ASSERT_TRUE(pipe);
+  std::string out;
+  char buf[4096];
+  while (const std::size_t n = std::fread(buf, 1, sizeof buf, pipe.get())) out.append(buf, n);
+  const int status = ::pclose(pipe.release());
+  fs::remove_all(dir);
+  std::size_t ok = 0, failed = 0;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    const Json r = Json::parse(line, nullptr, false);
+    if (r.is_discarded() || !r.is_object()) continue;  // a package's warning
+    if (r.value("ok", false)) {
+      ++ok;
+    } else if (++failed <= 5) {
+      ADD_FAILURE() << r.value("error", "") << "\n" << r.value("text", "");
+    }
+  }
+  EXPECT_EQ(status, 0) << "scripts/setup.sh --tests installs the reference packages into " << python
+                       << "\n" << out.substr(0, 4000);
+  EXPECT_EQ(ok, texts.size()) << failed << " failed";
 }
 
 }  // namespace
