@@ -81,4 +81,31 @@ BENCHMARK(BM_EmulatedGpt2MediumB14WithStepTime)->Unit(benchmark::kMillisecond)->
 
 }  // namespace
 
+
+// Issue 53's bars: an emulated Llama-3.1-8B LoRA point at 32,768 tokens under SFTTrainer (its
+// fused LM head: no whole logits) in under 2 s, and `fit --seq max` for one technique in under
+// 30 s on the 2-core machine.
+void BM_EmulatedLlama31_8BLoraSftB1x32768Bf16AmpCkpt(benchmark::State& state) {
+  run_point(state, joined({R"({"model":"meta-llama/Llama-3.1-8B","family":"llama","batch":1,)",
+                           R"("seq":32768,"precision":"bf16-amp","checkpointing":"block",)",
+                           R"("adapter":"lora","trainer":"sft","use_cache":false,"device":"emulated",)",
+                           R"("steps":1,"warmup_steps":1,"repetitions":3,)", kH100, "}"}));  // fit's probe
+}
+BENCHMARK(BM_EmulatedLlama31_8BLoraSftB1x32768Bf16AmpCkpt)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
+
+void BM_FitSeqMaxOneTechnique(benchmark::State& state) {
+  const std::string out = "/tmp/sweep-bench-fit-seq-max";
+  const std::string cmd = std::string(SWEEP_BINARY) +
+                          " fit meta-llama/Llama-3.1-8B --gpu rtx3060 --seq max --trainer sft --adapter lora "
+                          "--weights nf4 --precision bf16-amp --checkpointing block --optimizer adamw "
+                          "--offload none --quiet --out " + out + " >/dev/null 2>&1";
+  for (auto _ : state) {
+    state.PauseTiming();
+    std::system(("rm -rf " + out).c_str());  // a cold fit: every probe runs
+    state.ResumeTiming();
+    if (std::system(cmd.c_str()) != 0) state.SkipWithError("fit failed");
+  }
+}
+BENCHMARK(BM_FitSeqMaxOneTechnique)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(2);
+
 BENCHMARK_MAIN();
