@@ -29,13 +29,17 @@ bool borderline(const FitQuestion& q, const FitTechnique& t) {
   return !e || e->borderline(t.peak_reserved, static_cast<double>(q.cap()));
 }
 
-nlohmann::json technique_answer(const FitQuestion& q, const FitTechnique& t, int64_t budget) {
+// A technique's search as JSON: its fields, its probes, the value searched (`largest` and
+// `first_oom` named as the caller says: largest_batch and first_oom, or longest_seq and
+// first_oom_seq) and, where one fit, the peak and speed there; a stopped search's status.
+nlohmann::json searched_answer(const FitQuestion& q, const FitTechnique& t, int64_t budget,
+                               const char* largest, const char* first_oom) {
   const bool emulated = q.emulated();
   nlohmann::json e = t.json();
   e["probes"] = t.probes;
   e["limit_reached"] = t.first_oom.has_value();
-  e["largest_batch"] = t.largest ? nlohmann::json(*t.largest) : nlohmann::json(nullptr);
-  e["first_oom"] = t.first_oom ? nlohmann::json(*t.first_oom) : nlohmann::json(nullptr);
+  e[largest] = t.largest ? nlohmann::json(*t.largest) : nlohmann::json(nullptr);
+  e[first_oom] = t.first_oom ? nlohmann::json(*t.first_oom) : nlohmann::json(nullptr);
   if (t.largest) {
     e["peak_reserved_bytes"] = t.peak_reserved;
     e["peak_allocated_bytes"] = t.peak_allocated;
@@ -51,24 +55,14 @@ nlohmann::json technique_answer(const FitQuestion& q, const FitTechnique& t, int
   return e;
 }
 
+nlohmann::json technique_answer(const FitQuestion& q, const FitTechnique& t, int64_t budget) {
+  return searched_answer(q, t, budget, "largest_batch", "first_oom");
+}
+
 // --seq max: a technique's longest seq at the question's batch, as `longest_context` lists it.
 nlohmann::json longest_answer(const FitQuestion& q, const FitTechnique& t, int64_t budget) {
-  nlohmann::json e = t.json();
+  nlohmann::json e = searched_answer(q, t, budget, "longest_seq", "first_oom_seq");
   e["batch"] = q.o.batch.value_or(1);
-  e["probes"] = t.probes;
-  e["limit_reached"] = t.first_oom.has_value();
-  e["longest_seq"] = t.largest ? nlohmann::json(*t.largest) : nlohmann::json(nullptr);
-  e["first_oom_seq"] = t.first_oom ? nlohmann::json(*t.first_oom) : nlohmann::json(nullptr);
-  if (t.largest) {
-    e["peak_reserved_bytes"] = t.peak_reserved;
-    e["peak_allocated_bytes"] = t.peak_allocated;
-    e["headroom_bytes"] = static_cast<double>(budget) - t.peak_reserved;
-    e["tokens_per_s"] = or_null(!q.emulated(), t.tokens_per_s);
-    if (q.emulated()) e["predicted_tokens_per_s"] = or_null(t.tokens_per_s > 0, t.tokens_per_s);
-  }
-  if (!t.stopped.empty()) e["stopped"] = t.stopped;
-  if (!t.stopped_message.empty()) e["stopped_message"] = t.stopped_message;
-  if (q.emulated()) e["borderline"] = borderline(q, t);
   return e;
 }
 
