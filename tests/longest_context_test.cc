@@ -166,6 +166,26 @@ TEST(LongestContext, FitAsksBothTrainersOfAConfigJsonDecoder) {
   EXPECT_EQ(asked["techniques"][0]["trainer"], "sft");
 }
 
+// Full fine-tuning: bf16 weights reach further than bf16 autocast over fp32 weights, but the
+// pick keeps the user's numerics and says why; asked alone, bf16 is the answer.
+TEST(LongestContext, TheLongestPickKeepsFp32MasterWeightsUnlessBf16IsAskedAlone) {
+  const auto dir = testing::temp_dir("longest-context-bf16");
+  const std::string rest = " --gpu rtx3060 --seq max --trainer hf --checkpointing block --optimizer adamw --offload none";
+  const auto both = fit_json(kQwen + rest + " --precision bf16-amp,bf16", dir / "both");
+  int64_t amp = 0, bf16 = 0;
+  for (const auto& t : both["longest_context"])
+    (t["precision"] == "bf16" ? bf16 : amp) = t["longest_seq"].get<int64_t>();
+  ASSERT_GT(bf16, amp) << both.dump(2);
+  EXPECT_EQ(both["recommendation"]["precision"], "bf16-amp");
+  EXPECT_NE(both["recommendation"]["reason"].get<std::string>().find(
+                "in bf16 weights (bf16, block checkpointing, adamw) reaches " + std::to_string(bf16)),
+            std::string::npos)
+      << both["recommendation"]["reason"];
+  const auto alone = fit_json(kQwen + rest + " --precision bf16", dir / "alone");
+  EXPECT_EQ(alone["recommendation"]["precision"], "bf16");
+  EXPECT_EQ(alone["recommendation"]["longest_seq"], bf16);
+}
+
 // Questions that have no longest seq, or no SFTTrainer, exit 2 naming the flag (or the
 // config's line) before anything runs.
 TEST(LongestContext, QuestionsWithoutAnAnswerExitTwoNamingTheFlag) {

@@ -225,6 +225,13 @@ FitPick pick_confirmed(const FitQuestion& q, const FitPlan& p, const FitRows& ro
   return f;
 }
 
+// Full fine-tuning in bf16 weights (model.to(bfloat16), no fp32 master copy): an AdamW update
+// below half a bf16 ulp of its weight rounds away (at lr 1e-5 most do), so it trains worse than
+// the user's fp32 or autocast run. The longest-context pick takes it only when asked for alone.
+bool changes_numerics(const FitTechnique& t) {
+  return t.precision == Precision::kBf16 && t.adapter == Adapter::kNone;
+}
+
 FitPick pick_longest(const FitQuestion& q, const FitRows& rows) {
   auto before = [](const FitTechnique& a, const FitTechnique& b) {
     if (*a.largest != *b.largest) return *a.largest > *b.largest;
@@ -232,13 +239,21 @@ FitPick pick_longest(const FitQuestion& q, const FitRows& rows) {
     if (a.tokens_per_s != b.tokens_per_s) return a.tokens_per_s > b.tokens_per_s;
     return a.peak_reserved < b.peak_reserved;
   };
-  const FitTechnique* best = nullptr;
+  const auto& asked = q.o.precisions;
+  const bool only_bf16 = !asked.empty() && std::all_of(asked.begin(), asked.end(), [](const std::string& p) {
+    return parse_as<Precision>(p) == Precision::kBf16;
+  });
+  const FitTechnique *best = nullptr, *passed_over = nullptr;
   int tied = 0;
   for (const auto& t : rows.analysis.techniques) {
     // A card without bf16 tensor cores runs bf16 at a fraction of fp16's speed: never picked.
     if (!t.largest || (!q.bf16_tensor_cores() && (t.precision == Precision::kBf16 ||
                                                   t.precision == Precision::kBf16Amp)))
       continue;
+    if (changes_numerics(t) && !only_bf16) {
+      if (!passed_over || before(t, *passed_over)) passed_over = &t;
+      continue;
+    }
     if (best && *t.largest == *best->largest) ++tied;
     else if (!best || *t.largest > *best->largest) tied = 0;
     if (!best || before(t, *best)) best = &t;
@@ -263,6 +278,13 @@ FitPick pick_longest(const FitQuestion& q, const FitRows& rows) {
              (tied ? ", tied with " + std::to_string(tied) +
                          " more: the fewest changes from plain training, then the faster"
                    : std::string()) +
+             (passed_over && *passed_over->largest > c.seq
+                  ? "; full fine-tuning in bf16 weights (" + passed_over->label() + ") reaches " +
+                        std::to_string(*passed_over->largest) +
+                        " but is not recommended: without fp32 master weights an AdamW update "
+                        "smaller than half a bf16 step of its weight rounds away (most do at a "
+                        "fine-tuning learning rate); ask for it alone with --precision bf16"
+                  : std::string()) +
              (c.above_ceiling ? "; its peak is over the recommended ceiling (under the cap): "
                                 "a step shorter keeps the margin free"
                               : std::string());

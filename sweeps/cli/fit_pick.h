@@ -28,7 +28,9 @@ struct FitPick {
 FitPick pick_confirmed(const FitQuestion& q, const FitPlan& p, const FitRows& rows);
 // Stage 5 of --seq max: the technique with the longest seq (ties: the fewest changes from
 // plain training, then the faster, then the lower peak), at the question's batch; nothing to
-// confirm, each search's answer being a measured (or predicted) row.
+// confirm, each search's answer being a measured (or predicted) row. Full fine-tuning in bf16
+// weights changes the training's numerics: picked only when asked alone (--precision bf16),
+// else passed over, and the reason says how far it would reach and why not.
 FitPick pick_longest(const FitQuestion& q, const FitRows& rows);
 
 }  // namespace sweep
