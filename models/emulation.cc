@@ -5,6 +5,8 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <atomic>
+#include <utility>
+#include <vector>
 
 namespace sweep::models {
 namespace {
@@ -90,6 +92,24 @@ bool any_value(const at::Tensor& t) {
   if (!t.is_meta()) return t.any().item<bool>();
   read_meta();
   return false;
+}
+
+namespace {
+// The masks noted, by their TensorImpl (weakly: a mask that died is dropped at the next note).
+thread_local std::vector<std::pair<c10::weak_intrusive_ptr<c10::TensorImpl>, int64_t>>
+    tl_mask_counts;
+}  // namespace
+
+void note_mask_count(const at::Tensor& mask, int64_t count) {
+  std::erase_if(tl_mask_counts, [](const auto& e) { return e.first.expired(); });
+  tl_mask_counts.emplace_back(c10::weak_intrusive_ptr<c10::TensorImpl>(mask.getIntrusivePtr()),
+                              count);
+}
+
+std::optional<int64_t> mask_count(const at::Tensor& mask) {
+  for (const auto& [impl, count] : tl_mask_counts)
+    if (!impl.expired() && impl._unsafe_get_target() == mask.unsafeGetTensorImpl()) return count;
+  return std::nullopt;
 }
 
 }  // namespace sweep::models

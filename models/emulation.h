@@ -44,6 +44,13 @@ at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                 const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
                 std::optional<double> scale, bool enable_gqa = false);
 
+// The count of true elements of a boolean mask, which a Meta tensor has no values to count:
+// noted where the model knows it (the fused head's scored labels, from the batch), read by the
+// emulated device's masked_select (the gradient of masked_scatter). nullopt for a mask never
+// noted, or no longer alive.
+void note_mask_count(const at::Tensor& mask, int64_t count);
+std::optional<int64_t> mask_count(const at::Tensor& mask);
+
 // torch.nn.functional.dropout (at::dropout) as the device runs it: on CUDA the fused kernel
 // (native_dropout, which keeps a bool mask), elsewhere ATen's composite (which keeps the
 // scaled noise in the input's dtype); at::native::dropout's is_fused_kernel_acceptable, which

@@ -208,8 +208,9 @@ struct ChunkedLogProb : torch::autograd::Function<ChunkedLogProb> {
 
 }  // namespace
 
-torch::Tensor fused_lm_head_loss(const torch::Tensor& last_hidden_state, const torch::Tensor& weight,
-                                 const torch::Tensor& labels) {
+torch::Tensor fused_lm_head_loss(const torch::Tensor& last_hidden_state,
+                                 const torch::Tensor& weight, const torch::Tensor& labels,
+                                 int64_t scored) {
   // add_fused_lm_head's _fused_forward, fused_lm_head=True, no shift_labels.
   auto hidden_states = last_hidden_state.slice(1, 0, -1);
   auto shifted = labels.slice(1, 1);
@@ -218,11 +219,11 @@ torch::Tensor fused_lm_head_loss(const torch::Tensor& last_hidden_state, const t
   torch::autograd::variable_list per_token;
   if (compact) {
     // hidden_states[mask], labels[mask]: the scored positions, copied. A boolean index is
-    // nonzero's (count, 2) positions; a Meta tensor has no values to count, and the burst's
-    // batches label every position.
+    // nonzero's (count, 2) positions; a Meta tensor has no values to count: the batch's.
     std::vector<torch::Tensor> where;
     if (last_hidden_state.is_meta()) {
-      where = torch::empty({mask.numel(), mask.dim()}, mask.options().dtype(torch::kLong)).unbind(1);
+      note_mask_count(mask, scored);  // for masked_scatter's gradient (masked_select)
+      where = torch::empty({scored, mask.dim()}, mask.options().dtype(torch::kLong)).unbind(1);
     } else {
       where = mask.nonzero().unbind(1);
     }

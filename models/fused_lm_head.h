@@ -23,9 +23,11 @@ namespace sweep::models {
 // SFTTrainer.compute_loss's loss from the backbone's last hidden state (B, T, C), the output
 // embedding's weight (V, C; the models of the zoo have no LM-head bias) and the labels (B, T,
 // unshifted, -100 where not scored): -log_probs.sum() / the count of scored labels (the
-// Trainer's num_items_in_batch for one micro-batch).
-torch::Tensor fused_lm_head_loss(const torch::Tensor& last_hidden_state, const torch::Tensor& weight,
-                                 const torch::Tensor& labels);
+// Trainer's num_items_in_batch for one micro-batch). `scored`: that count, which a Meta
+// tensor cannot count and the compact (CUDA) path copies that many positions of.
+torch::Tensor fused_lm_head_loss(const torch::Tensor& last_hidden_state,
+                                 const torch::Tensor& weight, const torch::Tensor& labels,
+                                 int64_t scored);
 
 // ChunkedLogProbFunction's tiles: tokens per projection tile, and the vocabulary width
 // (trl/trainer/utils.py _CHUNKED_LOGPROB_CHUNK_SIZE).

@@ -163,7 +163,9 @@ torch::Tensor GPT2LMHeadModelImpl::loss(const Batch& batch) {
   // the logits are in the returned output, which the loop drops only after reading .loss:
   // both stay alive while the loss is computed.
   // TRL's fused forward (SFTTrainer): the backbone with use_cache=False, then its LM head.
-  if (fused_lm_head()) return fused_lm_head_loss(hidden(batch.tensors[0], nullptr), wte->weight, batch.tensors[1]);
+  if (fused_lm_head())
+    return fused_lm_head_loss(hidden(batch.tensors[0], nullptr), wte->weight, batch.tensors[1],
+                              batch.scored);
   std::optional<KVCache> cache;
   if (use_cache() && !(checkpointing() && is_training())) cache.emplace();
   // transformer_outputs.last_hidden_state is referenced until the function returns.
@@ -174,6 +176,9 @@ torch::Tensor GPT2LMHeadModelImpl::loss(const Batch& batch) {
 
 Batch GPT2LMHeadModelImpl::synthetic_batch(const BatchShape& s, torch::Device device,
                                            torch::Generator& gen) const {
+  // GPT2Model reads packed sequences' position_ids too, but sweep's GPT-2 does not follow it.
+  TORCH_CHECK(!s.padding_free,
+              "gpt2 has no padding-free batches in sweep (a decoder from a config.json has)");
   return causal_lm_batch(c_.vocab_size, s, device, gen, "gpt2");
 }
 

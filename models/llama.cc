@@ -51,6 +51,26 @@ bool use_gqa_in_sdpa(const torch::Tensor& mask, const torch::Tensor& key, const 
   return !mask.defined() && key.size(-1) == value.size(-1) && key.size(-1) <= 256;
 }
 
+// causal_mask_function (kv_idx <= q_idx), or for a sliding window
+// sliding_window_causal_mask_function: and_masks(sliding_window_overlay, causal_mask_function),
+// each step's result a new tensor, over broadcast indices.
+torch::Tensor causal_mask_of(const torch::Tensor& q_idx, const torch::Tensor& kv_idx,
+                             int64_t window) {
+  if (window <= 0) return kv_idx <= q_idx;
+  auto result = torch::ones({}, q_idx.options().dtype(torch::kBool));  // q_idx.new_ones(())
+  {
+    auto lower = q_idx - window;
+    auto inside = kv_idx > lower;
+    lower.reset();
+    result = result & inside;
+  }
+  {
+    auto causal = kv_idx <= q_idx;
+    result = result & causal;
+  }
+  return result;
+}
+
 // create_sliding_window_causal_mask through sdpa_mask: None (SDPA's is_causal) while the
 // sequence is shorter than the window, else the (1, 1, T, T) boolean mask of
 // and_masks(sliding_window_overlay, causal_mask_function), expanded to (B, 1, T, T).
@@ -62,18 +82,68 @@ torch::Tensor sliding_window_mask(int64_t batch, int64_t length, int64_t window,
   auto kv_arange = torch::arange(length, opts) + 0;
   auto q_idx = q_arange.view({1, 1, length, 1});
   auto kv_idx = kv_arange.view({1, 1, 1, length});
-  auto result = torch::ones({}, torch::dtype(torch::kBool).device(device));
+  return causal_mask_of(q_idx, kv_idx, window).expand({batch, -1, length, length});
+}
+
+// find_packed_sequence_indices (masking_utils.py): each token's sequence, from where the
+// position_ids (1, L) do not step by one; None for one sequence. Its check reads the values
+// (`.all()`), which a Meta tensor has not: the batch's count of sequences says it.
+torch::Tensor packed_sequence_indices(const torch::Tensor& position_ids, int64_t sequences) {
+  auto first_dummy_value = position_ids.slice(1, 0, 1) - 1;
+  auto position_diff = at::diff(position_ids, 1, -1, first_dummy_value, std::nullopt);
+  torch::Tensor packed_sequence_mask;
   {
-    auto lower = q_idx - window;
-    auto inside = kv_idx > lower;
-    lower.reset();
-    result = result & inside;
+    auto steps = position_diff != 1;
+    packed_sequence_mask = steps.cumsum(-1);
   }
   {
-    auto causal = kv_idx <= q_idx;
-    result = result & causal;
+    auto last = packed_sequence_mask.select(1, -1) == 0;
+    auto all = last.all();
   }
-  return result.expand({batch, -1, length, length});
+  return sequences > 1 ? packed_sequence_mask : torch::Tensor();
+}
+
+// create_causal_mask / create_sliding_window_causal_mask for a padding-free row (1, L)
+// (position_ids given, no attention mask): packed sequences make sdpa_mask build the mask of
+// packed_sequence_compatibility_function, and_masks(packed_sequence_mask_function,
+// remap_positions_for_packed_sequence(the causal or sliding function)), over the broadcast
+// indices of _non_vmap_expansion_sdpa: a (1, 1, L, L) boolean mask. One sequence is the
+// unpacked case.
+torch::Tensor packed_mask(const torch::Tensor& position_ids, int64_t sequences, int64_t window) {
+  const int64_t L = position_ids.size(1);
+  auto packed_sequence_mask = packed_sequence_indices(position_ids, sequences);
+  if (!packed_sequence_mask.defined())
+    return sliding_window_mask(1, L, window, position_ids.device());
+  auto opts = position_ids.options().dtype(torch::kLong);
+  auto batch_arange = torch::arange(1, opts);
+  auto head_arange = torch::arange(1, opts);
+  auto q_arange = torch::arange(L, opts) + 0;
+  auto kv_arange = torch::arange(L, opts) + 0;
+  const auto batch_idx = batch_arange.view({1, 1, 1, 1});
+  const auto q_idx = q_arange.view({1, 1, L, 1});
+  const auto kv_idx = kv_arange.view({1, 1, 1, L});
+  auto result = torch::ones({}, opts.dtype(torch::kBool));  // and_mask's q_idx.new_ones(())
+  {
+    // packed_sequence_mask[batch_idx, q_idx] == packed_sequence_mask[batch_idx, kv_idx]
+    torch::Tensor same;
+    {
+      auto at_q = at::index(packed_sequence_mask, {batch_idx, q_idx});
+      auto at_kv = at::index(packed_sequence_mask, {batch_idx, kv_idx});
+      same = at_q == at_kv;
+    }
+    result = result & same;
+  }
+  {
+    // The causal (or sliding) function at position_ids[batch_idx, q_idx] and [batch_idx, kv_idx].
+    torch::Tensor inner;
+    {
+      auto q_position = at::index(position_ids, {batch_idx, q_idx});
+      auto kv_position = at::index(position_ids, {batch_idx, kv_idx});
+      inner = causal_mask_of(q_position, kv_position, window);
+    }
+    result = result & inner;
+  }
+  return result.expand({1, -1, L, L});
 }
 
 }  // namespace
@@ -347,16 +417,27 @@ std::pair<torch::Tensor, torch::Tensor> LlamaForCausalLMImpl::rotary(
 }
 
 torch::Tensor LlamaForCausalLMImpl::hidden(const torch::Tensor& input_ids, KVCache* cache) {
+  return hidden(input_ids, cache, torch::Tensor(), input_ids.size(0));
+}
+
+torch::Tensor LlamaForCausalLMImpl::hidden(const torch::Tensor& input_ids, KVCache* cache,
+                                           const torch::Tensor& given_position_ids,
+                                           int64_t sequences) {
   // LlamaModel.forward: inputs_embeds, position_ids, the masks and position_embeddings are
   // locals there, alive until the whole stack has run.
   const int64_t B = input_ids.size(0), T = input_ids.size(1);
   auto inputs_embeds = input_embeddings_hook(embed_tokens(input_ids));
-  auto position_ids = torch::arange(T, input_ids.options()) + 0;  // + past_seen_tokens
-  position_ids = position_ids.unsqueeze(0);
-  // One mask per window size the layers use (full attention: none).
+  auto position_ids = given_position_ids;
+  if (!position_ids.defined()) {
+    position_ids = torch::arange(T, input_ids.options()) + 0;  // + past_seen_tokens
+    position_ids = position_ids.unsqueeze(0);
+  }
+  // One mask per window size the layers use (full attention: none unless the row is packed).
   std::map<int64_t, torch::Tensor> masks;
   for (int64_t w : c_.layer_window)
-    if (!masks.count(w)) masks[w] = sliding_window_mask(B, T, w, input_ids.device());
+    if (!masks.count(w))
+      masks[w] = given_position_ids.defined() ? packed_mask(position_ids, sequences, w)
+                                              : sliding_window_mask(B, T, w, input_ids.device());
   auto hidden_states = inputs_embeds;
   const auto position_embeddings = rotary(hidden_states, position_ids);
   for (size_t i = 0; i < layers->size(); ++i) {
@@ -385,11 +466,15 @@ torch::Tensor LlamaForCausalLMImpl::loss(const Batch& batch) {
   // so it stays empty) and the logits are in the returned output, which the loop drops only
   // after reading .loss.
   // TRL's fused forward (SFTTrainer): the backbone with use_cache=False, then its LM head.
+  // A padding-free batch's position_ids (tensors[2]) go to the model, as the collator's do.
+  const torch::Tensor position_ids = batch.tensors.size() > 2 ? batch.tensors[2] : torch::Tensor();
   if (fused_lm_head())
-    return fused_lm_head_loss(hidden(batch.tensors[0], nullptr), lm_head_weight(), batch.tensors[1]);
+    return fused_lm_head_loss(hidden(batch.tensors[0], nullptr, position_ids, batch.samples),
+                              lm_head_weight(), batch.tensors[1], batch.scored);
   std::optional<KVCache> cache;
   if (use_cache() && c_.use_cache && !(checkpointing() && is_training())) cache.emplace();
-  auto last_hidden_state = hidden(batch.tensors[0], cache ? &*cache : nullptr);
+  auto last_hidden_state =
+      hidden(batch.tensors[0], cache ? &*cache : nullptr, position_ids, batch.samples);
   // slice_logits_to_keep(hidden_states, 0): a view of all of it; lm_head is F.linear.
   auto logits = lm_head ? linear(lm_head, last_hidden_state)
                         : at::linear(last_hidden_state, embed_tokens->weight);  // (B, T, V)

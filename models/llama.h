@@ -103,8 +103,11 @@ class LlamaForCausalLMImpl : public ModelImpl {
   const LlamaConfig& config() const { return c_; }
 
  private:
-  // LlamaModel.forward: (B, T) ids -> (B, T, C) after the final norm.
+  // LlamaModel.forward: (B, T) ids -> (B, T, C) after the final norm; a padding-free batch's
+  // ids (1, B * T) with its position_ids and count of sequences.
   torch::Tensor hidden(const torch::Tensor& input_ids, KVCache* cache);
+  torch::Tensor hidden(const torch::Tensor& input_ids, KVCache* cache,
+                       const torch::Tensor& position_ids, int64_t sequences);
   // The rotary embedding's (cos, sin), each (1, T, rotary dim), in the hidden states' dtype.
   std::pair<torch::Tensor, torch::Tensor> rotary(const torch::Tensor& x,
                                                  const torch::Tensor& position_ids) const;

@@ -5,6 +5,8 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
 #include <optional>
 #include <string>
@@ -22,6 +24,10 @@ struct BatchShape {
   int64_t seq = 0;         // GPT-2 tokens, T5 encoder tokens
   int64_t target_seq = 0;  // T5 decoder tokens
   double audio_s = 0;      // Whisper seconds of audio (100 frames per second)
+  // A causal LM's: a prompt-completion dataset's completion share of each sequence (0: every
+  // token labelled), and the micro-batch as one padding-free row (schema::kAxes).
+  double completion_share = 0;
+  bool padding_free = false;
 };
 
 // One synthetic micro-batch, already on the device.
@@ -29,6 +35,9 @@ struct Batch {
   std::vector<torch::Tensor> tensors;  // model-specific: ids, labels, features...
   int64_t tokens = 0;                  // tokens (or audio frames after the conv stem) processed
   int64_t samples = 0;
+  // A causal LM's labels the loss scores (labels[:, 1:] != -100): what a Meta tensor cannot
+  // count where the loss copies only those (models/fused_lm_head.h).
+  int64_t scored = 0;
 };
 
 // One repeated block as a function of its tensor inputs.
@@ -146,12 +155,40 @@ inline torch::Tensor causal_lm_loss(const torch::Tensor& logits, const torch::Te
 }
 
 // A causal LM's synthetic batch: random token ids, the labels the ids themselves (causal-LM
-// fine-tuning; the loss shifts them).
+// fine-tuning; the loss shifts them). A prompt-completion dataset's labels are a copy, -100
+// over each prompt (SFTTrainer's labels from its completion_mask). Padding-free, as
+// DataCollatorForLanguageModeling(padding_free=True) collates it: the ids and the labels as
+// one row, position_ids restarting at each sequence, each sequence's first label -100 (a
+// Trainer's DataCollatorWithFlattening does the same); tensors {ids, labels, position_ids}.
 inline Batch causal_lm_batch(int64_t vocab_size, const BatchShape& s, torch::Device device,
                              torch::Generator& gen, const char* model) {
   TORCH_CHECK(s.seq > 0, model, " needs seq > 0");
   auto ids = torch::randint(vocab_size, {s.batch, s.seq}, gen, torch::kLong).to(device);
-  return Batch{{ids, ids}, s.batch * s.seq, s.batch};
+  auto labels = ids;
+  // The completion: its share of each sequence rounded half up, at least one token.
+  const int64_t completion =
+      s.completion_share > 0
+          ? std::clamp<int64_t>(std::llround(s.completion_share * static_cast<double>(s.seq)), 1,
+                                s.seq)
+          : s.seq;
+  const int64_t prompt = s.seq - completion;
+  if (prompt > 0) {
+    labels = ids.clone();
+    labels.slice(1, 0, prompt).fill_(-100);
+  }
+  Batch b{{ids, labels}, s.batch * s.seq, s.batch};
+  // After the shift, each sequence's labels past its first token and its prompt.
+  b.scored = s.batch * (s.seq - std::max<int64_t>(prompt, 1));
+  if (s.padding_free) {
+    auto flat_labels = labels.reshape({1, -1}).clone();
+    flat_labels.view({s.batch, s.seq}).select(1, 0).fill_(-100);
+    // One arange per sequence, concatenated (the collator's torch.cat of its position_ids).
+    const std::vector<torch::Tensor> each(
+        s.batch, torch::arange(s.seq, torch::dtype(torch::kLong).device(device)));
+    auto position_ids = torch::cat(each).unsqueeze(0);
+    b.tensors = {ids.reshape({1, -1}), flat_labels, position_ids};
+  }
+  return b;
 }
 
 // FLOPs of a (rows x inner) @ (inner x cols) matmul: one multiply and one add each.

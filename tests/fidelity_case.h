@@ -66,6 +66,9 @@ inline Point fixture_point(const nlohmann::json& c, const nlohmann::json& steps,
   p.weights = named<Weights>(c, "weights", "full");
   p.load = c.value("load", load);
   p.trainer = named<Trainer>(c, "trainer", "hf");
+  // A prompt-completion dataset, and padding-free batches (SFTTrainer's cases).
+  p.completion_share = c.value("completion_share", 0.0);
+  p.padding_free = c.value("padding_free", false);
   p.steps = steps.at("steps");
   p.warmup_steps = steps.at("warmup");
   p.repetitions = steps.at("repetitions");

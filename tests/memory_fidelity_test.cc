@@ -234,8 +234,9 @@ INSTANTIATE_TEST_SUITE_P(Families, MemoryFidelity,
                          family_test_name);
 
 // TRL 1.16's SFTTrainer (trainer sft) on two decoders with a vocabulary of 128K and more, at
-// 512 to 2048 tokens, full and LoRA, with and without checkpointing: its fused LM head's tiles
-// instead of the whole logits. The same 1% on the CPU and on the emulated device as the CPU.
+// 512 to 2048 tokens, full and LoRA, with and without checkpointing, a prompt-completion
+// dataset (completion_only_loss) and padding-free batches: its fused LM head's tiles instead
+// of the whole logits. The same 1% on the CPU and on the emulated device as the CPU.
 class SftFidelity : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SftFidelity, PeaksWithinOnePercentOfTrl) { check_on_the_cpu(sft_fixture(), GetParam()); }

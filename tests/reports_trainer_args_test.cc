@@ -394,6 +394,19 @@ TEST(TrainerArgs, EveryEmittedScriptConstructsWithTheRealPackages) {
                       s.lora_targets = {std::string(family) == "gpt2" ? "c_attn" : "q_proj"};
                       texts.insert(trainer_args_text(trainer_args(s)));
                     }
+  // The data's shape and collation: a prompt-completion dataset, padding-free batches.
+  for (const Trainer t : {Trainer::kHf, Trainer::kSft})
+    for (const bool padding_free : {false, true})
+      for (const double completion_share : {0.0, 0.75}) {
+        TrainingSetup s = lora(setup(P::kBf16Amp, C::kBlock, O::kAdamW, false), Weights::kNf4);
+        s.family = "llama";
+        s.trainer = t;
+        s.seq = 2048;
+        s.lora_targets = {"q_proj"};
+        s.padding_free = padding_free;
+        s.completion_share = completion_share;
+        texts.insert(trainer_args_text(trainer_args(s)));
+      }
   ASSERT_GT(texts.size(), 500u);
   std::string python;
   std::ifstream(fs::path(SWEEP_BUILD_DIR) / "ref-python") >> python;

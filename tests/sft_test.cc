@@ -80,7 +80,8 @@ TEST(SftTrainer, TheFusedHeadIsTheCrossEntropyOverEveryTile) {
   auto labels = torch::randint(V, {B, T}, torch::kLong);
   labels.index_put_({0, torch::indexing::Slice(0, 100)}, -100);  // a prompt not scored
 
-  auto ours = models::fused_lm_head_loss(hidden, weight, labels);
+  auto ours = models::fused_lm_head_loss(hidden, weight, labels,
+                                         (labels.slice(1, 1) != -100).sum().item<int64_t>());
   ours.backward();
   auto dh = hidden.grad().clone(), dw = weight.grad().clone();
   hidden.mutable_grad().reset();

@@ -212,7 +212,20 @@ void add_offload(const TrainingSetup& s, TrainerArgs& a) {
 // (add_fused_lm_head) is what SFTTrainer adds to every causal LM it trains.
 void add_sft(const TrainingSetup& s, TrainerArgs& a) {
   a.config_class = "SFTConfig";
-  if (s.seq > 0) a.training_arguments["max_length"] = s.seq;
+  // Padding-free without packing does not truncate: SFTTrainer refuses a max_length then.
+  if (s.padding_free) {
+    a.training_arguments["padding_free"] = true;
+    a.training_arguments["max_length"] = nullptr;
+    if (s.seq > 0)
+      a.notes.push_back(
+          "padding_free=True truncates nothing (SFTTrainer wants max_length=None): "
+          "truncate each sample to " +
+          std::to_string(s.seq) + " tokens when you tokenize");
+  } else if (s.seq > 0) {
+    a.training_arguments["max_length"] = s.seq;
+  }
+  // SFTTrainer's default for a prompt-completion dataset, written as what was measured.
+  if (s.completion_share > 0) a.training_arguments["completion_only_loss"] = true;
   a.trainer_code = "trainer = SFTTrainer(model=model, args=args, train_dataset=dataset";
   if (!a.lora_config.is_null()) a.trainer_code += ", peft_config=LoraConfig(" + keywords(a.lora_config) + ")";
   a.trainer_code += ")";
@@ -221,6 +234,20 @@ void add_sft(const TrainingSetup& s, TrainerArgs& a) {
   // SFTConfig's bf16 defaults to `not fp16`: only fp32 and bf16 weights turn its autocast off.
   if ((s.precision == Precision::kFp32 || s.precision == Precision::kBf16) && s.offload == Offload::kNone)
     a.notes.push_back("bf16=False as measured; SFTConfig's default is True (bf16 autocast)");
+}
+
+// The data as measured: a prompt-completion dataset, and for Trainer its padding-free
+// collator (transformers' DataCollatorWithFlattening: the batch as one row with position_ids).
+void add_data(const TrainingSetup& s, TrainerArgs& a) {
+  if (s.completion_share > 0)
+    a.notes.push_back("a prompt-completion dataset: the last " +
+                      number_text(100 * s.completion_share) +
+                      "% of each sample is the completion, the only tokens scored" +
+                      (s.trainer == Trainer::kSft ? "" : " (labels -100 over the prompt)"));
+  if (s.trainer == Trainer::kHf && s.padding_free && s.mode == Mode::kTrain)
+    a.trainer_code =
+        "trainer = Trainer(model=model, args=args, train_dataset=dataset, "
+        "data_collator=DataCollatorWithFlattening())";
 }
 
 }  // namespace
@@ -235,6 +262,8 @@ TrainingSetup setup_of(const Row& row) {
   s.mode = row.value<Mode>().value_or(Mode::kTrain);
   s.batch = static_cast<int64_t>(number("batch", 1));
   s.seq = static_cast<int64_t>(number("seq", 0));
+  s.completion_share = number("completion_share", 0);
+  s.padding_free = row.at(schema::find_column("padding_free")) == "1";
   s.accumulation = static_cast<int64_t>(number("accumulation", 1));
   read_technique(row, s);  // an empty cell without a fallback: the plain value
   read_lora_settings(row, s);
@@ -266,6 +295,7 @@ TrainerArgs trainer_args(const TrainingSetup& s) {
   add_lora(s, a);
   if (s.mode == Mode::kTrain) add_offload(s, a);
   if (s.trainer == Trainer::kSft) add_sft(s, a);
+  add_data(s, a);
   return a;
 }
 

@@ -48,6 +48,10 @@ struct TrainingSetup : Technique, LoraSettings {
   // Tokens per sample (0: the row names none): SFTConfig's max_length, which truncates every
   // sample to it (its default 1024), so an sft answer always says it.
   int64_t seq = 0;
+  // A prompt-completion dataset's completion share (0: none) and padding-free batches: the
+  // data's shape and its collation, which are the trainer's words but no Technique member.
+  double completion_share = 0;
+  bool padding_free = false;
   Mode mode = Mode::kTrain;
   int64_t batch = 1;         // per_device_train_batch_size
   int64_t accumulation = 1;  // gradient_accumulation_steps

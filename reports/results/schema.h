@@ -54,6 +54,10 @@ inline constexpr std::array kColumns = std::to_array<std::string_view>({
                           // older files = full
     "trainer",            // "hf" (transformers' Trainer) | "sft" (TRL's SFTTrainer: its fused LM
                           // head); empty in older files = hf
+    "completion_share",   // a prompt-completion dataset: the share of each sequence that is the
+                          // completion (the only tokens scored); empty: every token is
+    "padding_free",       // 1: the batch as one row of packed sequences with position_ids
+                          // (SFTConfig padding_free, DataCollatorWithFlattening); empty = 0
     "alloc_conf",         // PYTORCH_ALLOC_CONF and PYTORCH_CUDA_ALLOC_CONF of the worker, "" = unset
     "allocator_settings", // what the CUDA caching allocator parsed (as a snapshot's
                           // allocator_settings); empty on the CPU
@@ -348,6 +352,21 @@ inline constexpr std::array kAxes = std::to_array<Axis>({
     {.column = "trainer", .id = Named::kUnlessDefault, .fallback = "hf", .role = Role::kTechnique,
      .grid = 15, .values = Values::kVocabulary, .plain = "hf", .name_rank = 6,
      .phrase = "trainer {}", .key = "trainer-{}", .fit = 8},
+    // A prompt-completion dataset (SFTTrainer's completion_only_loss, its default for one; a
+    // Trainer's labels -100 over the prompt): each sequence's last completion_share * seq tokens
+    // (rounded half up, at least one) are the completion and the only ones scored. Empty (0):
+    // a language-modelling dataset, every token scored. Only the count of scored tokens moves
+    // memory, and only where it is counted: the compact head on CUDA (models/fused_lm_head.h).
+    {.column = "completion_share", .cell = Cell::kIfSet, .id = Named::kUnlessDefault,
+     .role = Role::kInput, .grid = 16, .help = "the completion's share of each sequence",
+     .values = Values::kPositive, .max = 1},
+    // Padding-free batches: the micro-batch's sequences as one row of batch * seq tokens with
+    // position_ids and no attention mask, as SFTConfig(padding_free=True) and transformers'
+    // DataCollatorWithFlattening collate them; the model masks each sequence from the others
+    // (a block-diagonal causal mask under SDPA: masking_utils' packed sequences).
+    {.column = "padding_free", .id = Named::kUnlessDefault, .fallback = "0", .role = Role::kTechnique,
+     .grid = 17, .values = Values::kBool, .plain = "0", .name_rank = 7, .phrase = "padding-free",
+     .key = "padding-free"},
     {.column = "alloc_conf", .role = Role::kTechnique, .grid = 9, .values = Values::kAllocConf,
      .plain = "", .name_rank = 5, .phrase = "alloc_conf {}", .key = "alloc={}"},
     {.column = "steps", .role = Role::kRun},

@@ -63,7 +63,7 @@ const std::map<std::string, Range> kAxisRanges = [] {
   for (const auto& a : schema::kAxes) {
     if (a.values == schema::Values::kCount)
       ranges[std::string(a.column)] = {1, static_cast<double>(a.max), true};
-    if (a.values == schema::Values::kSeconds)
+    if (a.values == schema::Values::kSeconds || a.values == schema::Values::kPositive)
       ranges[std::string(a.column)] = {0, static_cast<double>(a.max), false};
   }
   return ranges;
@@ -528,20 +528,22 @@ std::string canonical_axis_value(const std::string& axis, const std::string& val
   const auto range = kAxisRanges.find(axis);
   SWEEP_CHECK(range != kAxisRanges.end(), "axis " + axis + " has no range");
   try {
-    if (axis == "audio_s") {
+    if (!range->second.whole) {  // seconds of audio, a share: above 0
       const double v = parse_number(value, range->second);
       if (v <= 0) throw std::invalid_argument("must be more than 0, got " + value);
       // Whisper's feature extractor reads 10 ms frames (models/whisper.cc frames()): less
       // than half a frame rounds to none, and the encoder has nothing to read.
-      if (std::llround(v * 100) < 1)
+      if (axis == "audio_s" && std::llround(v * 100) < 1)
         throw std::invalid_argument("must be at least 0.005 (Whisper reads audio in 10 ms "
                                     "frames: " + value + " s rounds to none), got " + value);
       return number_text(v);
     }
     return std::to_string(parse_integer(value, range->second));
   } catch (const std::invalid_argument& e) {
-    throw fail(e.what(), axis == "audio_s" ? "Whisper's encoder takes at most 30 s of audio"
-                                     : range->second.hint());
+    const auto* a = schema::find_axis(axis);
+    throw fail(e.what(), axis == "audio_s"  ? "Whisper's encoder takes at most 30 s of audio"
+                         : !a->help.empty() ? std::string(a->help) + ": " + range->second.hint()
+                                            : range->second.hint());
   }
 }
 

@@ -143,6 +143,27 @@ void check_trainer(const Point& p, const std::string& file, int line, const std:
                   "it a group of its own under sweeps: without trainer sft");
 }
 
+// A prompt-completion dataset labels a causal LM's completions; padding-free batches pack the
+// sequences of a decoder from a config.json (LlamaModel and its kin read position_ids; sweep's
+// GPT-2 does not follow GPT2Model's packed path).
+void check_causal_inputs(const Point& p, const GridSpec& grid, const std::string& file,
+                         const std::function<std::string(const std::string&)>& key_of) {
+  if (auto c = grid.find("completion_share");
+      c != grid.end() && p.completion_share > 0 && !models::is_causal_lm(p.family))
+    throw UserError(
+        file, c->second.line, key_of("completion_share"),
+        "completion_share labels a causal language model's completions, and " + p.model + " is a " +
+            p.family + " model",
+        "give " + p.model + " a group of its own under sweeps: without completion_share");
+  if (auto f = grid.find("padding_free");
+      f != grid.end() && p.padding_free && p.family != "llama" && p.family != "phi3")
+    throw UserError(file, f->second.line, key_of("padding_free"),
+                    "padding_free packs the sequences of a decoder read from a config.json (Llama, "
+                    "Qwen, Mistral, Phi-3), and " +
+                        p.model + " is a " + p.family + " model",
+                    "give " + p.model + " a group of its own under sweeps: without padding_free");
+}
+
 // backend:cudaMallocAsync on a CUDA device (or an emulated one, whose model is the native
 // caching allocator): LibTorch fixes the backend when it loads, so a forked point asking for
 // another fails torch's load-time assert (zygote.h, set_alloc_conf), and CUDA's stream-ordered
@@ -259,6 +280,7 @@ std::vector<Point> expand_grid(const Config& cfg, const RunSettings& run) {
             check_trainer(p, cfg.path, t->second.line, key_of("trainer"));
           if (auto a = grid.find("alloc_conf"); a != grid.end())
             check_alloc_conf(p, cfg.path, a->second.line, key_of("alloc_conf"));
+          check_causal_inputs(p, grid, cfg.path, key_of);
           if (p.adapter == Adapter::kLora) lora_models.insert(p.model);
           if (seen.insert(p.id()).second) out.push_back(p);
           return;

@@ -325,7 +325,8 @@ Workload build(const Point& p, Ledger& ledger, MemoryTracker& mem, const std::fu
   if (w.train && p.precision == Precision::kFp16Amp) w.scaler = std::make_unique<GradScaler>(w.device);
   w.autocast = p.precision == Precision::kFp16Amp || p.precision == Precision::kBf16Amp;
   w.autocast_dtype = p.precision == Precision::kFp16Amp ? torch::kHalf : torch::kBFloat16;
-  const models::BatchShape shape{p.batch, p.seq, p.target_seq, p.audio_s};
+  const models::BatchShape shape{p.batch,       p.seq, p.target_seq, p.audio_s, p.completion_share,
+                                 p.padding_free};
   auto gen = at::detail::createCPUGenerator(p.seed + 1);
   for (int64_t i = 0; i < w.k; ++i) {
     // Emulated: the inputs are made on Meta where the model would make them on the host and

@@ -163,7 +163,9 @@ std::string Point::id() const {
     switch (a.id) {
       case schema::Named::kAlways: first += (first.empty() ? "" : ";") + part; break;
       case schema::Named::kUnlessDefault:
-        if (cell_text(cell_of(v)) != a.fallback) later += ";" + part;
+        // An unset cell (Cell::kIfSet) is its empty fallback.
+        if (!(a.cell == schema::Cell::kIfSet && unset(v)) && cell_text(cell_of(v)) != a.fallback)
+          later += ";" + part;
         break;
       case schema::Named::kWithLora:
         if (lora) later += ";" + part;

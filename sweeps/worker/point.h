@@ -50,6 +50,10 @@ struct Point {
   // hf | sft (TRL's SFTTrainer: the fused LM head, the backbone without its cache;
   // models/fused_lm_head.h)
   Trainer trainer = Trainer::kHf;
+  // A prompt-completion dataset's completion share of each sequence (0: none, every token
+  // scored), and padding-free batches (schema::kAxes).
+  double completion_share = 0;
+  bool padding_free = false;
   std::string alloc_conf;
   // how it runs
   int steps = 3;
@@ -99,8 +103,9 @@ std::string fnv1a_hex(const std::string& text);
 #define SWEEP_POINT_AXES(X)                                                                      \
   X(model) X(family) X(mode) X(batch) X(seq) X(target_seq) X(audio_s) X(precision)               \
   X(checkpointing) X(accumulation) X(optimizer) X(use_cache) X(adapter) X(lora_r) X(lora_alpha)  \
-  X(lora_dropout) X(lora_targets) X(offload) X(weights) X(trainer) X(alloc_conf) X(steps) X(warmup_steps)              \
-  X(repetitions) X(budget_bytes) X(budget_emulated) X(device) X(card)
+  X(lora_dropout) X(lora_targets) X(offload) X(weights) X(trainer) X(completion_share)           \
+  X(padding_free) X(alloc_conf) X(steps) X(warmup_steps) X(repetitions) X(budget_bytes)          \
+  X(budget_emulated) X(device) X(card)
 #define SWEEP_POINT_SETTINGS(X) X(timeout_s) X(lr) X(weight_decay) X(seed) X(transformers) X(load)
 
 // The point's cells of a results row, as `sweep run` writes them before the measurement:

@@ -15,6 +15,8 @@
 #include <numeric>
 #include <vector>
 
+#include "models/emulation.h"
+
 namespace sweep::emu {
 namespace {
 
@@ -544,10 +546,11 @@ namespace {
 // CUDA's masked_select (masked_select_out_cuda_impl: the input indexed with the boolean mask,
 // nonzero's (count, dims) positions first), the source gradient of masked_scatter (TRL's fused
 // LM head scatters its per-token outputs back: models/fused_lm_head.cc). A Meta tensor has no
-// values to count: every element is taken, as every label of the burst's batches is scored.
+// values to count: the count the model noted for the mask (the batch's scored labels), else
+// every element.
 Tensor masked_select(const Tensor& self, const Tensor& mask) {
   const auto shape = at::infer_size(self.sizes(), mask.sizes());
-  const int64_t count = c10::multiply_integers(shape);
+  const int64_t count = models::mask_count(mask).value_or(c10::multiply_integers(shape));
   {
     auto positions = at::empty({count, static_cast<int64_t>(shape.size())}, mask.options().dtype(at::kLong));
   }
