@@ -154,6 +154,31 @@ TEST(CachingAllocatorModel, FreedBlockIsReused) {
   EXPECT_EQ(m.stats().num_device_alloc, 1);
 }
 
+// A segment belongs to the stream it was allocated on: its cached blocks serve that stream
+// alone (BlockComparatorSize orders by stream first), an expandable segment too; emptying the
+// cache releases every stream's.
+TEST(CachingAllocatorModel, AStreamsCachedBlocksServeThatStreamAlone) {
+  for (const char* alloc_conf : {"", "expandable_segments:True"}) {
+    SCOPED_TRACE(alloc_conf);
+    auto m = big(conf(alloc_conf));
+    auto a = m.malloc(100 * MiB, /*stream=*/1);
+    ASSERT_TRUE(a);
+    m.free(*a);
+    auto b = m.malloc(100 * MiB);  // the default stream: a segment of its own
+    ASSERT_TRUE(b);
+    EXPECT_NE(*b, *a);
+    EXPECT_EQ(m.stats().reserved, int64_t(2 * 100 * MiB));
+    auto c = m.malloc(100 * MiB, 1);  // stream 1 again: its cached block
+    ASSERT_TRUE(c);
+    EXPECT_EQ(*c, *a);
+    EXPECT_EQ(m.stats().reserved, int64_t(2 * 100 * MiB));
+    m.free(*b);
+    m.free(*c);
+    m.empty_cache();
+    EXPECT_EQ(m.stats().reserved, 0);
+  }
+}
+
 // get_free_block's oversize rules with max_split_size_mb:100: a cached block >= 100 MiB never
 // serves a request below 100 MiB; a request of 100 MiB or more takes one only if it is less
 // than max_non_split_rounding (20 MiB) bigger, and then unsplit (should_split).

@@ -407,6 +407,19 @@ TEST(TrainerArgs, EveryEmittedScriptConstructsWithTheRealPackages) {
         s.completion_share = completion_share;
         texts.insert(trainer_args_text(trainer_args(s)));
       }
+  // SFTTrainer's activation offloading, under QLoRA and a full fine-tune.
+  for (const Adapter a : {Adapter::kNone, Adapter::kLora}) {
+    TrainingSetup s = setup(P::kBf16Amp, C::kBlock, O::kAdamW, false);
+    if (a == Adapter::kLora) s = lora(s, Weights::kNf4);
+    s.family = "llama";
+    s.trainer = Trainer::kSft;
+    s.seq = 8192;
+    s.lora_targets = {"q_proj"};
+    s.activation_offloading = true;
+    const auto args = trainer_args(s);
+    EXPECT_EQ(args.training_arguments.at("activation_offloading"), true);
+    texts.insert(trainer_args_text(args));
+  }
   ASSERT_GT(texts.size(), 500u);
   std::string python;
   std::ifstream(fs::path(SWEEP_BUILD_DIR) / "ref-python") >> python;

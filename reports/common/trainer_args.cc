@@ -226,6 +226,8 @@ void add_sft(const TrainingSetup& s, TrainerArgs& a) {
   }
   // SFTTrainer's default for a prompt-completion dataset, written as what was measured.
   if (s.completion_share > 0) a.training_arguments["completion_only_loss"] = true;
+  if (s.activation_offloading && s.mode == Mode::kTrain)
+    a.training_arguments["activation_offloading"] = true;
   a.trainer_code = "trainer = SFTTrainer(model=model, args=args, train_dataset=dataset";
   if (!a.lora_config.is_null()) a.trainer_code += ", peft_config=LoraConfig(" + keywords(a.lora_config) + ")";
   a.trainer_code += ")";
@@ -264,6 +266,7 @@ TrainingSetup setup_of(const Row& row) {
   s.seq = static_cast<int64_t>(number("seq", 0));
   s.completion_share = number("completion_share", 0);
   s.padding_free = row.at(schema::find_column("padding_free")) == "1";
+  s.activation_offloading = row.at(schema::find_column("activation_offloading")) == "1";
   s.accumulation = static_cast<int64_t>(number("accumulation", 1));
   read_technique(row, s);  // an empty cell without a fallback: the plain value
   read_lora_settings(row, s);

@@ -52,6 +52,8 @@ struct TrainingSetup : Technique, LoraSettings {
   // data's shape and its collation, which are the trainer's words but no Technique member.
   double completion_share = 0;
   bool padding_free = false;
+  // SFTConfig(activation_offloading=True): TRL's offloader around each training_step.
+  bool activation_offloading = false;
   Mode mode = Mode::kTrain;
   int64_t batch = 1;         // per_device_train_batch_size
   int64_t accumulation = 1;  // gradient_accumulation_steps

@@ -58,6 +58,8 @@ inline constexpr std::array kColumns = std::to_array<std::string_view>({
                           // completion (the only tokens scored); empty: every token is
     "padding_free",       // 1: the batch as one row of packed sequences with position_ids
                           // (SFTConfig padding_free, DataCollatorWithFlattening); empty = 0
+    "activation_offloading",  // 1: what autograd saves goes to pinned host memory
+                              // (SFTConfig activation_offloading); empty = 0
     "alloc_conf",         // PYTORCH_ALLOC_CONF and PYTORCH_CUDA_ALLOC_CONF of the worker, "" = unset
     "allocator_settings", // what the CUDA caching allocator parsed (as a snapshot's
                           // allocator_settings); empty on the CPU
@@ -367,6 +369,13 @@ inline constexpr std::array kAxes = std::to_array<Axis>({
     {.column = "padding_free", .id = Named::kUnlessDefault, .fallback = "0", .role = Role::kTechnique,
      .grid = 17, .values = Values::kBool, .plain = "0", .name_rank = 7, .phrase = "padding-free",
      .key = "padding-free"},
+    // TRL's activation offloading (SFTConfig(activation_offloading=True)): each tensor autograd
+    // saves outside a checkpointed block, and each block's input, copied to pinned host memory
+    // on a second stream and brought back when backward needs it (sweeps/worker/
+    // activation_offload.h). SFTTrainer's, on a card.
+    {.column = "activation_offloading", .id = Named::kUnlessDefault, .fallback = "0",
+     .role = Role::kTechnique, .grid = 18, .values = Values::kBool, .plain = "0", .name_rank = 8,
+     .phrase = "activation offloading", .key = "offload-activations"},
     {.column = "alloc_conf", .role = Role::kTechnique, .grid = 9, .values = Values::kAllocConf,
      .plain = "", .name_rank = 5, .phrase = "alloc_conf {}", .key = "alloc={}"},
     {.column = "steps", .role = Role::kRun},

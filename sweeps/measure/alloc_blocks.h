@@ -19,9 +19,10 @@ namespace sweep::emu::detail {
 struct BlockPool;
 struct ExpandableSegment;
 
-// struct Block: one contiguous piece of a segment, free or handed out. Single device and
-// single stream, so the stream and event fields of the original are absent (see the header).
+// struct Block: one contiguous piece of a segment, free or handed out. Single device, and no
+// events (see the header), so the device and event fields of the original are absent.
 struct Block {
+  int stream = 0;             // the stream its segment was allocated on (0: the default)
   size_t size = 0;            // block size in bytes
   size_t requested_size = 0;  // what the caller asked for, kept after free as PyTorch does
   BlockPool* pool = nullptr;
@@ -44,14 +45,17 @@ struct Block {
 };
 
 // BlockComparatorSize (stream, size, ptr) and BlockComparatorAddress (stream, ptr): the best
-// fit is the smallest block that fits, the lowest address among equal sizes.
+// fit is the smallest block of the stream that fits, the lowest address among equal sizes.
 struct BySize {
   bool operator()(const Block* a, const Block* b) const {
+    if (a->stream != b->stream) return a->stream < b->stream;
     return a->size != b->size ? a->size < b->size : a->ptr < b->ptr;
   }
 };
 struct ByAddress {
-  bool operator()(const Block* a, const Block* b) const { return a->ptr < b->ptr; }
+  bool operator()(const Block* a, const Block* b) const {
+    return a->stream != b->stream ? a->stream < b->stream : a->ptr < b->ptr;
+  }
 };
 
 // struct BlockPool: the free (cached) blocks of one pool, and its unmapped expandable ranges.

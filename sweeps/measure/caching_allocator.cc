@@ -136,7 +136,7 @@ std::array<bool, kNumStatTypes> CachingAllocatorModel::stat_types(const BlockPoo
 }
 
 // DeviceCachingAllocator::malloc (its OOM branch asserts at CCA.cpp:1482).
-std::optional<uint64_t> CachingAllocatorModel::malloc(size_t orig_size) {
+std::optional<uint64_t> CachingAllocatorModel::malloc(size_t orig_size, int stream) {
   // NativeCachingAllocator::allocate: size 0 never reaches the device allocator, and a
   // request of 1 EB or more fails before it (no OOM counted).
   if (orig_size == 0) return 0;
@@ -148,7 +148,8 @@ std::optional<uint64_t> CachingAllocatorModel::malloc(size_t orig_size) {
   // process_events: nothing to do without record_stream.
   const size_t size = round_size(settings_, orig_size);
   BlockPool& pool = get_pool(size);
-  AllocParams p{size, &pool, get_allocation_size(settings_, size), settings_.expandable_segments};
+  AllocParams p{size, &pool, get_allocation_size(settings_, size), settings_.expandable_segments,
+                stream};
   p.stat_types = stat_types(pool);
 
   // Search the pool (the free-memory callbacks that would follow free nothing here).
@@ -206,9 +207,10 @@ bool CachingAllocatorModel::get_free_block(AllocParams& p) {
   if (allowed_memory_maximum_ && settings_.garbage_collection_threshold > 0.0)
     ++pool.get_free_blocks_call_count;
   Block key;
+  key.stream = p.stream;
   key.size = p.size;
   auto it = pool.blocks.lower_bound(&key);
-  if (it == pool.blocks.end()) return false;
+  if (it == pool.blocks.end() || (*it)->stream != p.stream) return false;
   if ((*it)->expandable_segment) {
     if (p.expandable) {
       // A free block at the end of an expandable segment counts as the size it could grow to.
@@ -217,13 +219,13 @@ bool CachingAllocatorModel::get_free_block(AllocParams& p) {
       };
       auto next = std::next(it);
       while ((*it)->expandable_segment && next != pool.blocks.end() &&
-             expandable_size(*next) < expandable_size(*it))
+             (*next)->stream == p.stream && expandable_size(*next) < expandable_size(*it))
         it = next++;
     } else {  // expandable_segments turned off since: skip expandable blocks
       do {
         ++it;
-      } while (it != pool.blocks.end() && (*it)->expandable_segment);
-      if (it == pool.blocks.end()) return false;
+      } while (it != pool.blocks.end() && (*it)->expandable_segment && (*it)->stream == p.stream);
+      if (it == pool.blocks.end() || (*it)->stream != p.stream) return false;
     }
   }
   // Do not return an oversized block for a request below max_split_size...
@@ -255,7 +257,7 @@ CachingAllocatorModel::Block* CachingAllocatorModel::alloc_found_block(const All
   const bool already_split = block->is_split();
   if (split_remainder) {
     Block* remaining = block;
-    block = new_block(p.size, p.pool, remaining->ptr);
+    block = new_block(p.size, p.pool, remaining->ptr, remaining->stream);
     block->expandable_segment = remaining->expandable_segment;
     block->prev = remaining->prev;
     if (block->prev) block->prev->next = block;

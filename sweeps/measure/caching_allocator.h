@@ -13,9 +13,12 @@
 // numbers "CCA.cpp:N" are v2.11.0's, taken from the wheel's assertion strings; the messages
 // and config keys were checked against the strings in the wheel's libc10*.so.
 //
-// What is modelled: one device, one stream, no CUDA graphs or private pools, no record_stream
-// (so no events and no deferred frees), no free-memory callbacks (none frees memory outside
-// IPC). APPROXIMATIONS, and what they can move:
+// What is modelled: one device; streams as PyTorch keeps them apart (a segment belongs to the
+// stream it was allocated on, and its blocks are handed out on that stream only); no CUDA
+// graphs or private pools; no events: a block used on another stream (record_stream) is freed
+// when its last use is gone, as if that stream had finished (PyTorch frees it once the
+// stream's event has completed, found at a later malloc); no free-memory callbacks (none frees
+// memory outside IPC). APPROXIMATIONS, and what they can move:
 //  - driver addresses (alloc_blocks.h, DeviceMemory): only the best-fit tie-break among equal
 //    free sizes and the snapshot's addresses depend on them; peaks can move only through that
 //    tie-break, i.e. which of two equal blocks is split.
@@ -125,11 +128,11 @@ class CachingAllocatorModel {
   CachingAllocatorModel(const CachingAllocatorModel&) = delete;
   CachingAllocatorModel& operator=(const CachingAllocatorModel&) = delete;
 
-  // One storage of `size` bytes on the current stream. Returns its device address, which is
-  // the handle for free(); size 0 returns 0 without touching the allocator (as
-  // NativeCachingAllocator::allocate). On OOM: nullopt, after everything PyTorch does first
-  // (emptying the cache, counting the retry and the OOM), with last_oom() filled.
-  std::optional<uint64_t> malloc(size_t size);
+  // One storage of `size` bytes on `stream` (0: the default stream). Returns its device
+  // address, which is the handle for free(); size 0 returns 0 without touching the allocator
+  // (as NativeCachingAllocator::allocate). On OOM: nullopt, after everything PyTorch does
+  // first (emptying the cache, counting the retry and the OOM), with last_oom() filled.
+  std::optional<uint64_t> malloc(size_t size, int stream = 0);
   void free(uint64_t handle);
   void empty_cache();                         // torch.cuda.empty_cache()
   void set_memory_fraction(double fraction);  // DeviceCachingAllocator::setMemoryFraction
@@ -157,6 +160,7 @@ class CachingAllocatorModel {
     BlockPool* pool;
     size_t alloc_size;  // the segment size a new cudaMalloc would take
     bool expandable;    // is_expandable_segments_active
+    int stream = 0;
     Block* block = nullptr;
     std::array<bool, kNumStatTypes> stat_types{};
   };
@@ -177,13 +181,13 @@ class CachingAllocatorModel {
   size_t try_merge_blocks(Block* dst, Block* src, BlockPool& pool);
   void record_oom(const AllocParams& p, size_t size);
   // Expandable segments (caching_allocator_expandable.cc).
-  Block* find_expandable_block(BlockPool* pool, size_t size);
+  Block* find_expandable_block(BlockPool* pool, size_t size, int stream);
   bool map_block(Block* to_map, size_t size);
-  Block* try_allocate_expandable_block(BlockPool* pool, size_t size);
+  Block* try_allocate_expandable_block(BlockPool* pool, size_t size, int stream);
   void unmap_block(Block* block);
   void release_expandable_segment(Block* block);
 
-  Block* new_block(size_t size, BlockPool* pool, uint64_t ptr);
+  Block* new_block(size_t size, BlockPool* pool, uint64_t ptr, int stream);
   void delete_block(Block* block);
   void record_trace(TraceEntry::Action action, uint64_t addr, size_t size);
   template <typename F>

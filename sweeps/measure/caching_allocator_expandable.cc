@@ -97,9 +97,9 @@ std::pair<uint64_t, size_t> ExpandableSegment::unmap(uint64_t ptr, size_t size) 
 }  // namespace detail
 
 // DeviceCachingAllocator::find_expandable_block: the lowest address with room for `size` in
-// free and unmapped blocks of an existing segment, else a new segment (one per pool here:
-// one stream).
-detail::Block* CachingAllocatorModel::find_expandable_block(BlockPool* pool, size_t size) {
+// free and unmapped blocks of an existing segment of the stream, else a new segment for it.
+detail::Block* CachingAllocatorModel::find_expandable_block(BlockPool* pool, size_t size,
+                                                            int stream) {
   auto allocatable = [](const Block* b) { return b != nullptr && !b->allocated; };
   auto has_available_address_space = [&](const Block* b) {
     size_t bytes = 0;
@@ -109,14 +109,18 @@ detail::Block* CachingAllocatorModel::find_expandable_block(BlockPool* pool, siz
     }
     return bytes >= size;
   };
-  for (Block* c : pool->unmapped) {
+  Block key;
+  key.stream = stream;
+  for (auto it = pool->unmapped.lower_bound(&key);
+       it != pool->unmapped.end() && (*it)->stream == stream; ++it) {
+    Block* c = *it;
     if (allocatable(c->prev)) c = c->prev;  // a free block just before the unmapped range
     if (has_available_address_space(c)) return c;
   }
   const size_t segment_size = pool->is_small ? kSmallBuffer : settings_.large_segment_size;
   auto& es = expandable_segments_.emplace_back(
       std::make_unique<detail::ExpandableSegment>(memory_, segment_size));
-  Block* candidate = new_block(es->size(), pool, es->base);
+  Block* candidate = new_block(es->size(), pool, es->base, stream);
   candidate->mapped = false;
   candidate->expandable_segment = es.get();
   pool->unmapped.insert(candidate);
@@ -134,7 +138,8 @@ bool CachingAllocatorModel::map_block(Block* to_map, size_t size) {
   pool.unmapped.erase(to_map);
   to_map->mapped = true;
   if (mapped < to_map->size) {
-    Block* remaining = new_block(to_map->size - mapped, &pool, to_map->ptr + mapped);
+    Block* remaining =
+        new_block(to_map->size - mapped, &pool, to_map->ptr + mapped, to_map->stream);
     remaining->mapped = false;
     remaining->expandable_segment = to_map->expandable_segment;
     remaining->splice(to_map, to_map->next);
@@ -153,8 +158,9 @@ bool CachingAllocatorModel::map_block(Block* to_map, size_t size) {
 
 // DeviceCachingAllocator::try_allocate_expandable_block (CCA.cpp:2946): map pages until the
 // candidate (free tail + unmapped space) holds `size` (the rounded request, not alloc_size).
-detail::Block* CachingAllocatorModel::try_allocate_expandable_block(BlockPool* pool, size_t size) {
-  Block* candidate = find_expandable_block(pool, size);
+detail::Block* CachingAllocatorModel::try_allocate_expandable_block(BlockPool* pool, size_t size,
+                                                                    int stream) {
+  Block* candidate = find_expandable_block(pool, size, stream);
   if (!candidate->mapped && !map_block(candidate, std::min(candidate->size, size))) return nullptr;
   while (candidate->size < size) {
     const size_t remaining = size - candidate->size;
@@ -175,14 +181,14 @@ void CachingAllocatorModel::unmap_block(Block* block) {
   pool.blocks.erase(block);
   const size_t before_size = ptr - block->ptr;
   if (before_size > 0) {
-    Block* before_free = new_block(before_size, &pool, block->ptr);
+    Block* before_free = new_block(before_size, &pool, block->ptr, block->stream);
     before_free->expandable_segment = block->expandable_segment;
     before_free->splice(block->prev, block);
     pool.insert_into_blocks(before_free);
   }
   const size_t after_size = block->size - (before_size + unmapped);
   if (after_size > 0) {
-    Block* after_free = new_block(after_size, &pool, ptr + unmapped);
+    Block* after_free = new_block(after_size, &pool, ptr + unmapped, block->stream);
     after_free->expandable_segment = block->expandable_segment;
     after_free->splice(block, block->next);
     pool.insert_into_blocks(after_free);

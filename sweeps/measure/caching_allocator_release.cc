@@ -18,13 +18,13 @@ bool CachingAllocatorModel::alloc_block(AllocParams& p, bool is_retry) {
   if (allowed_memory_maximum_ && total_allocated_memory_ + size > *allowed_memory_maximum_)
     return false;
   if (p.expandable) {
-    p.block = try_allocate_expandable_block(p.pool, p.size);
+    p.block = try_allocate_expandable_block(p.pool, p.size, p.stream);
     return p.block != nullptr;
   }
   const std::optional<uint64_t> ptr = memory_.malloc(size);
   if (!ptr) return false;  // cudaErrorMemoryAllocation
   total_allocated_memory_ += size;
-  p.block = new_block(size, p.pool, *ptr);
+  p.block = new_block(size, p.pool, *ptr, p.stream);
   for_each_stat(p.stat_types, [&](size_t t) {
     stats_.segment[t].increase(1);
     stats_.reserved_bytes[t].increase(size);
@@ -36,19 +36,21 @@ bool CachingAllocatorModel::alloc_block(AllocParams& p, bool is_retry) {
 }
 
 // DeviceCachingAllocator::release_available_cached_blocks: with max_split_size set, free the
-// smallest oversize cached block at least max(request, max_split_size), or else the largest
-// oversize ones until they add up to that.
+// request's stream's smallest oversize cached block at least max(request, max_split_size), or
+// else its largest oversize ones until they add up to that.
 bool CachingAllocatorModel::release_available_cached_blocks(const AllocParams& p) {
   if (settings_.max_split_size == std::numeric_limits<size_t>::max()) return false;
   BlockPool& pool = *p.pool;
   Block key;
+  key.stream = p.stream;
   key.size = std::max(p.size, settings_.max_split_size);
   auto it = pool.blocks.lower_bound(&key);
-  if (it == pool.blocks.end() || (*it)->expandable_segment) {
+  if (it == pool.blocks.end() || (*it)->stream != p.stream || (*it)->expandable_segment) {
     if (it == pool.blocks.begin()) return false;
     size_t total_released = 0;
-    --it;  // the largest block
-    while (total_released < key.size && (*it)->size >= settings_.max_split_size) {
+    --it;  // the largest block (of the stream, if it has one)
+    while (total_released < key.size && (*it)->size >= settings_.max_split_size &&
+           (*it)->stream == p.stream) {
       auto cur = it;
       const bool is_first = cur == pool.blocks.begin();
       if (!is_first) --it;
@@ -210,8 +212,10 @@ std::vector<SegmentInfo> CachingAllocatorModel::segments() const {
   return result;
 }
 
-detail::Block* CachingAllocatorModel::new_block(size_t size, BlockPool* pool, uint64_t ptr) {
+detail::Block* CachingAllocatorModel::new_block(size_t size, BlockPool* pool, uint64_t ptr,
+                                                int stream) {
   auto* b = new Block;
+  b->stream = stream;
   b->size = size;
   b->pool = pool;
   b->ptr = ptr;

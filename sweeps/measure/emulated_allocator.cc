@@ -1,13 +1,13 @@
 // The emulated device's memory; see emulated_allocator.h.
 #include "sweeps/measure/emulated_allocator.h"
 
-#include <algorithm>
-#include <unordered_map>
-
 #include <c10/util/Exception.h>
 #include <c10/util/env.h>
 
+#include <algorithm>
 #include <fstream>
+#include <unordered_map>
+#include <utility>
 #include <variant>
 
 #include "sweeps/measure/alloc_conf.h"
@@ -17,6 +17,8 @@
 
 namespace sweep::emu {
 namespace {
+
+thread_local int tl_stream = 0;
 
 // The CPU: every byte asked for, nothing cached, a budget as the CPU tracking allocator's
 // (cpu_trackers.cc: the allocation that would pass it fails).
@@ -68,7 +70,7 @@ class CachingMemory final : public DeviceMemory {
       : total_(card.memory_bytes),
         model_(card.memory_bytes, card.memory_bytes - card.context_bytes, std::move(settings)) {}
   std::optional<uint64_t> malloc(std::size_t n) override {
-    auto h = model_.malloc(n);
+    auto h = model_.malloc(n, current_stream());
     if (h) sizes_[*h] = static_cast<int64_t>(n);
     return h;
   }
@@ -134,5 +136,9 @@ std::unique_ptr<DeviceMemory> make_device_memory(const EmulatedCard& card,
               "model of the native caching allocator does not emulate");
   return std::make_unique<CachingMemory>(card, std::get<AllocatorSettings>(std::move(parsed)));
 }
+
+StreamGuard::StreamGuard(int stream) : prev_(std::exchange(tl_stream, stream)) {}
+StreamGuard::~StreamGuard() { tl_stream = prev_; }
+int current_stream() { return tl_stream; }
 
 }  // namespace sweep::emu

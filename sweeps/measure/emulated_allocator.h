@@ -39,4 +39,19 @@ class DeviceMemory {
 std::unique_ptr<DeviceMemory> make_device_memory(const EmulatedCard& card,
                                                  const std::string& alloc_conf);
 
+// The emulated card's current stream on this thread, as CUDAStreamGuard sets CUDA's: what a
+// storage allocated now is allocated on (0: the default stream). The caching allocator hands a
+// stream's cached blocks to that stream alone.
+class StreamGuard {
+ public:
+  explicit StreamGuard(int stream);
+  ~StreamGuard();
+  StreamGuard(const StreamGuard&) = delete;
+  StreamGuard& operator=(const StreamGuard&) = delete;
+
+ private:
+  int prev_;
+};
+int current_stream();
+
 }  // namespace sweep::emu

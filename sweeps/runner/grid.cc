@@ -164,6 +164,26 @@ void check_causal_inputs(const Point& p, const GridSpec& grid, const std::string
                     "give " + p.model + " a group of its own under sweeps: without padding_free");
 }
 
+// Activation offloading is SFTConfig's (TRL's SFTTrainer wraps its training_step in the
+// offloader; TrainingArguments has no such field), and it moves tensors off a GPU: TRL's
+// OffloadActivations makes a torch.cuda.Stream() and fails without one.
+void check_activation_offloading(const Point& p, const std::string& file, int line,
+                                 const std::string& key) {
+  if (!p.activation_offloading) return;
+  if (p.trainer != Trainer::kSft)
+    throw UserError(file, line, key,
+                    "activation_offloading is SFTConfig's (TRL's SFTTrainer), and " + p.model +
+                        " trains under trainer hf here: transformers' Trainer has no such argument",
+                    "add `trainer: sft` to the grid, or leave the combination out with "
+                    "`exclude: [{activation_offloading: true, trainer: hf}]`");
+  if (p.device == Device::kCpu || p.card.cpu)
+    throw UserError(
+        file, line, key,
+        "activation_offloading copies what autograd saves from a GPU to host memory, and "
+        "this run is on the CPU: TRL's offloader makes a CUDA stream and fails without a GPU",
+        "run it on a card: `device: cuda`, or an emulated one (`device: emulated`, `gpu: CARD`)");
+}
+
 // backend:cudaMallocAsync on a CUDA device (or an emulated one, whose model is the native
 // caching allocator): LibTorch fixes the backend when it loads, so a forked point asking for
 // another fails torch's load-time assert (zygote.h, set_alloc_conf), and CUDA's stream-ordered
@@ -268,6 +288,7 @@ std::vector<Point> expand_grid(const Config& cfg, const RunSettings& run) {
             p.accumulation = 1;
             p.optimizer = OptimizerKind::kNone;
             p.offload = Offload::kNone;
+            p.activation_offloading = false;
           }
           if (p.trainer == Trainer::kSft) p.use_cache = false;  // SFTTrainer's use_cache=False
           for (const auto& r : rules)
@@ -281,6 +302,9 @@ std::vector<Point> expand_grid(const Config& cfg, const RunSettings& run) {
           if (auto a = grid.find("alloc_conf"); a != grid.end())
             check_alloc_conf(p, cfg.path, a->second.line, key_of("alloc_conf"));
           check_causal_inputs(p, grid, cfg.path, key_of);
+          if (auto a = grid.find("activation_offloading"); a != grid.end())
+            check_activation_offloading(p, cfg.path, a->second.line,
+                                        key_of("activation_offloading"));
           if (p.adapter == Adapter::kLora) lora_models.insert(p.model);
           if (seen.insert(p.id()).second) out.push_back(p);
           return;

@@ -19,6 +19,7 @@
 
 #include "models/zoo.h"
 #include "reports/results/cost_fit.h"
+#include "sweeps/worker/activation_offload.h"
 #include "sweeps/worker/checkpoint.h"
 #include "sweeps/worker/emulate/cost_record.h"
 #include "sweeps/worker/emulate/emulation.h"
@@ -136,6 +137,8 @@ struct Workload {
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // hold the ledger hooks
   std::unique_ptr<Optimizer> opt;
   OffloadOptimizer* offload = nullptr;  // opt, when the optimizer state lives on the host
+  // SFTConfig(activation_offloading=True): what autograd saves goes to pinned host memory.
+  std::unique_ptr<ActivationOffload> activation_offload;
   std::unique_ptr<GradScaler> scaler;
   std::vector<models::Batch> batches;  // one per micro-batch
   bool train = true, autocast = false;
@@ -322,6 +325,10 @@ Workload build(const Point& p, Ledger& ledger, MemoryTracker& mem, const std::fu
   } else if (w.train) {
     w.opt = make_optimizer({p.optimizer, p.lr, p.weight_decay}, w.params);
   }
+  // SFTTrainer.__init__'s get_act_offloading_ctx_manager(model): every parameter's storage
+  // kept off its list (the config allows it with trainer sft on a card only).
+  if (w.train && p.activation_offloading)
+    w.activation_offload = std::make_unique<ActivationOffload>(w.model->parameters(), mem);
   if (w.train && p.precision == Precision::kFp16Amp) w.scaler = std::make_unique<GradScaler>(w.device);
   w.autocast = p.precision == Precision::kFp16Amp || p.precision == Precision::kBf16Amp;
   w.autocast_dtype = p.precision == Precision::kFp16Amp ? torch::kHalf : torch::kBFloat16;
@@ -459,6 +466,10 @@ void train_step(Workload& w, Ledger& ledger, MemoryTracker& mem, PeakMeter& mete
   // Trainer's loop (trainer_loop) only until its backward.
   torch::Tensor loss;
   for (int64_t i = 0; i < w.k; ++i) {
+    // SFTTrainer.training_step: `with self.maybe_activation_offload_context:` around the
+    // forward and the backward (entering empties the allocator's cache).
+    std::optional<ActivationOffload::Scope> offloading;
+    if (w.activation_offload && w.train) offloading.emplace(*w.activation_offload);
     const int64_t start = mem.allocated();
     const int64_t grads_before = ledger.grads;
     meter.enter("forward");
@@ -487,6 +498,7 @@ void train_step(Workload& w, Ledger& ledger, MemoryTracker& mem, PeakMeter& mete
     // the input embeddings' output that LoRA under checkpointing makes require grad, and its
     // gradient) released before the next micro-batch and the optimizer.
     if (w.trainer_loop) loss = loss.detach();
+    offloading.reset();  // __exit__: the streams synchronised, the stashes cleared
     const int64_t bwd_peak = meter.enter("idle");
     // Activations: what the micro-batch held above its start, less the gradients it
     // created (those are counted as gradients).
@@ -605,8 +617,9 @@ Measurement run_burst(const Point& p, MemoryTracker& mem, StepTimer& timer,
     } else {
       time_steps(p, timer, step, m);
     }
+    if (w.activation_offload) m.host_peak_bytes = w.activation_offload->host_bytes();
     if (w.offload) {
-      m.host_peak_bytes = w.offload->host_peak_bytes();
+      m.host_peak_bytes = m.host_peak_bytes.value_or(0) + w.offload->host_peak_bytes();
       if (w.offload->transfer_steps() > 0 && !w.emulated)  // nothing moves on an emulated card
         m.offload_transfer_ms = w.offload->transfer_ms() / static_cast<double>(w.offload->transfer_steps());
     }

@@ -7,12 +7,14 @@
 #include <ATen/autocast_mode.h>
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/saved_variable.h>
 #include <torch/csrc/autograd/saved_variable_hooks.h>
 
 #include <memory>
 #include <mutex>
 
 #include "models/emulation.h"
+#include "sweeps/worker/activation_offload.h"
 #include "sweeps/worker/emulate/cost_record.h"
 #include "sweeps/worker/precision.h"
 
@@ -28,7 +30,9 @@ struct Holder {
 // _CheckpointFrame: one per checkpointed call, alive while any of its placeholders is.
 struct Frame {
   models::BlockFn fn;
-  std::vector<torch::Tensor> inputs;  // _NoopSaveInputs: the inputs stay alive
+  // _NoopSaveInputs.save_for_backward(dummy, *args): saved as autograd saves any tensor, so
+  // through the hooks outside the block (activation offloading's) or, without any, kept.
+  std::vector<torch::autograd::SavedVariable> inputs;
   torch::Tensor cpu_rng, dev_rng;     // preserve_rng_state
   std::optional<at::Generator> dev_gen;
   bool cpu_autocast = false, dev_autocast = false;
@@ -119,12 +123,13 @@ class RecomputeHooks final : public torch::autograd::SavedVariableHooks {
   torch::Tensor x_;
 };
 
-// The default engine, with the hooks of the mode this thread is in.
+// The default engine, with the hooks of the mode this thread is in; outside a checkpointed
+// block, activation offloading's while its scope is alive.
 struct CheckpointEngine final : torch::autograd::Engine {
   std::unique_ptr<torch::autograd::SavedVariableHooks> get_default_saved_variable_hooks() override {
     if (tl_mode == Mode::kForward) return std::make_unique<PlaceholderHooks>(tl_frame);
     if (tl_mode == Mode::kRecompute) return std::make_unique<RecomputeHooks>(tl_frame);
-    return nullptr;
+    return activation_offload_hooks();
   }
 };
 
@@ -135,13 +140,14 @@ torch::autograd::Engine& checkpoint_engine() {
   return *engine;
 }
 
-void install_engine() {
-  static std::once_flag once;
-  std::call_once(once, [] { torch::autograd::set_default_engine_stub(&checkpoint_engine); });
-}
-
 void recompute(const std::shared_ptr<Frame>& frame) {
   Frame& f = *frame;
+  // ctx.get_args(ctx.saved_tensors): every saved input unpacked, the dummy first (dropped).
+  std::vector<torch::Tensor> inputs;
+  for (std::size_t i = 0; i < f.inputs.size(); ++i) {
+    auto t = f.inputs[i].unpack();
+    if (i > 0) inputs.push_back(std::move(t));
+  }
   // recompute_fn: torch.random.fork_rng with the forward's states, the forward's autocast,
   // grad enabled; the block's own outputs are dropped.
   auto cpu_gen = at::detail::getDefaultCPUGenerator();
@@ -161,7 +167,7 @@ void recompute(const std::shared_ptr<Frame>& frame) {
     if (models::emulating())
       emulated.emplace(at::kMeta, f.emulated_autocast.enabled, f.emulated_autocast.dtype);
     try {
-      f.fn(f.inputs);
+      f.fn(inputs);
     } catch (const StopRecomputation&) {
     }
   }
@@ -172,14 +178,22 @@ void recompute(const std::shared_ptr<Frame>& frame) {
 
 }  // namespace
 
+void install_saved_tensor_hooks() {
+  static std::once_flag once;
+  std::call_once(once, [] { torch::autograd::set_default_engine_stub(&checkpoint_engine); });
+}
+
 std::vector<torch::Tensor> checkpoint_block(const models::BlockFn& fn,
                                             const std::vector<torch::Tensor>& inputs) {
   // Without grad mode there is nothing to save or recompute (input_saver has no grad_fn).
   if (!torch::GradMode::is_enabled()) return fn(inputs);
-  install_engine();
+  install_saved_tensor_hooks();
   auto f = std::make_shared<Frame>();
   f->fn = fn;
-  f->inputs = inputs;
+  // _NoopSaveInputs.apply(dummy, kwargs, *args), before the block's own hooks: a dummy that
+  // requires grad (torch.empty((0,), requires_grad=True), on the CPU) and the block's inputs.
+  f->inputs.emplace_back(torch::empty({0}, torch::requires_grad()), /*is_output=*/false);
+  for (const auto& t : inputs) f->inputs.emplace_back(t, /*is_output=*/false);
   f->cpu_rng = at::detail::getDefaultCPUGenerator().get_state();
   for (const auto& t : inputs) {
     if (t.defined() && t.is_cuda()) {

@@ -27,9 +27,7 @@
 #include "sweeps/worker/emulate/cost_record.h"
 
 namespace sweep {
-namespace {
 
-// What the CUDA host allocator holds (in use and cached): the pinned memory of this process.
 // at::empty(..., pinned_memory(true)) takes its allocator from Context::
 // getPinnedMemoryAllocator (ATen/Context.h), the CUDA hooks' caching host allocator, the one
 // at::getHostAllocator(at::kCUDA) returns (ATen/cuda/CachingHostAllocator.h forwards its old
@@ -39,6 +37,8 @@ namespace {
 int64_t pinned_held() {
   return at::getHostAllocator(at::kCUDA)->get_stats().allocated_bytes.current;
 }
+
+namespace {
 
 double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();

@@ -15,6 +15,9 @@
 
 namespace sweep {
 
+// What the CUDA host allocator holds (in use and cached): the pinned memory of this process.
+int64_t pinned_held();
+
 class OffloadOptimizer final : public Optimizer {
  public:
   // `params`: the device parameters a training loop updates (under LoRA, the adapters only).

@@ -54,6 +54,8 @@ struct Point {
   // scored), and padding-free batches (schema::kAxes).
   double completion_share = 0;
   bool padding_free = false;
+  // SFTConfig(activation_offloading=True) (sweeps/worker/activation_offload.h)
+  bool activation_offloading = false;
   std::string alloc_conf;
   // how it runs
   int steps = 3;
@@ -104,7 +106,7 @@ std::string fnv1a_hex(const std::string& text);
   X(model) X(family) X(mode) X(batch) X(seq) X(target_seq) X(audio_s) X(precision)               \
   X(checkpointing) X(accumulation) X(optimizer) X(use_cache) X(adapter) X(lora_r) X(lora_alpha)  \
   X(lora_dropout) X(lora_targets) X(offload) X(weights) X(trainer) X(completion_share)           \
-  X(padding_free) X(alloc_conf) X(steps) X(warmup_steps) X(repetitions) X(budget_bytes)          \
+  X(padding_free) X(activation_offloading) X(alloc_conf) X(steps) X(warmup_steps) X(repetitions) X(budget_bytes)          \
   X(budget_emulated) X(device) X(card)
 #define SWEEP_POINT_SETTINGS(X) X(timeout_s) X(lr) X(weight_decay) X(seed) X(transformers) X(load)
 
