@@ -57,6 +57,49 @@ class FileSizeLimit {
   sighandler_t old_handler_;
 };
 
+// A results file an older sweep wrote (fewer columns: those added since) is rewritten under
+// this header when a run opens it, each row's cells where they were and the new ones empty,
+// the file as it was kept beside it; its points count as recorded, and new rows follow. A file
+// with a column this sweep does not know is refused and left alone.
+TEST(ResultsStore, AnOlderSweepsFileTakesThisHeaderAndIsKeptAsItWas) {
+  const auto dir = testing::temp_dir("results-older");
+  // Some of this schema's columns, in its order: what an older sweep's file has of them.
+  const std::string older_header =
+      "schema_version,point_id,model,batch,status,message,peak_allocated_bytes,peak_reserved_bytes";
+  const std::string older_row = "1,a1,gpt2-test,1,ok,\"x, y\",1024,2048";
+  const std::string older = older_header + "\n" + older_row + "\n";
+  testing::write_file(dir / "results.csv", older);
+  {
+    ResultsStore store(dir.string());
+    EXPECT_EQ(store.rows(), 1u);
+    ASSERT_NE(store.outcome("a1"), nullptr);
+    store.append(row("b2", "new"));
+  }
+  std::ifstream kept(dir / "results.csv.schema-1");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(kept), {}), older);
+  const auto results = reports::read_results((dir / "results.csv").string());
+  ASSERT_EQ(results.rows.size(), 2u);
+  EXPECT_EQ(results.rows[0].at(schema::column("message")), "x, y");
+  EXPECT_EQ(results.rows[0].at(schema::column("padding_free")), "");
+  EXPECT_EQ(results.rows[1].at(schema::column("point_id")), "b2");
+  std::ifstream now(dir / "results.csv");
+  std::string first;
+  std::getline(now, first);
+  EXPECT_EQ(first, ResultsStore::header());
+
+  const auto other = testing::temp_dir("results-newer");
+  const std::string newer = ResultsStore::header() + ",a_later_column\n";
+  testing::write_file(other / "results.csv", newer);
+  try {
+    ResultsStore store(other.string());
+    ADD_FAILURE() << "no error";
+  } catch (const UserError& e) {
+    EXPECT_EQ(e.line(), 1);
+    EXPECT_NE(std::string(e.what()).find("another schema"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(other / "results.csv.schema-1"));
+}
+
 TEST(ResultsStore, AFailedAppendLeavesTheFileAsItWas) {
   auto dir = testing::temp_dir("store_full");
   ResultsStore store(dir.string());

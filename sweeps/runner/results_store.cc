@@ -9,15 +9,15 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <optional>
-
 #include <filesystem>
 #include <fstream>
+#include <iostream>
+#include <optional>
 
 #include "reports/results/files.h"
 #include "reports/results/rows.h"
-#include "sweeps/runner/config.h"
 #include "reports/results/schema.h"
+#include "sweeps/runner/config.h"
 
 namespace sweep {
 namespace {
@@ -37,6 +37,73 @@ std::string cell(const nlohmann::json& v) {
   return reports::csv_field(v.is_string()    ? v.get<std::string>()
                             : v.is_boolean() ? (v.get<bool>() ? "1" : "0")
                                              : v.dump());
+}
+
+// Whether a results file's first line is an older schema's header: every column one this
+// schema has (an older sweep's file lacks the columns added since; the reader leaves their
+// cells empty, which every reader takes as the axis's fallback).
+bool older_header(const std::string& first) {
+  if (first.empty() || first == ResultsStore::header()) return false;
+  std::size_t start = 0;
+  while (start <= first.size()) {
+    const std::size_t end = std::min(first.find(',', start), first.size());
+    if (schema::find_column(first.substr(start, end - start)) >= schema::kColumnCount) return false;
+    start = end + 1;
+  }
+  return true;
+}
+
+void refuse_schema(const std::string& csv_path) {
+  throw UserError(csv_path, 1, "header", "results file has another schema than this sweep",
+                  "write to another --out directory, or move this results.csv away");
+}
+
+// An older sweep's results file, rewritten under this schema's header so that new rows can
+// follow its own: the file as it was is kept beside it (PATH.schema-N, the first N free), the
+// rows are read as every reader reads them (new columns empty) and written whole to a
+// temporary file that then replaces it. A row the reader refuses leaves everything untouched.
+void upgrade_older_file(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::ifstream in(path);
+  std::string first;
+  std::getline(in, first);
+  in.close();
+  if (!older_header(first)) return;
+  const auto results = reports::read_results(path);
+  std::string text = ResultsStore::header() + "\n";
+  for (const auto& row : results.rows) {
+    for (std::size_t c = 0; c < row.cells.size(); ++c)
+      text.append(c ? "," : "").append(reports::csv_field(row.cells[c]));
+    text += '\n';
+  }
+  std::string kept;
+  for (int n = 1; kept.empty() || fs::exists(kept); ++n)
+    kept = path + ".schema-" + std::to_string(n);
+  auto cannot = [&](const std::string& why) {
+    throw UserError(path, 1, "header",
+                    "results file has an older schema, and it could not be rewritten under this "
+                    "one: " +
+                        why,
+                    "write to another --out directory, or move this results.csv away");
+  };
+  std::error_code ec;
+  if (!fs::copy_file(path, kept, ec)) cannot("no copy " + kept + " (" + ec.message() + ")");
+  const std::string tmp = path + ".upgrading";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.close();
+    if (!out) {
+      fs::remove(tmp, ec);
+      cannot("writing " + tmp + " failed");
+    }
+  }
+  fs::rename(tmp, path, ec);
+  if (ec) cannot("renaming " + tmp + " failed (" + ec.message() + ")");
+  std::cerr << "sweep: " << path << " was written by an older sweep: its " << results.rows.size()
+            << " rows now carry this version's columns (empty where they were not recorded); the "
+               "file as it was is "
+            << kept << "\n";
 }
 
 }  // namespace
@@ -77,6 +144,7 @@ ResultsStore::ResultsStore(const std::string& dir, const std::string& file) {
     exists = ::fstat(fd, &st) == 0 && st.st_size > 0;
     ::close(fd);
   }
+  if (exists) upgrade_older_file(path_);
   auto open_for_append = [this] {
     fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     if (fd_ < 0)
@@ -145,9 +213,8 @@ std::size_t ResultsStore::recall(const std::string& csv_path) {
   std::ifstream in(csv_path);
   std::string first;
   std::getline(in, first);
-  if (first != header())
-    throw UserError(csv_path, 1, "header", "results file has another schema than this sweep",
-                      "write to another --out directory, or move this results.csv away");
+  // Another file (a Slurm shard) is only read: an older schema's reads as every reader reads it.
+  if (first != header() && !older_header(first)) refuse_schema(csv_path);
   // The reader's errors name the file and line and say how to repair it; nothing is touched.
   const auto results = reports::read_results(csv_path);
   // Each point's latest row, as every reader takes it; a failure there runs the point again.

@@ -29,8 +29,10 @@ bool result_on_resume(const reports::Row& r);
 
 class ResultsStore {
  public:
-  // Opens (creating if needed) DIR/FILE. An existing file must have this schema's header
-  // and parse cleanly; otherwise UserError (file, line) and nothing is touched.
+  // Opens (creating if needed) DIR/FILE. An existing file must have this schema's header, or
+  // an older one's (its rows are then rewritten under this header, the file as it was kept
+  // beside it as FILE.schema-N), and parse cleanly; otherwise UserError (file, line) and
+  // nothing is touched.
   explicit ResultsStore(const std::string& dir, const std::string& file = "results.csv");
   ~ResultsStore();
   ResultsStore(const ResultsStore&) = delete;

@@ -128,7 +128,8 @@ struct ActivationOffload::State : std::enable_shared_from_this<State> {
   std::optional<c10::cuda::CUDAStream> s1;
   std::unordered_map<int64_t, Tracked> tracker;
   int64_t tensor_id = 0;
-  bool is_first_forward_call = true, is_first_backward_call = true, is_first_forward_pass = true;
+  // (TRL's is_first_forward_pass only gates a warning about the host's free memory.)
+  bool is_first_forward_call = true, is_first_backward_call = true;
   std::map<StorageKey, int64_t> storage_to_tensor_id;
   std::unordered_map<int64_t, StorageKey> storage_key_by_tensor_id;
   std::set<const c10::StorageImpl*> param_storages;
@@ -293,8 +294,6 @@ struct ActivationOffload::State : std::enable_shared_from_this<State> {
           self->bwd_tensor_stash.erase(k);
         }
       });
-      // The first pass checks the host's free memory (a warning; nothing moves).
-      is_first_forward_pass = false;
       is_first_backward_call = false;
     }
     auto it = tracker.find(id);

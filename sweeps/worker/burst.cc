@@ -469,7 +469,7 @@ void train_step(Workload& w, Ledger& ledger, MemoryTracker& mem, PeakMeter& mete
     // SFTTrainer.training_step: `with self.maybe_activation_offload_context:` around the
     // forward and the backward (entering empties the allocator's cache).
     std::optional<ActivationOffload::Scope> offloading;
-    if (w.activation_offload && w.train) offloading.emplace(*w.activation_offload);
+    if (w.activation_offload) offloading.emplace(*w.activation_offload);  // training only
     const int64_t start = mem.allocated();
     const int64_t grads_before = ledger.grads;
     meter.enter("forward");
